@@ -1,0 +1,86 @@
+"""``python -m ackqueue demo``: a short tour that tells what happens as it happens."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+
+from .queue import AckQueue
+
+CRASH_CHILD = """
+import os, sys
+from ackqueue import AckQueue
+q = AckQueue(sys.argv[1])
+c = q.connect()
+job = c.get()
+print(job, flush=True)
+os.kill(os.getpid(), 9)   # die without acking, like a power cut would
+"""
+
+
+def run_demo(say: Callable[[str], None] = print) -> int:
+    with tempfile.TemporaryDirectory(prefix="ackqueue-demo-") as tmp:
+        path = os.path.join(tmp, "jobs.fs")
+        say(f"1. A durable queue in {path}; a producer puts 6 jobs.")
+        q = AckQueue(path)
+        for n in range(1, 7):
+            q.put(f"job-{n}")
+        say(f"   ready: {q.qsize()}, held: {q.unacked_count()}")
+
+        say("2. A worker thread gets job-1 and dies of an exception before acking it.")
+        got: list[str] = []
+
+        def doomed_worker() -> None:
+            c = q.connect()
+            got.append(c.get())
+            raise RuntimeError("worker crashed mid-job")
+
+        thread = threading.Thread(target=doomed_worker, name="doomed-worker")
+        old_hook = threading.excepthook
+        threading.excepthook = lambda args: None  # the crash is the point; keep the tour tidy
+        thread.start()
+        thread.join()
+        threading.excepthook = old_hook
+        say(f"   it got {got[0]!r}; after its death ready: {q.qsize()}, held: {q.unacked_count()}")
+
+        say("3. Three healthy workers process and ack three jobs; job-1 comes back first.")
+        done: list[str] = []
+        lock = threading.Lock()
+
+        def worker() -> None:
+            with q.connect() as c:
+                job = c.get(timeout=5)
+                with lock:
+                    done.append(job)
+                c.ack(job)
+
+        workers = [threading.Thread(target=worker) for _ in range(3)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        say(f"   done: {sorted(done)}; ready: {q.qsize()}")
+        q.close()
+
+        say("4. Another process gets the next job and is killed with SIGKILL before acking.")
+        child = subprocess.run(
+            [sys.executable, "-c", CRASH_CHILD, path], capture_output=True, text=True, timeout=60
+        )
+        say(f"   it got {child.stdout.strip()!r} and died (exit status {child.returncode}).")
+
+        say("5. The queue is opened again: nothing was lost.")
+        with AckQueue(path) as q:
+            left = []
+            with q.connect() as c:
+                while not q.empty():
+                    job = c.get()
+                    left.append(job)
+                    c.ack(job)
+        say(f"   remaining jobs, in order: {left}")
+        ok = sorted(done + left) == [f"job-{n}" for n in range(1, 7)]
+        say("Every job was done, and none was lost on the way." if ok else "LOST!")
+        return 0 if ok else 1

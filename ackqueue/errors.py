@@ -1,0 +1,45 @@
+"""The exceptions ackqueue raises.
+
+``Empty`` and ``Full`` are the standard library's own classes, so ``except queue.Empty`` and
+``except ackqueue.Empty`` catch the same thing. Everything else derives from
+:class:`AckQueueError` and from the built-in exception a caller would already expect.
+"""
+
+from __future__ import annotations
+
+import queue
+
+Empty = queue.Empty
+Full = queue.Full
+
+
+class AckQueueError(Exception):
+    """Base class of ackqueue's own errors."""
+
+
+class NotHeldError(AckQueueError, ValueError):
+    """An ack or nack named something this consumer does not hold."""
+
+
+class UnpicklableItemError(AckQueueError, TypeError):
+    """The item given to put cannot be pickled, so it cannot be stored."""
+
+
+class ItemLoadError(AckQueueError):
+    """A stored item could not be unpickled (its class was renamed or removed)."""
+
+
+class QueueClosedError(AckQueueError, ValueError):
+    """The queue or consumer was closed."""
+
+
+class StorageError(AckQueueError, OSError):
+    """The storage could not be opened or written; the message says which file and why."""
+
+
+class QueueLockedError(StorageError):
+    """The storage file is held open by another process."""
+
+
+class NotAQueueFileError(StorageError):
+    """The file is not a ZODB FileStorage, or holds something other than ackqueue queues."""

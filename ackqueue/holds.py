@@ -1,0 +1,70 @@
+"""What one consumer holds: delivered items awaiting their ack, found by identity or by id."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One hand-out of an item to a consumer.
+
+    ``id`` names this delivery for :meth:`Consumer.ack_id`; ``attempts`` counts the deliveries
+    of the item so far, this one included; ``got_at`` is a ``time.time()`` stamp.
+    """
+
+    id: int
+    item: Any
+    attempts: int
+    got_at: float
+
+
+@dataclass(eq=False)
+class Hold:
+    key: Any
+    delivery: Delivery
+    settling: bool = False
+
+
+@dataclass(eq=False)
+class HoldTable:
+    """The holds of one consumer. Guarded by its queue's mutex."""
+
+    owner: str = field(default_factory=lambda: threading.current_thread().name)
+    by_id: dict[int, Hold] = field(default_factory=dict)
+    by_object: dict[int, list[Hold]] = field(default_factory=dict)
+    closed: bool = False
+
+    def add(self, key: Any, delivery: Delivery) -> Hold:
+        hold = Hold(key, delivery)
+        self.by_id[delivery.id] = hold
+        self.by_object.setdefault(id(delivery.item), []).append(hold)
+        return hold
+
+    def find(self, item: Any) -> Hold | None:
+        """The oldest unsettled hold of this very object."""
+        for hold in self.by_object.get(id(item), ()):
+            if not hold.settling:
+                return hold
+        return None
+
+    def remove(self, hold: Hold) -> None:
+        del self.by_id[hold.delivery.id]
+        same = self.by_object[id(hold.delivery.item)]
+        same.remove(hold)
+        if not same:
+            del self.by_object[id(hold.delivery.item)]
+
+    def take_all_unsettled(self) -> list[Hold]:
+        """Remove and return every hold not being settled right now."""
+        taken = [hold for hold in self.by_id.values() if not hold.settling]
+        for hold in taken:
+            self.remove(hold)
+        return taken
+
+    def ages(self) -> list[tuple[Delivery, float]]:
+        now = time.time()
+        return [(h.delivery, now - h.delivery.got_at) for h in self.by_id.values()]

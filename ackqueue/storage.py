@@ -1,0 +1,183 @@
+"""The ZODB plumbing: opening a storage, sharing one database per file, connections, commit.
+
+FileStorage allows one opener per file, so every queue on the same file in a process shares
+one :class:`Store`, counted by reference and closed with its last queue. A store owns the one
+writer connection of its database; all writes go through its :class:`GroupCommitter`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import transaction
+import zc.lockfile
+import ZODB
+from ZODB.Connection import Connection
+from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage.FileStorage import FileStorageError
+from ZODB.MappingStorage import MappingStorage
+
+from .commit import GroupCommitter
+from .errors import NotAQueueFileError, QueueLockedError, StorageError
+
+log = logging.getLogger("ackqueue")
+
+T = TypeVar("T")
+
+_registry_lock = threading.Lock()
+_by_path: dict[str, Store] = {}
+_by_db: dict[int, Store] = {}
+
+
+def _lock_owner(path: str) -> str:
+    try:
+        with open(path + ".lock") as f:
+            pid = f.read().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid else ""
+
+
+def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
+    """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
+    try:
+        return FileStorage(path, read_only=read_only, pack_keep_old=False)
+    except zc.lockfile.LockError:
+        raise QueueLockedError(
+            f"queue file {path} is open in another process{_lock_owner(path)}; "
+            "only one process may open a FileStorage at a time (use ZEO to share it)"
+        ) from None
+    except FileStorageError as exc:
+        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({exc})") from None
+    except PermissionError as exc:
+        raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
+    except OSError as exc:
+        raise StorageError(f"cannot open queue file {path}: {exc}") from None
+
+
+class Store:
+    """One database as ackqueue uses it: a writer connection with group commit."""
+
+    def __init__(self, db: ZODB.DB, owns_db: bool, where: str) -> None:
+        self.db = db
+        self.where = where
+        self.owns_db = owns_db
+        self._refs = 0
+        self._names: set[str] = set()
+        self._tm = transaction.TransactionManager()
+        self.writer: Connection = db.open(transaction_manager=self._tm)
+        self._committer = GroupCommitter(self._tm, self._describe_failure)
+
+    # -- opening and closing ------------------------------------------------------------
+
+    @classmethod
+    def acquire(cls, path: str | os.PathLike[str] | None, db: ZODB.DB | None) -> Store:
+        """The store for a file path, a caller's database, or (both None) a new in-memory one."""
+        with _registry_lock:
+            if db is not None:
+                store = _by_db.get(id(db))
+                if store is None:
+                    store = _by_db[id(db)] = cls(db, owns_db=False, where=repr(db))
+            elif path is None:
+                store = cls(ZODB.DB(MappingStorage()), owns_db=True, where="memory")
+            else:
+                key = os.path.realpath(os.fspath(path))
+                store = _by_path.get(key)
+                if store is None:
+                    storage = open_file_storage(key)
+                    try:
+                        zdb = ZODB.DB(storage)
+                    except Exception:
+                        storage.close()
+                        raise
+                    store = _by_path[key] = cls(zdb, owns_db=True, where=key)
+            store._refs += 1
+            return store
+
+    def claim_name(self, name: str) -> None:
+        with _registry_lock:
+            if name in self._names:
+                raise StorageError(
+                    f"queue {name!r} in {self.where} is already open in this process; "
+                    "share that AckQueue object between threads instead"
+                )
+            self._names.add(name)
+
+    def release(self, name: str | None = None) -> None:
+        with _registry_lock:
+            if name is not None:
+                self._names.discard(name)
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            for path_key in [k for k, v in _by_path.items() if v is self]:
+                del _by_path[path_key]
+            for db_key in [k for k, v in _by_db.items() if v is self]:
+                del _by_db[db_key]
+        self._close()
+
+    def _close(self) -> None:
+        try:
+            self._tm.abort()
+            self.writer.close()
+        finally:
+            if self.owns_db:
+                self.db.close()
+
+    # -- connections and commits ----------------------------------------------------------
+
+    def open_reader(self) -> tuple[Connection, transaction.TransactionManager]:
+        """A connection of its own for reading, with its own transaction manager."""
+        tm = transaction.TransactionManager()
+        return self.db.open(transaction_manager=tm), tm
+
+    @property
+    def commits(self) -> int:
+        """How many commits this store has made: readers sync when it moves."""
+        return self._committer.commits
+
+    def run(self, change: Callable[[], T]) -> T:
+        """Apply ``change`` to the writer connection's objects and commit it durably."""
+        return self._committer.run(change)
+
+    def root(self) -> Any:
+        """The writer connection's root; touch it only inside a change."""
+        return self.writer.root()
+
+    def pack(self) -> None:
+        self.db.pack()
+
+    def _describe_failure(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, StorageError):
+            return exc
+        if isinstance(exc, OSError):
+            err = StorageError(f"cannot write to queue storage {self.where}: {exc}")
+        elif isinstance(exc, Exception):
+            err = StorageError(f"commit to queue storage {self.where} failed: {exc!r}")
+        else:
+            err = StorageError(f"commit to queue storage {self.where} was interrupted ({exc!r})")
+        err.__cause__ = exc
+        return err
+
+
+def _close_all_at_exit() -> None:
+    """Close file storages on exit so their index is written and the next open is fast."""
+    with _registry_lock:
+        stores = set(_by_path.values())
+        _by_path.clear()
+    for store in stores:
+        try:
+            store._close()
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            log.exception("closing %s at exit failed", store.where)
+
+
+atexit.register(_close_all_at_exit)
