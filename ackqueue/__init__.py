@@ -10,37 +10,48 @@
 (0, 0)
 """
 
+from .clock import ManualClock
 from .consumer import Consumer
+from .deadletters import DeadLetter, UnloadableItem
 from .errors import (
     AckQueueError,
     Empty,
     Full,
     ItemLoadError,
+    LeaseExpiredError,
     NotAQueueFileError,
     NotHeldError,
     QueueClosedError,
     QueueLockedError,
+    ShutDown,
     StorageError,
     UnpicklableItemError,
 )
 from .holds import Delivery
 from .queue import AckQueue, LifoAckQueue, PriorityAckQueue
+from .transactions import TransactionError
 
 __all__ = [
     "AckQueue",
     "AckQueueError",
     "Consumer",
+    "DeadLetter",
     "Delivery",
     "Empty",
     "Full",
     "ItemLoadError",
+    "LeaseExpiredError",
     "LifoAckQueue",
+    "ManualClock",
     "NotAQueueFileError",
     "NotHeldError",
     "PriorityAckQueue",
     "QueueClosedError",
     "QueueLockedError",
+    "ShutDown",
     "StorageError",
+    "TransactionError",
+    "UnloadableItem",
     "UnpicklableItemError",
 ]
 __version__ = "0.1.0"

@@ -3,68 +3,58 @@
 They plug into ``queue.Queue``'s hooks (``_init``, ``_qsize``, ``_put``, ``_get``), so blocking,
 timeouts, ``maxsize`` and ``task_done``/``join`` are the standard library's own code. What the
 hooks add is storage: ``_put`` stages an item and ``put`` returns once it is committed; ``_get``
-claims the first ready item and ``get`` returns once its removal is committed.
+claims the first ready item and ``get`` returns once its removal is committed. The features
+beyond ``queue.Queue`` live in mixins of their own modules (dead letters, leases, batches,
+shutdown); transactions are in :mod:`ackqueue.transactions`.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import pickle
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
 import ZODB
 
+from .batches import BatchMixin
+from .claims import Claim, Retry, Staged, pickle_item, unpickle_item
+from .clock import Clock
 from .consumer import Consumer
-from .errors import (
-    AckQueueError,
-    Empty,
-    ItemLoadError,
-    NotAQueueFileError,
-    QueueClosedError,
-    UnpicklableItemError,
-)
+from .deadletters import DeadLetterMixin, bury
+from .delays import Delays
+from .errors import AckQueueError, Empty, ItemLoadError, NotAQueueFileError, QueueClosedError
 from .holds import Delivery, Hold, HoldTable
+from .leases import LeaseMixin
 from .ready import ReadyIndex
 from .records import ROOT_KEY, Entry, QueueRecord, queues_of
 from .recovery import ThreadExitWatch
+from .shutdown import ShutdownMixin, as_our_shutdown
 from .storage import Store
+from .timers import Timers
+from .transactions import Transaction, current, transaction
 
 SEQ_BITS = 40
 SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
 
 
-class _Retry(Exception):
-    """Every staged put that ``_get`` waited for failed: wait again for a real item."""
-
-
-@dataclass
-class _Staged:
-    key: Any
-    seq: int
-    data: bytes
-
-
-@dataclass
-class _Claim:
-    key: Any
-    item: Any
-    attempts: int
-
-
-class AckQueue(queue.Queue):
+class AckQueue(DeadLetterMixin, LeaseMixin, BatchMixin, ShutdownMixin, queue.Queue):
     """A FIFO ``queue.Queue`` whose items live in a ZODB FileStorage and survive crashes.
 
     ``path`` is the storage file (created if missing); ``None`` keeps the queue in memory.
     ``db`` is an open ``ZODB.DB`` to use instead; ``name`` tells apart several queues of
     one database. ``put`` returns once the item is durable; plain ``get`` removes it for
     good. For acknowledgements, each thread calls :meth:`connect` and uses the consumer.
+
+    ``max_attempts``: an item delivered that many times without an ack goes to the dead
+    letters instead of being delivered again; each consumer get then records the delivery
+    durably before handing the item out. ``ack_timeout``: seconds a consumer may hold an item
+    before it goes back to the queue. ``clock``: a ``time.time``-like callable (for tests).
     """
 
     _kind = "fifo"
@@ -76,9 +66,20 @@ class AckQueue(queue.Queue):
         *,
         name: str = "default",
         db: ZODB.DB | None = None,
+        max_attempts: int | None = None,
+        ack_timeout: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+            raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
+        if ack_timeout is not None and not ack_timeout > 0:
+            raise ValueError("ack_timeout must be a positive number of seconds or None")
         self.name = name
+        self.max_attempts = max_attempts
+        self.ack_timeout = ack_timeout
+        self._clock: Clock = clock or time.time
         self._closed = False
+        self._drained = False
         self._store = Store.acquire(path, db)
         try:
             self._store.claim_name(name)
@@ -94,103 +95,148 @@ class AckQueue(queue.Queue):
         self._reader_rec: QueueRecord = self._reader.root()[ROOT_KEY][name]
         self._reader_synced = self._store.commits
         self._session_seq = self._next_seq = self._reader_rec.seq_reserved
+        self._delays = Delays(self._reader_rec.delayed, self._clock())
         super().__init__(maxsize)
-        self.unfinished_tasks = len(self._ready)
+        self.is_shutdown: bool = False
+        self.unfinished_tasks: int
+        self.unfinished_tasks = len(self._ready) + len(self._delays)
         self._landed = threading.Condition(self.mutex)
         self._tls = threading.local()
         self._tables: set[HoldTable] = set()
         self._held = 0
-        self._unloadable: set[Any] = set()
+        self._tx_staged = 0
+        self._session_attempts: dict[Any, int] = {}
         self._delivery_ids = itertools.count(1)
         self._thread_watch = ThreadExitWatch(self._release_table)
+        self._timers = Timers(self.mutex, self._clock, name)
+        with self.mutex:
+            for key, when in self._delays.pending.items():
+                self._timers.at(when, self._fall_due_callback(key))
 
     # -- the standard library's hooks ------------------------------------------------------
 
     def _init(self, maxsize: int) -> None:
         self._staged = 0
-        self._ready = ReadyIndex(
-            backlog=self._reader_rec.length(),
-            scan_after=self._scan_after,
-            is_from_backlog=lambda key: self._key_seq(key) < self._session_seq,
+        self._ready = self._new_ready_index(
+            self._reader_rec.length() - len(self._delays.at_open)
         )
+        for key in self._delays.due_at_open:
+            self._ready.push(key)
 
     def _qsize(self) -> int:
-        if self._closed:
-            return 1  # wake blocked getters so that _get can raise QueueClosedError
+        if self._closed or self.is_shutdown:
+            # Let blocked callers through to _put/_get, which raise; public calls see the truth.
+            op = getattr(self._tls, "op", None)
+            if op == "put":
+                return 0
+            if op == "get":
+                return max(1, len(self._ready))
         return len(self._ready) + self._staged
 
     def _put(self, item: Any) -> None:
-        self._check_open()
-        priority = getattr(self._tls, "priority", 0)
-        data = _pickle(item)
-        seq = self._next_seq
-        if seq > SEQ_MASK:
-            raise AckQueueError(f"queue {self.name!r} has used up its sequence numbers")
-        key = self._make_key(seq, priority, item)
-        self._next_seq += 1
-        self._tls.staged = _Staged(key, seq, data)
+        self._check_can_put()
+        self._tls.staged = self._stage(item, getattr(self._tls, "priority", 0))
         self._staged += 1
 
     def _get(self) -> Any:
         while not len(self._ready):
             self._check_open()
+            if self._drained:
+                raise self._shut_down_error()
             if not self._staged:
-                raise _Retry
+                if self.is_shutdown:
+                    raise self._shut_down_error()
+                raise Retry
             self._landed.wait()
         self._check_open()
+        if self._drained:
+            raise self._shut_down_error()
         key = self._ready.pop()
         try:
             data, attempts = self._load(key)
-            item = _unpickle(data, f"item {key!r} of queue {self.name!r}")
-        except ItemLoadError:
-            self._unloadable.add(key)
+            item = unpickle_item(data, f"item {key!r} of queue {self.name!r}")
+        except ItemLoadError as exc:
+            self._tls.unloadable = (key, exc)
             raise
         except BaseException:
             self._ready.push(key)
             raise
-        self._tls.claim = _Claim(key, item, attempts)
+        self._tls.claim = Claim(key, item, attempts)
         return item
 
     # -- public API --------------------------------------------------------------------------
 
     def put(
-        self, item: Any, block: bool = True, timeout: float | None = None, *, priority: int = 0
+        self,
+        item: Any,
+        block: bool = True,
+        timeout: float | None = None,
+        *,
+        priority: int = 0,
+        delay: float | None = None,
+        not_before: float | None = None,
     ) -> None:
-        """Put ``item``; return once it is durable. Lower ``priority`` is delivered first."""
+        """Put ``item``; return once it is durable. Lower ``priority`` is delivered first.
+
+        ``delay`` (seconds from now) or ``not_before`` (epoch seconds) hold the item back
+        until then; it is stored at once but neither ready nor counted by ``qsize()`` before.
+        """
         self._check_priority(priority)
+        due = self._due_time(delay, not_before)
+        tx = current(self._store)
+        if tx is not None:
+            self._put_in_transaction(tx, [item], block, timeout, priority, due)
+            return
         self._tls.priority = priority
         self._tls.staged = None
+        self._tls.op = "put"
         try:
             super().put(item, block, timeout)
-        except BaseException:
+        except BaseException as exc:
             self._unstage(counted=False)
+            ours = as_our_shutdown(exc)
+            if ours is not exc:
+                raise ours from None
             raise
+        finally:
+            self._tls.op = None
         staged = self._tls.staged
         self._tls.staged = None
         if staged is None:
             return  # a subclass's _put chose not to store it
+        staged.not_before = due
         try:
-            self._store.run(self._inserter(staged))
+            self._store.run(self._inserter([staged]))
         except BaseException:
-            self._unstage(counted=True)
+            self._unstage(counted=True, staged=staged)
             raise
         with self.mutex:
             self._staged -= 1
-            self._ready.push(staged.key)
+            self._land_locked(staged)
             self._landed.notify_all()
-            self.not_empty.notify()
 
-    def put_nowait(self, item: Any, *, priority: int = 0) -> None:
-        self.put(item, block=False, priority=priority)
+    def put_nowait(self, item: Any, **options: Any) -> None:
+        self.put(item, block=False, **options)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return the next item; the removal is durable when this returns."""
         claim = self._claim_next(block, timeout)
+        key = claim.key
+        tx = current(self._store)
+        if tx is not None:
+            tx.add(
+                self._deleter([key]),
+                check=self._require_stored([key]),
+                after_commit=lambda: self._forget(key),
+                undo=lambda: self._unclaim(key),
+            )
+            return claim.item
         try:
-            self._store.run(self._deleter(claim.key))
+            self._store.run(self._deleter([key], check=True))
         except BaseException:
-            self._unclaim(claim.key)
+            self._unclaim(key)
             raise
+        self._forget(key)
         return claim.item
 
     def connect(self) -> Consumer:
@@ -202,10 +248,25 @@ class AckQueue(queue.Queue):
         self._thread_watch.watch(table)
         return Consumer(self, table)
 
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        """``with q.transaction():`` commits the block's queue operations together or not at all.
+
+        It spans every queue of this queue's database, for the calling thread.
+        """
+        return transaction(self._store)
+
+    def _current_transaction(self) -> Transaction | None:
+        return current(self._store)
+
     def unacked_count(self) -> int:
         """How many items are held by consumers, delivered but not acked."""
         with self.mutex:
             return self._held
+
+    def delayed_count(self) -> int:
+        """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
+        with self.mutex:
+            return len(self._delays)
 
     def held(self) -> list[tuple[str, Delivery, float]]:
         """Every held item as ``(owner thread name, delivery, seconds held)``."""
@@ -225,6 +286,7 @@ class AckQueue(queue.Queue):
             for table in list(self._tables):
                 self._release_locked(table)
             self._closed = True
+            self._timers.stop()
             self.not_empty.notify_all()
             self.not_full.notify_all()
             self._landed.notify_all()
@@ -249,37 +311,161 @@ class AckQueue(queue.Queue):
     # -- what consumers call ---------------------------------------------------------------
 
     def _hold_next(self, table: HoldTable, block: bool, timeout: float | None) -> Any:
-        claim = self._claim_next(block, timeout)
+        deadline = None if timeout is None or not block else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            claims = self._count_attempts([self._claim_next(block, remaining)])
+            if claims:
+                return self._hold(table, claims)[0]
+
+    def _count_attempts(self, claims: list[Claim]) -> list[Claim]:
+        """Count this delivery of each claim; drop (dead-letter) those out of attempts.
+
+        With ``max_attempts`` the count is committed before the items are handed out, so a
+        delivery that kills the process still counts. Without it, counting stays in memory.
+        """
+        if self.max_attempts is None:
+            with self.mutex:
+                for claim in claims:
+                    n = self._session_attempts.get(claim.key, 0) + 1
+                    self._session_attempts[claim.key] = n
+                    claim.attempts += n
+            return claims
+        try:
+            counts = self._store.run(self._attempt_recorder([c.key for c in claims]))
+        except BaseException:
+            with self.mutex:
+                for claim in claims:
+                    self._unclaim_locked(claim.key)
+            raise
+        kept = []
+        with self.mutex:
+            for claim, count in zip(claims, counts, strict=True):
+                if count is None:
+                    self._forget_locked(claim.key, finished=1)
+                else:
+                    claim.attempts = count
+                    kept.append(claim)
+        return kept
+
+    def _hold(self, table: HoldTable, claims: list[Claim]) -> list[Any]:
+        holds = []
         with self.mutex:
             if table.closed:
-                self._unclaim_locked(claim.key)
+                for claim in claims:
+                    self._unclaim_locked(claim.key)
                 raise QueueClosedError("this consumer is closed")
-            delivery = Delivery(next(self._delivery_ids), claim.item, claim.attempts, time.time())
-            table.add(claim.key, delivery)
-            self._held += 1
-        return claim.item
+            now = time.time()
+            for claim in claims:
+                delivery = Delivery(next(self._delivery_ids), claim.item, claim.attempts, now)
+                hold = table.add(claim.key, delivery)
+                holds.append(hold)
+                if self.ack_timeout is not None:
+                    self._arm_lease(table, hold, self.ack_timeout)
+            self._held += len(holds)
+        tx = current(self._store)
+        if tx is not None:
+            tx.add(undo=lambda: self._give_back(table, holds))
+        return [claim.item for claim in claims]
 
-    def _settle(self, table: HoldTable, hold: Hold, ack: bool) -> None:
-        """Ack (remove for good) or nack (make ready again) a hold being settled."""
-        if ack:
+    def _settle(
+        self,
+        table: HoldTable,
+        holds: list[Hold],
+        outcome: str,
+        *,
+        delay: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Settle holds already marked ``settling``: ``ack``, ``nack`` or ``reject`` them."""
+        now = self._clock()
+        due = now + delay if delay else 0.0
+        plan = [(hold, self._action(hold, outcome, due)) for hold in holds]
+        stored = [hold.key for hold, action in plan if action != "return"]
+        edit = self._settlement_edit(plan, due, reason, now) if stored else None
+        check = self._require_stored(stored)
+
+        def finish() -> None:
+            self._finish_settle(table, plan, due)
+
+        def undo() -> None:
+            self._unsettle(table, holds)
+
+        tx = current(self._store)
+        if tx is not None:
+            tx.add(edit, check=check, after_commit=finish, undo=undo)
+            return
+        if edit is not None:
             try:
-                self._store.run(self._deleter(hold.key))
+                self._store.run(lambda: (check(), edit()))
             except BaseException:
-                with self.mutex:
-                    hold.settling = False
-                    if table.closed:
-                        self._release_locked(table)
+                undo()
                 raise
+        finish()
+
+    def _action(self, hold: Hold, outcome: str, due: float) -> str:
+        if outcome == "ack":
+            return "delete"
+        if outcome == "reject":
+            return "bury"
+        if self.max_attempts is not None and hold.delivery.attempts >= self.max_attempts:
+            return "exhausted"
+        return "delay" if due else "return"
+
+    def _settlement_edit(
+        self, plan: list[tuple[Hold, str]], due: float, reason: str | None, now: float
+    ) -> Callable[[], None]:
+        record = self._wrec
+
+        def edit() -> None:
+            for hold, action in plan:
+                if action == "delete":
+                    self._remove_entry(record, hold.key)
+                elif action == "bury":
+                    bury(record, hold.key, reason or "rejected", now, hold.delivery.attempts)
+                elif action == "exhausted":
+                    bury(record, hold.key, self._exhausted_reason(), now, hold.delivery.attempts)
+                elif action == "delay":
+                    record.entries[hold.key].not_before = due
+                    record.delay_index()[hold.key] = due
+
+        return edit
+
+    def _finish_settle(self, table: HoldTable, plan: list[tuple[Hold, str]], due: float) -> None:
         with self.mutex:
-            table.remove(hold)
-            self._held -= 1
+            finished = 0
+            for hold, action in plan:
+                if table.by_id.get(hold.delivery.id) is hold:
+                    table.remove(hold)
+                    self._held -= 1
+                if action == "return":
+                    self._make_ready_locked(hold.key)
+                elif action == "delay":
+                    self._land_key_locked(hold.key, due)
+                else:
+                    self._forget_locked(hold.key)
+                    finished += 1
+            self._task_finished_locked(finished)
             if table.closed and not table.by_id:
                 self._tables.discard(table)
-            if not ack:
-                self._ready.push(hold.key)
-                self.not_empty.notify()
-        if ack:
-            self.task_done()
+
+    def _unsettle(self, table: HoldTable, holds: list[Hold]) -> None:
+        with self.mutex:
+            for hold in holds:
+                hold.settling = False
+            if table.closed:
+                self._release_locked(table)
+            else:
+                self._expire_overdue_locked(table, holds)
+
+    def _give_back(self, table: HoldTable, holds: list[Hold]) -> None:
+        """Undo holds taken inside a rolled-back transaction."""
+        with self.mutex:
+            for hold in holds:
+                if table.by_id.get(hold.delivery.id) is hold and not hold.settling:
+                    table.remove(hold)
+                    self._held -= 1
+                    self._make_ready_locked(hold.key)
 
     def _release_table(self, table: HoldTable) -> None:
         with self.mutex:
@@ -289,31 +475,38 @@ class AckQueue(queue.Queue):
         table.closed = True
         returned = table.take_all_unsettled()
         for hold in returned:
-            self._ready.push(hold.key)
+            self._make_ready_locked(hold.key)
         self._held -= len(returned)
         if not table.by_id:
             self._tables.discard(table)
-        if returned:
-            self.not_empty.notify(len(returned))
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _claim_next(self, block: bool, timeout: float | None) -> _Claim:
+    def _claim_next(self, block: bool, timeout: float | None) -> Claim:
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         while True:
             self._tls.claim = None
+            self._tls.unloadable = None
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._tls.op = "get"
             try:
                 item = queue.Queue.get(self, block, remaining)
-            except _Retry:
+            except Retry:
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     raise Empty from None
                 continue
-            except BaseException:
+            except ItemLoadError as exc:
+                raise self._bury_unloadable(exc) from exc
+            except BaseException as exc:
                 claim = self._tls.claim
                 if claim is not None:
                     self._unclaim(claim.key)
+                ours = as_our_shutdown(exc)
+                if ours is not exc:
+                    raise ours from None
                 raise
+            finally:
+                self._tls.op = None
             claim = self._tls.claim
             self._tls.claim = None
             if claim is None:
@@ -321,16 +514,86 @@ class AckQueue(queue.Queue):
             claim.item = item
             return claim
 
+    def _bury_unloadable(self, exc: ItemLoadError) -> ItemLoadError:
+        """Move the item that could not be loaded to the dead letters, so the head moves on."""
+        key, _ = self._tls.unloadable
+        self._tls.unloadable = None
+        record, now = self._wrec, self._clock()
+
+        def edit() -> None:
+            bury(record, key, f"cannot be loaded: {exc.__cause__ or exc}", now, None)
+
+        try:
+            self._store.run(edit)
+        except BaseException:
+            self._unclaim(key)
+            raise
+        with self.mutex:
+            self._forget_locked(key)
+            self._task_finished_locked(1)
+        return ItemLoadError(f"{exc}; it was moved to the dead letters")
+
     def _unclaim(self, key: Any) -> None:
         with self.mutex:
             self._unclaim_locked(key)
 
     def _unclaim_locked(self, key: Any) -> None:
+        self._make_ready_locked(key)
+
+    def _make_ready_locked(self, key: Any) -> None:
+        if self._drained:
+            return  # an immediate shutdown: it stays stored for the next start
         self._ready.push(key)
         self.not_empty.notify()
 
-    def _unstage(self, counted: bool) -> None:
-        staged = self._tls.staged
+    def _land_locked(self, staged: Staged) -> None:
+        self._land_key_locked(staged.key, staged.not_before)
+
+    def _land_key_locked(self, key: Any, due: float) -> None:
+        if due and due > self._clock() and not self._drained:
+            self._delays.pending[key] = due
+            self._timers.at(due, self._fall_due_callback(key))
+        else:
+            self._make_ready_locked(key)
+
+    def _fall_due_callback(self, key: Any) -> Callable[[], None]:
+        def fall_due() -> None:
+            if self._delays.pending.pop(key, None) is not None:
+                self._make_ready_locked(key)
+
+        return fall_due
+
+    def _forget(self, key: Any) -> None:
+        with self.mutex:
+            self._forget_locked(key)
+
+    def _forget_locked(self, key: Any, finished: int = 0) -> None:
+        self._session_attempts.pop(key, None)
+        if finished:
+            self._task_finished_locked(finished)
+
+    def _task_finished_locked(self, n: int) -> None:
+        """``task_done`` for ``n`` items that left the queue for good (acked, dead-lettered)."""
+        if not n:
+            return
+        self.unfinished_tasks = max(0, self.unfinished_tasks - n)
+        if self.unfinished_tasks == 0:
+            self.all_tasks_done.notify_all()
+
+    def _stage(self, item: Any, priority: int) -> Staged:
+        data = pickle_item(item)
+        seq = self._alloc_seq()
+        return Staged(self._make_key(seq, priority, item), seq, data)
+
+    def _alloc_seq(self) -> int:
+        seq = self._next_seq
+        if seq > SEQ_MASK:
+            raise AckQueueError(f"queue {self.name!r} has used up its sequence numbers")
+        self._next_seq += 1
+        return seq
+
+    def _unstage(self, counted: bool, staged: Staged | None = None) -> None:
+        staged = staged or self._tls.staged
         self._tls.staged = None
         if staged is None:
             return
@@ -345,17 +608,44 @@ class AckQueue(queue.Queue):
         if self._closed:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
+    def _check_can_put(self) -> None:
+        self._check_open()
+        if self.is_shutdown:
+            raise self._shut_down_error()
+
     def _check_priority(self, priority: int) -> None:
         if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
-    def _load(self, key: Any) -> tuple[bytes, int]:
+    def _due_time(self, delay: float | None, not_before: float | None) -> float:
+        if delay is not None and not_before is not None:
+            raise ValueError("give delay= or not_before=, not both")
+        if delay is not None:
+            if delay < 0:
+                raise ValueError(f"delay must not be negative, not {delay!r}")
+            return self._clock() + delay if delay else 0.0
+        return float(not_before or 0.0)
+
+    def _sync_reader_locked(self) -> None:
         commits = self._store.commits
         if commits != self._reader_synced:
             self._reader_tm.begin()
             self._reader_synced = commits
+
+    def _load(self, key: Any) -> tuple[bytes, int]:
+        self._sync_reader_locked()
         entry: Entry = self._reader_rec.entries[key]
-        return entry.data, entry.attempts + 1
+        return entry.data, entry.attempts
+
+    def _new_ready_index(self, backlog: int) -> ReadyIndex:
+        not_backlog = self._delays.at_open
+        return ReadyIndex(
+            backlog=backlog,
+            scan_after=self._scan_after,
+            is_from_backlog=lambda key: (
+                self._key_seq(key) < self._session_seq and key not in not_backlog
+            ),
+        )
 
     def _scan_after(self, cursor: Any) -> Iterator[Any]:
         entries = self._reader_rec.entries
@@ -382,30 +672,80 @@ class AckQueue(queue.Queue):
             )
         return record
 
-    def _inserter(self, staged: _Staged) -> Callable[[], None]:
-        record = self._wrec
+    # -- stored edits (run inside Store.run; they touch only the database) --------------------
+
+    def _inserter(self, batch: list[Staged]) -> Callable[[], None]:
+        record, now = self._wrec, time.time()
 
         def insert() -> None:
-            record.entries[staged.key] = Entry(staged.data, time.time())
-            record.length.change(1)
-            record.reserve_seq(staged.seq)
+            for staged in batch:
+                record.entries[staged.key] = Entry(staged.data, now, staged.not_before)
+                if staged.not_before:
+                    record.delay_index()[staged.key] = staged.not_before
+            record.length.change(len(batch))
+            record.reserve_seq(max(staged.seq for staged in batch))
 
         return insert
 
-    def _deleter(self, key: Any) -> Callable[[], None]:
+    def _deleter(self, keys: list[Any], check: bool = False) -> Callable[[], None]:
         record = self._wrec
+        require = self._require_stored(keys)
 
         def delete() -> None:
-            del record.entries[key]
-            record.length.change(-1)
+            if check:
+                require()
+            for key in keys:
+                self._remove_entry(record, key)
 
         return delete
+
+    def _require_stored(self, keys: list[Any]) -> Callable[[], None]:
+        entries = self._wrec.entries
+
+        def require() -> None:
+            for key in keys:
+                if key not in entries:
+                    raise AckQueueError(f"entry {key!r} of queue {self.name!r} is not stored")
+
+        return require
+
+    @staticmethod
+    def _remove_entry(record: QueueRecord, key: Any) -> None:
+        del record.entries[key]
+        record.length.change(-1)
+        if record.delayed is not None and key in record.delayed:
+            del record.delayed[key]
+
+    def _attempt_recorder(self, keys: list[Any]) -> Callable[[], list[int | None]]:
+        record, limit, reason = self._wrec, self.max_attempts, self._exhausted_reason()
+
+        def record_attempts() -> list[int | None]:
+            counts: list[int | None] = []
+            now = time.time()
+            for key in keys:
+                entry = record.entries[key]
+                if limit is not None and entry.attempts >= limit:
+                    bury(record, key, reason, now, entry.attempts)
+                    counts.append(None)
+                else:
+                    entry.attempts += 1
+                    counts.append(entry.attempts)
+            return counts
+
+        return record_attempts
+
+    def _exhausted_reason(self) -> str:
+        return f"delivered {self.max_attempts} times without an ack (max_attempts)"
 
     # -- ordering: the only thing the variants change ---------------------------------------
 
     def _make_key(self, seq: int, priority: int, item: Any) -> Any:
         """The stored key of a new entry: its place in the delivery order."""
         return (priority << SEQ_BITS) | seq
+
+    def _rekey(self, key: Any, seq: int) -> Any:
+        """A new key with ``key``'s priority and a new sequence number (for requeueing)."""
+        return (key & ~SEQ_MASK) | seq
 
     def _key_seq(self, key: Any) -> int:
         return key & SEQ_MASK
@@ -418,6 +758,9 @@ class LifoAckQueue(AckQueue):
 
     def _make_key(self, seq: int, priority: int, item: Any) -> Any:
         return (priority << SEQ_BITS) | (SEQ_MASK - seq)
+
+    def _rekey(self, key: Any, seq: int) -> Any:
+        return (key & ~SEQ_MASK) | (SEQ_MASK - seq)
 
     def _key_seq(self, key: Any) -> int:
         return SEQ_MASK - (key & SEQ_MASK)
@@ -440,21 +783,8 @@ class PriorityAckQueue(AckQueue):
             key < self._ready.peek()  # noqa: B015 - raise TypeError now, before anything is stored
         return key
 
+    def _rekey(self, key: Any, seq: int) -> Any:
+        return (key[0], seq)
+
     def _key_seq(self, key: Any) -> int:
         return key[1]
-
-
-def _pickle(item: Any) -> bytes:
-    try:
-        return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        raise UnpicklableItemError(
-            f"cannot store an item of type {type(item).__qualname__}: it cannot be pickled ({exc})"
-        ) from exc
-
-
-def _unpickle(data: bytes, what: str) -> Any:
-    try:
-        return pickle.loads(data)
-    except Exception as exc:
-        raise ItemLoadError(f"cannot load {what}: {exc}") from exc
