@@ -165,8 +165,7 @@ class Consumer:
         for table in self._queue._tables:
             if table is not self._table and table.find(item) is not None:
                 return (
-                    f"that item is held by another consumer (thread {table.owner!r}), "
-                    "not this one"
+                    f"that item is held by another consumer (thread {table.owner!r}), not this one"
                 )
         return self._not_held_reason(item)
 

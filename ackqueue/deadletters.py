@@ -142,7 +142,6 @@ class DeadLetterMixin:
         return self._store.run(purge)
 
 
-
 def _listed(dead_id: int, rec: DeadRecord) -> DeadLetter:
     try:
         item = unpickle_item(rec.data, f"dead letter {dead_id}")

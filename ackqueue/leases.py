@@ -35,9 +35,7 @@ class LeaseMixin:
 
         return run_out
 
-    def _lease_ran_out_locked(
-        self: Any, table: HoldTable, hold: Hold, deadline: float
-    ) -> None:
+    def _lease_ran_out_locked(self: Any, table: HoldTable, hold: Hold, deadline: float) -> None:
         if hold.deadline != deadline or hold.settling:
             return  # extended since, or being settled
         if table.by_id.get(hold.delivery.id) is not hold:

@@ -74,7 +74,6 @@ class QueueRecord(Persistent):
         if seq >= self.seq_reserved:
             self.seq_reserved = seq + SEQ_BLOCK
 
-
     def dead_tree(self) -> Any:
         if self.dead is None:
             self.dead = LOBTree()
