@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pickle
 from dataclasses import dataclass
 from typing import Any
@@ -45,13 +47,27 @@ def unpickle_item(data: bytes, what: str) -> Any:
     try:
         return pickle.loads(data)
     except Exception as exc:
-        raise ItemLoadError(f"cannot load {what}: {_describe(exc)}") from exc
+        raise ItemLoadError(f"cannot load {what}: {_describe(data, exc)}") from exc
 
 
-def _describe(exc: Exception) -> str:
-    """Name the missing class or module, which is what a user needs to fix it."""
-    if isinstance(exc, ModuleNotFoundError):
-        return f"its module {exc.name!r} cannot be imported"
-    if isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
-        return f"its class is gone ({exc})"
+class _NamingUnpickler(pickle.Unpickler):
+    """Remembers the class it failed to find, to name it in the error."""
+
+    missing: str | None = None
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except Exception:
+            self.missing = f"{module}.{name}"
+            raise
+
+
+def _describe(data: bytes, exc: Exception) -> str:
+    """Name the missing class, which is what a user needs to fix it."""
+    unpickler = _NamingUnpickler(io.BytesIO(data))
+    with contextlib.suppress(Exception):
+        unpickler.load()
+    if unpickler.missing:
+        return f"class {unpickler.missing} cannot be found ({type(exc).__name__}: {exc})"
     return f"{type(exc).__name__}: {exc}"

@@ -187,7 +187,7 @@ class DeliveryMixin:
         record, now = self._wrec, self._clock()
 
         def edit() -> None:
-            bury(record, key, f"cannot be loaded: {exc.__cause__ or exc}", now, None)
+            bury(record, key, str(exc), now, None)
 
         try:
             self._store.run(edit)
