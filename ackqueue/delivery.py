@@ -150,6 +150,7 @@ class DeliveryMixin:
             for hold, action in plan:
                 if table.by_id.get(hold.delivery.id) is hold:
                     table.remove(hold)
+                    self._end_lease_locked(hold)
                     self._held -= 1
                 if action == "return":
                     self._make_ready_locked(hold.key)
@@ -177,6 +178,7 @@ class DeliveryMixin:
             for hold in holds:
                 if table.by_id.get(hold.delivery.id) is hold and not hold.settling:
                     table.remove(hold)
+                    self._end_lease_locked(hold)
                     self._held -= 1
                     self._make_ready_locked(hold.key)
 

@@ -29,6 +29,7 @@ class Hold:
     delivery: Delivery
     settling: bool = False
     deadline: float | None = None  # when the lease runs out (ack_timeout), epoch seconds
+    lease_timer: Any = None  # the timers entry of that deadline, cancelled when settled
 
 
 # Holds taken back by a lease are remembered, so the late holder's ack can say what happened.

@@ -25,7 +25,15 @@ class LeaseMixin:
         """Give ``hold`` a lease of ``seconds`` from now (the caller holds the mutex)."""
         deadline = self._clock() + seconds
         hold.deadline = deadline
-        self._timers.at(deadline, self._lease_callback(table, hold, deadline))
+        if hold.lease_timer is not None:
+            self._timers.cancel(hold.lease_timer)
+        hold.lease_timer = self._timers.at(deadline, self._lease_callback(table, hold, deadline))
+
+    def _end_lease_locked(self: Any, hold: Hold) -> None:
+        """The hold is settled or given back: its deadline no longer matters."""
+        if hold.lease_timer is not None:
+            self._timers.cancel(hold.lease_timer)
+            hold.lease_timer = None
 
     def _lease_callback(
         self: Any, table: HoldTable, hold: Hold, deadline: float
@@ -40,6 +48,7 @@ class LeaseMixin:
             return  # extended since, or being settled
         if table.by_id.get(hold.delivery.id) is not hold:
             return  # settled or given back already
+        hold.lease_timer = None
         table.remove(hold)
         table.expired.append(hold)
         self._held -= 1

@@ -317,6 +317,7 @@ class AckQueue(DeliveryMixin, DeadLetterMixin, LeaseMixin, BatchMixin, ShutdownM
         table.closed = True
         returned = table.take_all_unsettled()
         for hold in returned:
+            self._end_lease_locked(hold)
             self._make_ready_locked(hold.key)
         self._held -= len(returned)
         if not table.by_id:

@@ -42,7 +42,10 @@ class ShutdownMixin:
         forgotten = len(self._ready) + len(self._delays) + self._held
         for table in list(self._tables):
             table.closed = True
-            self._held -= len(table.take_all_unsettled())
+            taken = table.take_all_unsettled()
+            for hold in taken:
+                self._end_lease_locked(hold)
+            self._held -= len(taken)
             if not table.by_id:
                 self._tables.discard(table)
         self._ready = self._new_ready_index(0)

@@ -104,3 +104,13 @@ def test_leases_follow_each_hold_and_acked_holds_are_left_alone(qpath):
             c.ack(b)
         c.ack(d)
         assert sorted([c.get(), c.get()]) == [1, 3]
+
+
+def test_settled_leases_do_not_pile_up_in_memory(qpath):
+    clock = ManualClock()
+    with AckQueue(qpath, ack_timeout=3600, clock=clock) as q:
+        q.put_many(range(5000))
+        c = q.connect()
+        for _ in range(50):
+            c.ack_many(c.get_many(100))
+        assert len(q._timers._heap) <= 2 * 1024 + 100  # live deadlines plus a bounded rest
