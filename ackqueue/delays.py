@@ -9,7 +9,10 @@ those already due at open are ready at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from .claims import Staged
 
 
 class Delays:
@@ -21,3 +24,36 @@ class Delays:
 
     def __len__(self) -> int:
         return len(self.pending)
+
+
+class DelayMixin:
+    def delayed_count(self: Any) -> int:
+        """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
+        with self.mutex:
+            return len(self._delays)
+
+    def _due_time(self: Any, delay: float | None, not_before: float | None) -> float:
+        if delay is not None and not_before is not None:
+            raise ValueError("give delay= or not_before=, not both")
+        if delay is not None:
+            if delay < 0:
+                raise ValueError(f"delay must not be negative, not {delay!r}")
+            return self._clock() + delay if delay else 0.0
+        return float(not_before or 0.0)
+
+    def _land_locked(self: Any, staged: Staged) -> None:
+        self._land_key_locked(staged.key, staged.not_before)
+
+    def _land_key_locked(self: Any, key: Any, due: float) -> None:
+        if due and due > self._clock() and not self._drained:
+            self._delays.pending[key] = due
+            self._timers.at(due, self._fall_due_callback(key))
+        else:
+            self._make_ready_locked(key)
+
+    def _fall_due_callback(self: Any, key: Any) -> Callable[[], None]:
+        def fall_due() -> None:
+            if self._delays.pending.pop(key, None) is not None:
+                self._make_ready_locked(key)
+
+        return fall_due

@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -26,13 +26,14 @@ from .claims import Claim, Retry, Staged, pickle_item, unpickle_item
 from .clock import Clock
 from .consumer import Consumer
 from .deadletters import DeadLetterMixin
-from .delays import Delays
+from .delays import DelayMixin, Delays
 from .delivery import DeliveryMixin
-from .errors import AckQueueError, Empty, ItemLoadError, NotAQueueFileError, QueueClosedError
+from .edits import StoredEditsMixin
+from .errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
 from .holds import Delivery, HoldTable
 from .leases import LeaseMixin
 from .ready import ReadyIndex
-from .records import ROOT_KEY, Entry, QueueRecord, queues_of
+from .records import ROOT_KEY, Entry, QueueRecord
 from .recovery import ThreadExitWatch
 from .shutdown import ShutdownMixin, as_our_shutdown
 from .storage import Store
@@ -44,7 +45,16 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
 
 
-class AckQueue(DeliveryMixin, DeadLetterMixin, LeaseMixin, BatchMixin, ShutdownMixin, queue.Queue):
+class AckQueue(
+    DeliveryMixin,
+    DelayMixin,
+    DeadLetterMixin,
+    LeaseMixin,
+    BatchMixin,
+    ShutdownMixin,
+    StoredEditsMixin,
+    queue.Queue,
+):
     """A FIFO ``queue.Queue`` whose items live in a ZODB FileStorage and survive crashes.
 
     ``path`` is the storage file (created if missing); ``None`` keeps the queue in memory.
@@ -262,11 +272,6 @@ class AckQueue(DeliveryMixin, DeadLetterMixin, LeaseMixin, BatchMixin, ShutdownM
         with self.mutex:
             return self._held
 
-    def delayed_count(self) -> int:
-        """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
-        with self.mutex:
-            return len(self._delays)
-
     def held(self) -> list[tuple[str, Delivery, float]]:
         """Every held item as ``(owner thread name, delivery, seconds held)``."""
         with self.mutex:
@@ -370,23 +375,6 @@ class AckQueue(DeliveryMixin, DeadLetterMixin, LeaseMixin, BatchMixin, ShutdownM
         self._ready.push(key)
         self.not_empty.notify()
 
-    def _land_locked(self, staged: Staged) -> None:
-        self._land_key_locked(staged.key, staged.not_before)
-
-    def _land_key_locked(self, key: Any, due: float) -> None:
-        if due and due > self._clock() and not self._drained:
-            self._delays.pending[key] = due
-            self._timers.at(due, self._fall_due_callback(key))
-        else:
-            self._make_ready_locked(key)
-
-    def _fall_due_callback(self, key: Any) -> Callable[[], None]:
-        def fall_due() -> None:
-            if self._delays.pending.pop(key, None) is not None:
-                self._make_ready_locked(key)
-
-        return fall_due
-
     def _forget(self, key: Any) -> None:
         with self.mutex:
             self._forget_locked(key)
@@ -441,15 +429,6 @@ class AckQueue(DeliveryMixin, DeadLetterMixin, LeaseMixin, BatchMixin, ShutdownM
         if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
-    def _due_time(self, delay: float | None, not_before: float | None) -> float:
-        if delay is not None and not_before is not None:
-            raise ValueError("give delay= or not_before=, not both")
-        if delay is not None:
-            if delay < 0:
-                raise ValueError(f"delay must not be negative, not {delay!r}")
-            return self._clock() + delay if delay else 0.0
-        return float(not_before or 0.0)
-
     def _sync_reader_locked(self) -> None:
         commits = self._store.commits
         if commits != self._reader_synced:
@@ -476,69 +455,6 @@ class AckQueue(DeliveryMixin, DeadLetterMixin, LeaseMixin, BatchMixin, ShutdownM
         if cursor is None:
             return iter(entries.keys())
         return iter(entries.keys(min=cursor, excludemin=True))
-
-    def _find_or_create_record(self) -> QueueRecord:
-        root = self._store.root()
-        queues = queues_of(root, create=False)
-        if queues is None and self._store.owns_db and len(root):
-            raise NotAQueueFileError(
-                f"{self._store.where} holds a ZODB database that is not an ackqueue file "
-                f"(its root has {sorted(root)[:5]!r})"
-            )
-        queues = queues_of(root, create=True)
-        record = queues.get(self.name)
-        if record is None:
-            record = queues[self.name] = QueueRecord(self._kind)
-        elif record.kind != self._kind:
-            raise NotAQueueFileError(
-                f"queue {self.name!r} in {self._store.where} was made by a {record.kind} queue "
-                f"class, not {type(self).__name__}"
-            )
-        return record
-
-    # -- stored edits (run inside Store.run; they touch only the database) --------------------
-
-    def _inserter(self, batch: list[Staged]) -> Callable[[], None]:
-        record, now = self._wrec, time.time()
-
-        def insert() -> None:
-            for staged in batch:
-                record.entries[staged.key] = Entry(staged.data, now, staged.not_before)
-                if staged.not_before:
-                    record.delay_index()[staged.key] = staged.not_before
-            record.length.change(len(batch))
-            record.reserve_seq(max(staged.seq for staged in batch))
-
-        return insert
-
-    def _deleter(self, keys: list[Any], check: bool = False) -> Callable[[], None]:
-        record = self._wrec
-        require = self._require_stored(keys)
-
-        def delete() -> None:
-            if check:
-                require()
-            for key in keys:
-                self._remove_entry(record, key)
-
-        return delete
-
-    def _require_stored(self, keys: list[Any]) -> Callable[[], None]:
-        entries = self._wrec.entries
-
-        def require() -> None:
-            for key in keys:
-                if key not in entries:
-                    raise AckQueueError(f"entry {key!r} of queue {self.name!r} is not stored")
-
-        return require
-
-    @staticmethod
-    def _remove_entry(record: QueueRecord, key: Any) -> None:
-        del record.entries[key]
-        record.length.change(-1)
-        if record.delayed is not None and key in record.delayed:
-            del record.delayed[key]
 
     # -- ordering: the only thing the variants change ---------------------------------------
 
