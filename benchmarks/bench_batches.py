@@ -44,6 +44,33 @@ def one_run(items: int, batch: int, payload: bytes) -> dict[str, float]:
     return {"put_many": items / put_s, "get_many": items / get_s, "ack_many": items / ack_s}
 
 
+def bare_zodb(items: int, batch: int, payload: bytes) -> float:
+    """Reference on the same machine and moment: plain ZODB, one small persistent object per
+    item into an LOBTree, ``batch`` items per commit (what put_many must do at the least)."""
+    import transaction
+    import ZODB
+    from BTrees.LOBTree import LOBTree
+    from ZODB.FileStorage import FileStorage
+
+    from ackqueue.records import Entry as Record
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = ZODB.DB(FileStorage(os.path.join(tmp, "bare.fs")))
+        try:
+            tm = transaction.TransactionManager()
+            conn = db.open(transaction_manager=tm)
+            tree = conn.root()["tree"] = LOBTree()
+            tm.commit()
+            began = time.perf_counter()
+            for start in range(0, items, batch):
+                for n in range(start, start + batch):
+                    tree[n] = Record(payload, 0.0)
+                tm.commit()
+            return items / (time.perf_counter() - began)
+        finally:
+            db.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=100_000)
@@ -51,9 +78,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--size", type=int, default=100, help="payload bytes per item")
     args = parser.parse_args()
-    runs = [one_run(args.items, args.batch, b"x" * args.size) for _ in range(args.runs)]
+    payload = b"x" * args.size
+    runs = []
+    for _ in range(args.runs):
+        figures = one_run(args.items, args.batch, payload)
+        figures["bare ZODB"] = bare_zodb(args.items, args.batch, payload)
+        runs.append(figures)
     print(f"{args.items} items of ~{args.size} B, batches of {args.batch}, FileStorage, fsync on")
-    for op in ("put_many", "get_many", "ack_many"):
+    for op in ("put_many", "get_many", "ack_many", "bare ZODB"):
         figures = sorted(r[op] for r in runs)
         print(
             f"{op:9s} median {statistics.median(figures):>9,.0f} items/s  (runs: "
