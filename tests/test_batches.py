@@ -137,3 +137,40 @@ def test_put_many_wakes_several_blocked_consumers(qpath):
         for t in threads:
             t.join(5)
         assert sorted(got) == [1, 2, 3]
+
+
+ACK_BATCHES = r"""
+import sys
+from ackqueue import AckQueue
+q = AckQueue(sys.argv[1])
+c = q.connect()
+print("ready", flush=True)
+while q.qsize():
+    got = c.get_many(40)
+    c.ack_many(got)
+    print(" ".join(str(n) for n in got), flush=True)
+"""
+
+
+def test_a_sigkilled_ack_many_removes_all_of_a_batch_or_none(qpath):
+    with AckQueue(qpath) as q:
+        for start in range(0, 8000, 1000):
+            q.put_many(range(start, start + 1000))
+    rng, acked, kills = random.Random(11), set(), 0
+    for _ in range(30):
+        finished, out = run_and_maybe_kill(ACK_BATCHES, qpath, rng=rng, max_life=0.15)
+        acked.update(int(n) for n in out.split())
+        if finished:
+            break
+        kills += 1
+    assert kills >= 3, "the consumer was hardly ever killed: the test proved little"
+    with AckQueue(qpath) as q:
+        c = q.connect()
+        left = []
+        while q.qsize():
+            left += c.get_many(1000)
+    gone = set(range(8000)) - set(left)
+    assert acked <= gone, "an item whose ack_many returned came back"
+    assert len(gone - acked) <= 40 * kills  # committed, but killed before it could print
+    # Batches are runs of 40 from the head: what is gone is whole batches, never part of one.
+    assert len(gone) % 40 == 0
