@@ -66,18 +66,24 @@ class DeadLetterMixin:
         """Every dead letter of this queue, oldest first."""
         with self.mutex:
             self._check_open()
-            self._sync_reader_locked()
-            dead = self._reader_rec.dead
-            stored = list(dead.items()) if dead is not None else []
-            return [_listed(dead_id, rec) for dead_id, rec in stored]
+
+            def read() -> list[DeadLetter]:
+                dead = self._reader_rec.dead
+                stored = list(dead.items()) if dead is not None else []
+                return [_listed(dead_id, rec) for dead_id, rec in stored]
+
+            return self._read_current(read)
 
     def dead_count(self: Any) -> int:
         """How many dead letters this queue keeps."""
         with self.mutex:
             self._check_open()
-            self._sync_reader_locked()
-            length = self._reader_rec.dead_length
-            return length() if length is not None else 0
+
+            def read() -> int:
+                length = self._reader_rec.dead_length
+                return length() if length is not None else 0
+
+            return self._read_current(read)
 
     def requeue_dead(self: Any, ids: Iterable[int] | None = None) -> int:
         """Put dead letters back at the end of the queue with a fresh attempt count.
@@ -87,15 +93,19 @@ class DeadLetterMixin:
         """
         with self.mutex:
             self._check_can_put()
-            self._sync_reader_locked()
-            dead = self._reader_rec.dead
-            if dead is None:
-                return 0
-            chosen = list(dead.keys()) if ids is None else [i for i in ids if i in dead]
+            wanted = None if ids is None else list(ids)
+
+            def read() -> list[tuple[int, Any]]:
+                dead = self._reader_rec.dead
+                if dead is None:
+                    return []
+                chosen = list(dead.keys()) if wanted is None else [i for i in wanted if i in dead]
+                return [(dead_id, dead[dead_id].key) for dead_id in dict.fromkeys(chosen)]
+
             fresh: dict[int, Staged] = {}
-            for dead_id in chosen:
+            for dead_id, old_key in self._read_current(read):
                 seq = self._alloc_seq()
-                fresh[dead_id] = Staged(self._rekey(dead[dead_id].key, seq), seq, b"")
+                fresh[dead_id] = Staged(self._rekey(old_key, seq), seq, b"")
         record = self._wrec
 
         def requeue() -> list[Staged]:
