@@ -253,3 +253,47 @@ def test_failed_commit_rolls_the_transaction_back(qpath):
         assert q.qsize() == 0 and q.unacked_count() == 1
     with AckQueue(qpath) as q:
         assert q.qsize() == 0
+
+
+def test_threads_mixing_transactions_delays_and_rejects_settle_every_item_once(qpath):
+    """4 workers; each step acks an item and records it in a 'done' queue in one transaction,
+    or nacks it with a short delay, or rejects it. Every item ends done once or dead once."""
+    with AckQueue(qpath, name="work", max_attempts=3) as work, AckQueue(qpath, name="done") as done:
+        work.put_many(range(300))
+        errors: list[BaseException] = []
+
+        def worker(seed: int) -> None:
+            rng = random.Random(seed)
+            try:
+                with work.connect() as c:
+                    while True:
+                        try:
+                            batch = c.get_many(rng.randint(1, 5), timeout=0.5)
+                        except Empty:
+                            if work.delayed_count() == 0 and work.unacked_count() == 0:
+                                return
+                            continue
+                        for item in batch:
+                            roll = rng.random()
+                            if roll < 0.7:
+                                with c.transaction():
+                                    c.ack(item)
+                                    done.put(item)
+                            elif roll < 0.95:
+                                c.nack(item, delay=rng.choice([None, 0.01]))
+                            else:
+                                c.reject(item, reason="unlucky")
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        finished = drain(done)
+        dead = [d.item for d in work.dead_letters()]
+        assert len(finished) == len(set(finished))
+        assert sorted(finished + dead) == list(range(300))
+        assert work.qsize() == work.unacked_count() == work.delayed_count() == 0
