@@ -9,6 +9,8 @@ of the caller's transaction. A rollback or failed commit undoes the in-memory ma
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -221,3 +223,38 @@ class DeliveryMixin:
 
     def _exhausted_reason(self: Any) -> str:
         return f"delivered {self.max_attempts} times without an ack (max_attempts)"
+
+    # -- giving holds back when their holder goes away (see recovery.py) ---------------
+
+    def _release_table(self: Any, table: HoldTable) -> None:
+        with self.mutex:
+            self._release_locked(table)
+
+    def _release_table_from_finalizer(self: Any, table: HoldTable) -> None:
+        """Give back a garbage-collected consumer's holds without waiting for the mutex here.
+
+        The cyclic collector runs finalizers inside whatever allocation triggers it, also in a
+        thread that holds this queue's mutex (not reentrant): waiting for it would deadlock.
+        When the mutex is busy, a short-lived thread waits for it instead.
+        """
+        if self.mutex.acquire(blocking=False):
+            try:
+                self._release_locked(table)
+            finally:
+                self.mutex.release()
+            return
+        # At interpreter shutdown no thread can start; holds are not stored, so none is needed.
+        with contextlib.suppress(RuntimeError):
+            threading.Thread(
+                target=self._release_table, args=(table,), name="ackqueue-release", daemon=True
+            ).start()
+
+    def _release_locked(self: Any, table: HoldTable) -> None:
+        table.closed = True
+        returned = table.take_all_unsettled()
+        for hold in returned:
+            self._end_lease_locked(hold)
+            self._make_ready_locked(hold.key)
+        self._held -= len(returned)
+        if not table.by_id:
+            self._tables.discard(table)

@@ -10,18 +10,15 @@ shutdown); transactions are in :mod:`ackqueue.transactions`.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any
 
 import ZODB
-from ZODB.POSException import ReadConflictError
 
 from .batches import BatchMixin
 from .claims import Claim, Retry, Staged, pickle_item, unpickle_item
@@ -34,8 +31,8 @@ from .edits import StoredEditsMixin
 from .errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
 from .holds import Delivery, HoldTable
 from .leases import LeaseMixin
-from .ready import ReadyIndex
-from .records import ROOT_KEY, Entry, QueueRecord
+from .reading import ReaderMixin
+from .records import ROOT_KEY, QueueRecord
 from .recovery import ThreadExitWatch
 from .shutdown import ShutdownMixin, as_our_shutdown
 from .storage import Store
@@ -43,15 +40,13 @@ from .timers import Timers
 from .transactions import Transaction, current, transaction
 
 SEQ_BITS = 40
-READ_RETRIES = 5
 SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
-
-T = TypeVar("T")
 
 
 class AckQueue(
     DeliveryMixin,
+    ReaderMixin,
     DelayMixin,
     DeadLetterMixin,
     LeaseMixin,
@@ -325,39 +320,6 @@ class AckQueue(
 
     # -- what consumers call ---------------------------------------------------------------
 
-    def _release_table(self, table: HoldTable) -> None:
-        with self.mutex:
-            self._release_locked(table)
-
-    def _release_table_from_finalizer(self, table: HoldTable) -> None:
-        """Give back a garbage-collected consumer's holds without waiting for the mutex here.
-
-        The cyclic collector runs finalizers inside whatever allocation triggers it, also in a
-        thread that holds this queue's mutex (not reentrant): waiting for it would deadlock.
-        When the mutex is busy, a short-lived thread waits for it instead.
-        """
-        if self.mutex.acquire(blocking=False):
-            try:
-                self._release_locked(table)
-            finally:
-                self.mutex.release()
-            return
-        # At interpreter shutdown no thread can start; holds are not stored, so none is needed.
-        with contextlib.suppress(RuntimeError):
-            threading.Thread(
-                target=self._release_table, args=(table,), name="ackqueue-release", daemon=True
-            ).start()
-
-    def _release_locked(self, table: HoldTable) -> None:
-        table.closed = True
-        returned = table.take_all_unsettled()
-        for hold in returned:
-            self._end_lease_locked(hold)
-            self._make_ready_locked(hold.key)
-        self._held -= len(returned)
-        if not table.by_id:
-            self._tables.discard(table)
-
     # -- internals ---------------------------------------------------------------------------
 
     def _claim_next(self, block: bool, timeout: float | None) -> Claim:
@@ -459,55 +421,6 @@ class AckQueue(
     def _check_priority(self, priority: int) -> None:
         if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
-
-    def _read_current(self, read: Callable[[], T]) -> T:
-        """Run ``read`` on the reader connection, moved up to the latest commit first
-        (the caller holds the mutex).
-
-        A reader left at an older snapshot would load old revisions of the tree, and a pack
-        removes those ("object deleted, likely by simultaneous pack"); a pack running in
-        another thread can still do so between the move and the read, so that is retried.
-        """
-        for attempt in range(READ_RETRIES):
-            commits = self._store.commits
-            if commits != self._reader_synced or attempt:
-                self._reader_tm.begin()
-                self._reader_synced = commits
-            try:
-                return read()
-            except ReadConflictError:
-                if attempt == READ_RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _load(self, key: Any) -> tuple[bytes, int]:
-        def read() -> tuple[bytes, int]:
-            entry: Entry = self._reader_rec.entries[key]
-            return entry.data, entry.attempts
-
-        return self._read_current(read)
-
-    def _new_ready_index(self, backlog: int) -> ReadyIndex:
-        return ReadyIndex(
-            backlog=backlog, scan_after=self._scan_after, is_from_backlog=self._is_from_backlog
-        )
-
-    def _scan_after(self, cursor: Any) -> Iterator[Any]:
-        """The first backlog key after ``cursor`` (an empty iterator when there is none)."""
-
-        def first() -> list[Any]:
-            entries = self._reader_rec.entries
-            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
-            for key in keys:
-                if self._is_from_backlog(key):
-                    return [key]
-            return []
-
-        return iter(self._read_current(first))
-
-    def _is_from_backlog(self, key: Any) -> bool:
-        """Stored before this session and not in the delay index at open."""
-        return self._key_seq(key) < self._session_seq and key not in self._delays.at_open
 
     # -- ordering: the only thing the variants change ---------------------------------------
 
