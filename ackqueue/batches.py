@@ -137,9 +137,17 @@ class BatchMixin:
             claims = [self._claim_next(block, remaining)]
             if n > 1:
                 claims += self._claim_ready(n - 1)
-            claims = self._count_attempts(claims)
-            if claims:
-                return self._hold(table, claims)
+            kept = self._count_attempts(claims)
+            dropped = len(claims) - len(kept)
+            while dropped and len(kept) < n:  # some went to the dead letters: fill up
+                more = self._claim_ready(n - len(kept))
+                if not more:
+                    break
+                counted = self._count_attempts(more)
+                dropped = len(more) - len(counted)
+                kept += counted
+            if kept:
+                return self._hold(table, kept)
 
     def _claim_ready(self: Any, limit: int) -> list[Claim]:
         """Claim up to ``limit`` items that are ready now, without waiting."""

@@ -1,6 +1,6 @@
 """A hypothesis state machine checks AckQueue against a plain model of its delivery rules.
 
-Covered: priorities, delays (put and nack), leases timed by an injected clock, max_attempts
+Covered: priorities, batches, delays (put and nack), leases timed by an injected clock, max_attempts
 counted durably (so across reopen), reject and the dead letters, requeue and purge,
 transactions that commit or roll back, and closing/reopening the file.
 """
@@ -141,6 +141,39 @@ class DeliveryRules(RuleBasedStateMachine):
     def get(self) -> None:
         self.real_get(self.model_get(self.model, []))
 
+    @rule(n=st.integers(1, 4), prio=st.integers(-1, 1))
+    def put_many(self, n: int, prio: int) -> None:
+        values = [self.new_value() for _ in range(n)]
+        self.q.put_many(values, priority=prio)
+        for value in values:
+            self.model.items[value] = self.model_put(self.model, value, prio, None)
+
+    @rule(n=st.integers(1, 4))
+    def get_many(self, n: int) -> None:
+        expected = []
+        for _ in range(n):
+            item = self.model_get(self.model, [])
+            if item is None:
+                break
+            expected.append(item)
+        if not expected:
+            with pytest.raises(Empty):
+                self.c.get_many(n, block=False)
+            return
+        got = self.c.get_many(n, block=False)
+        assert got == [item.value for item in expected]
+        for obj, item in zip(got, expected, strict=True):
+            assert self.c.delivery(obj).attempts == item.attempts
+            item.obj = obj
+
+    @precondition(lambda self: self.model.count("held"))
+    @rule()
+    def ack_many_all_held(self) -> None:
+        held = self.model.held()
+        self.c.ack_many([item.obj for item in held])
+        for item in held:
+            del self.model.items[item.value]
+
     @rule()
     def get_and_nack(self) -> None:
         """The retry loop of a failing worker: drives items to max_attempts quickly."""
@@ -271,5 +304,7 @@ class Rollback(Exception):
     pass
 
 
-DeliveryRules.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+DeliveryRules.TestCase.settings = settings(
+    max_examples=int(os.environ.get("MODEL_EXAMPLES", "60")), stateful_step_count=30, deadline=None
+)
 test_delivery_rules = DeliveryRules.TestCase
