@@ -128,6 +128,8 @@ class Consumer:
 
     def _check_open(self) -> None:
         if self._table.closed:
+            if self._queue.is_shutdown:  # closed by an immediate shutdown
+                raise self._queue._shut_down_error()
             raise QueueClosedError("this consumer is closed")
 
     def _settle(self, holds: list[Hold], outcome: str, **how: Any) -> None:

@@ -1,8 +1,9 @@
 """A hypothesis state machine checks AckQueue against a plain model of its delivery rules.
 
-Covered: priorities, batches, delays (put and nack), leases timed by an injected clock, max_attempts
-counted durably (so across reopen), reject and the dead letters, requeue and purge,
-transactions that commit or roll back, and closing/reopening the file.
+Covered: priorities, batches, delays (put and nack), leases timed by an injected clock,
+max_attempts counted durably (so across reopen), reject and the dead letters, requeue and
+purge, transactions that commit or roll back, shutdown (graceful and immediate), and
+closing/reopening the file.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ackqueue import AckQueue, Empty, LeaseExpiredError, ManualClock
+from ackqueue import AckQueue, Empty, LeaseExpiredError, ManualClock, ShutDown
 
 MAX_ATTEMPTS = 3
 LEASE = 10.0
@@ -270,6 +271,18 @@ class DeliveryRules(RuleBasedStateMachine):
                 item.state, item.obj = "ready", None
         self.expired.clear()
         self.open()
+
+    @rule(immediate=st.booleans())
+    def shutdown_and_restart(self, immediate: bool) -> None:
+        self.q.shutdown(immediate=immediate)
+        with pytest.raises(ShutDown):
+            self.q.put("refused")
+        if not immediate:  # gets go on until nothing is ready
+            while (item := self.model_get(self.model, [])) is not None:
+                self.real_get(item)
+        with pytest.raises(ShutDown):
+            self.c.get_nowait()
+        self.reopen()  # nothing was destroyed: the next start sees it all
 
     @rule()
     def requeue_dead(self) -> None:
