@@ -318,6 +318,6 @@ class Rollback(Exception):
 
 
 DeliveryRules.TestCase.settings = settings(
-    max_examples=int(os.environ.get("MODEL_EXAMPLES", "60")), stateful_step_count=30, deadline=None
+    max_examples=int(os.environ.get("MODEL_EXAMPLES", "200")), stateful_step_count=30, deadline=None
 )
 test_delivery_rules = DeliveryRules.TestCase
