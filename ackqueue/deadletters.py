@@ -20,8 +20,9 @@ from .records import DeadRecord, Entry, QueueRecord
 class DeadLetter:
     """One dead letter as :meth:`AckQueue.dead_letters` lists it.
 
-    ``when`` and ``put_at`` are ``time.time()`` stamps; ``attempts`` counts the deliveries the
-    item had. ``item`` is an :class:`UnloadableItem` when the item cannot be unpickled.
+    ``when`` and ``put_at`` are epoch seconds (from the queue's clock); ``attempts`` counts
+    the deliveries the item had. ``item`` is an :class:`UnloadableItem` when the item cannot
+    be unpickled.
     """
 
     id: int

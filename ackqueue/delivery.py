@@ -208,7 +208,7 @@ class DeliveryMixin:
 
         def record_attempts() -> list[int | None]:
             counts: list[int | None] = []
-            now = time.time()
+            now = self._clock()
             for key in keys:
                 entry = record.entries[key]
                 if limit is not None and entry.attempts >= limit:

@@ -5,7 +5,6 @@ needs before it changes anything, because a failing change is committed with its
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +36,7 @@ class StoredEditsMixin:
     # -- stored edits (run inside Store.run; they touch only the database) --------------------
 
     def _inserter(self: Any, batch: list[Staged]) -> Callable[[], None]:
-        record, now = self._wrec, time.time()
+        record, now = self._wrec, self._clock()
 
         def insert() -> None:
             for staged in batch:
