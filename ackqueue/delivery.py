@@ -67,6 +67,8 @@ class DeliveryMixin:
             if table.closed:
                 for claim in claims:
                     self._unclaim_locked(claim.key)
+                if self.is_shutdown:
+                    raise self._shut_down_error()
                 raise QueueClosedError("this consumer is closed")
             now = time.time()
             for claim in claims:
