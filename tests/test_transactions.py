@@ -297,3 +297,18 @@ def test_threads_mixing_transactions_delays_and_rejects_settle_every_item_once(q
         assert len(finished) == len(set(finished))
         assert sorted(finished + dead) == list(range(300))
         assert work.qsize() == work.unacked_count() == work.delayed_count() == 0
+
+
+def test_with_max_attempts_a_rolled_back_get_still_counts_its_delivery(qpath):
+    with AckQueue(qpath, max_attempts=2) as q:
+        q.put("poison")
+        c = q.connect()
+        for attempt in (1, 2):
+            with pytest.raises(ZeroDivisionError), c.transaction():
+                item = c.get()
+                assert c.delivery(item).attempts == attempt
+                raise ZeroDivisionError  # the handler fails: the step is rolled back
+        assert q.qsize() == 1  # back in the queue... and out of attempts
+        with pytest.raises(Empty):
+            c.get_nowait()
+        assert [d.item for d in q.dead_letters()] == ["poison"]
