@@ -24,6 +24,7 @@ from .errors import (
     UnpicklableItemError,
 )
 from .holds import Delivery
+from .pool import PoolStats, Retry, WorkerPool
 from .queue import AckQueue, LifoAckQueue, PriorityAckQueue
 
 __all__ = [
@@ -37,10 +38,13 @@ __all__ = [
     "LifoAckQueue",
     "NotAQueueFileError",
     "NotHeldError",
+    "PoolStats",
     "PriorityAckQueue",
     "QueueClosedError",
     "QueueLockedError",
+    "Retry",
     "StorageError",
     "UnpicklableItemError",
+    "WorkerPool",
 ]
 __version__ = "0.1.0"
