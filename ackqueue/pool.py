@@ -247,8 +247,9 @@ class WorkerPool:
                       item, attempts, exc, exc_info=exc)
             return
         delay = self.retry.delay(attempts)
-        if _accepts_keyword(consumer.nack, "delay"):
-            consumer.nack(item, delay=delay)
+        nack: Any = consumer.nack  # Any: the delay= form arrives with delayed delivery
+        if _accepts_keyword(nack, "delay"):
+            nack(item, delay=delay)
             with self._lock:
                 self._retry_due = max(self._retry_due, time.time() + delay)
             when = f"retry in {delay:.2f} s"
