@@ -20,6 +20,7 @@ from typing import Any
 
 import ZODB
 
+from . import status
 from .consumer import Consumer
 from .errors import (
     AckQueueError,
@@ -103,6 +104,7 @@ class AckQueue(queue.Queue):
         self._unloadable: set[Any] = set()
         self._delivery_ids = itertools.count(1)
         self._thread_watch = ThreadExitWatch(self._release_table)
+        status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
 
     # -- the standard library's hooks ------------------------------------------------------
 
@@ -230,6 +232,7 @@ class AckQueue(queue.Queue):
             self._landed.notify_all()
         self._reader_tm.abort()
         self._reader.close()
+        status.beacon.detach(self)
         self._store.release(self.name)
 
     @property
