@@ -1,0 +1,43 @@
+"""Every example in examples/ runs as its docstring says and reports success."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT, child_env
+
+import ackqueue
+
+HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters")
+
+
+def run_example(name, *args):
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "examples", name), *map(str, args)],
+        env=child_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_drop_in_finds_nothing_left_and_squares_twenty_numbers(qpath):
+    out = run_example("drop_in.py", qpath)
+    assert "found 0 items left by an earlier run; squared 20 numbers" in out
+    assert out.split()[-1] == str(sum(n * n for n in range(20)))
+
+
+def test_thread_pool_finishes_every_job_although_a_worker_dies(qpath):
+    out = run_example("thread_pool.py", qpath)
+    assert "100 of 100 jobs done; job 42 done: True" in out
+
+
+def test_retry_with_backoff_retries_flaky_jobs_until_done(qpath):
+    out = run_example("retry_with_backoff.py", qpath)
+    assert out.startswith("done 5, failed attempts 4")
+
+
+@pytest.mark.skipif(not HAS_DEAD_LETTERS, reason="needs max_attempts and dead letters (issue 4)")
+def test_retry_with_backoff_sends_the_poison_job_to_the_dead_letters(qpath):
+    out = run_example("retry_with_backoff.py", qpath)
+    assert "dead 1" in out and "dead letter: 'poison' after 4 attempts" in out
