@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -25,6 +26,7 @@ QUEUE_CLASSES: dict[str, type[AckQueue]] = {
     "priority": PriorityAckQueue,
 }
 PURGE_BATCH = 500
+HELD_SHOWN = 10
 
 
 class CommandError(Exception):
@@ -81,6 +83,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             "path": qf.path,
             "live_pid": qf.live_pid,
             "holds_known": qf.holds_known,
+            "holds_age": qf.holds_age,
             "file_size": qf.file_size(),
             "live_size": live_size,
             "queues": [as_json(s) for s in queues],
@@ -89,6 +92,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(json.dumps(report, indent=2))
             return 0
         print(f"{qf.path}: {_where(qf)}")
+        if qf.holds_age is not None:
+            print(f"holds as the live process reported them {_age(qf.holds_age)} ago")
         print(f"file size {qf.file_size():,} bytes; live data {live_size:,} bytes")
         for stats in queues:
             _print_stats(stats, qf.holds_known)
@@ -104,9 +109,11 @@ def _print_stats(s: QueueStats, holds_known: bool) -> None:
     print(f"  dead    {s.dead}")
     print(f"  stored  {s.stored} (ready + held + delayed)")
     print(f"  oldest ready item: {_age(s.oldest_ready_age)}")
-    for h in s.held_items:
+    for h in s.held_items[:HELD_SHOWN]:
         print(f"  held by {h.owner!r} for {_age(h.age)}, attempt {h.attempts}, "
               f"delivery {h.delivery_id}")
+    if len(s.held_items) > HELD_SHOWN:
+        print(f"  ... and {len(s.held_items) - HELD_SHOWN} more held (see --json)")
 
 
 def cmd_peek(args: argparse.Namespace) -> int:
@@ -291,11 +298,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # ZODB warns when it rebuilds an index it cannot use read-only; the user need not care.
+    zodb_log = logging.getLogger("ZODB")
+    level = zodb_log.level
+    zodb_log.setLevel(logging.ERROR)
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # output piped into `head`: stop quietly
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout for the interpreter's exit
+        return 0
     except (CommandError, AckQueueError, OSError) as exc:
         print(f"ackqueue {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"ackqueue {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        zodb_log.setLevel(level)

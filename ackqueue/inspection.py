@@ -177,16 +177,21 @@ class QueueFile:
         record = self.record(name)
         now = time.time()
         held_keys = self._held_keys(name)
-        held_items = self._held_items(name, now)
         stored = delayed = 0
+        held_seen: set[str] = set()
         oldest: float | None = None
         total = record.length()
         for key, entry in self._entries(record, progress, total):
             stored += 1
             if _due_time(entry) > now:
                 delayed += 1
-            elif held_keys is None or repr(key) not in held_keys:
+            elif held_keys is not None and repr(key) in held_keys:
+                held_seen.add(repr(key))
+            else:
                 oldest = entry.put_at if oldest is None else min(oldest, entry.put_at)
+        # The status file may be a second older than the storage read: count only holds
+        # whose items are still stored (one acked since then is gone from both views).
+        held_items = [h for h in self._held_items(name, now) if h.key in held_seen]
         held = len(held_items) if self.holds_known else None
         return QueueStats(
             name=name,
@@ -199,6 +204,13 @@ class QueueFile:
             oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
             held_items=held_items,
         )
+
+    @property
+    def holds_age(self) -> float | None:
+        """How old the live process's report of its holds is, in seconds (None: no report)."""
+        if self._status is None:
+            return None
+        return max(0.0, time.time() - float(self._status.get("written_at", 0)))
 
     def peek(self, name: str, count: int, limit: int | None = 200) -> list[StoredItem]:
         """The first ``count`` stored items in delivery order, each with its state."""

@@ -102,6 +102,33 @@ def test_stats_on_a_file_a_live_process_holds_shows_its_holds(qpath, capsys):
     assert not os.path.exists(qpath + ".status"), "the status file outlived its queue"
 
 
+def test_stats_reads_a_file_while_a_live_process_keeps_committing(qpath, capsys):
+    writer = subprocess.Popen(
+        child_argv(
+            "import sys, threading, ackqueue\n"
+            "q = ackqueue.AckQueue(sys.argv[1])\n"
+            "stop = threading.Event()\n"
+            "threading.Thread(target=lambda: (sys.stdin.read(), stop.set())).start()\n"
+            "n = 0\n"
+            "while not stop.is_set():\n"
+            "    q.put('x' * 100); n += 1\n"
+            "    if n == 50: print('writing', flush=True)\n",
+            qpath,
+        ),
+        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        counts = []
+        for _ in range(4):
+            code, out, err = run(capsys, "stats", qpath, "--json")
+            assert code == 0, err
+            counts.append(json.loads(out)["queues"][0]["stored"])
+        assert counts == sorted(counts) and counts[0] >= 50 and counts[-1] > counts[0]
+    finally:
+        writer.communicate("", timeout=30)
+
+
 def test_purge_needs_yes_then_removes_every_ready_item(qpath, capsys):
     fill(qpath, range(300))
     code, _, err = run(capsys, "purge", qpath, "--ready")
