@@ -217,9 +217,11 @@ class WorkerPool:
                 try:
                     self._handle(consumer, item)
                 except NotHeldError:
-                    pass  # given back by a forced stop while the handler ran
+                    pass  # given back (forced stop, lease ran out) while the handler ran
                 except QueueClosedError:
                     return
+                except Exception:  # an ack or nack failed: the item stays held or goes back
+                    log.exception("settling item %r failed", item)
                 finally:
                     with self._lock:
                         self._busy -= 1

@@ -123,6 +123,31 @@ def test_stop_lets_the_running_handler_finish_and_ack(qpath):
         assert q.qsize() == 1 and q.unacked_count() == 0  # the other item is still there
 
 
+def test_a_handler_outliving_stop_timeout_gives_its_item_back(qpath):
+    entered, release = threading.Event(), threading.Event()
+
+    def handler(item):
+        entered.set()
+        release.wait(10)
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("stuck")
+        pool = WorkerPool(q, handler, threads=1, stop_timeout=0.2)
+        runner = threading.Thread(target=pool.run)
+        runner.start()
+        assert entered.wait(10)
+        pool.stop()
+        runner.join(10)
+        assert not runner.is_alive(), "run() waited past stop_timeout"
+        assert (q.qsize(), q.unacked_count()) == (1, 0)  # back, though the handler still runs
+        release.set()  # its late ack is refused, so the item is not lost
+        deadline = time.monotonic() + 10
+        while any(t.name.startswith("ackqueue-worker") for t in threading.enumerate()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert (q.qsize(), pool.stats.done) == (1, 0)
+
+
 def test_progress_is_logged(qpath, caplog):
     with ackqueue.AckQueue(qpath) as q:
         for n in range(5):
@@ -189,10 +214,11 @@ def _remaining_items(path):
                     return items
 
 
-def test_sigint_stops_gracefully_and_loses_nothing(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_gracefully_and_loses_nothing(tmp_path, signum):
     child, path, log_path = _start_pool_child(tmp_path, "work")
     _wait_for_starts(child, 5)
-    child.send_signal(signal.SIGINT)
+    child.send_signal(signum)
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     assert "stopped cleanly" in out and "Ctrl-C again" in err
