@@ -8,6 +8,7 @@ themselves, and ``requeue``/``purge`` do nothing without ``--yes``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -228,16 +229,16 @@ def _purge_ready(q: AckQueue, progress: Callable[[int, int], None]) -> int:
     total, removed = q.qsize(), 0
     grouped: Any = getattr(q, "transaction", None)  # one commit per batch where available
     while True:
-        try:
-            if grouped is not None:
-                with grouped():
-                    for _ in range(PURGE_BATCH):
-                        q.get_nowait()
-                        removed += 1
-            else:
-                q.get_nowait()
-                removed += 1
-        except Empty:
+        taken = 0
+        with grouped() if grouped is not None else contextlib.nullcontext():
+            for _ in range(PURGE_BATCH if grouped is not None else 1):
+                try:
+                    q.get_nowait()
+                except Empty:
+                    break  # leave the batch normally, so that what it took is committed
+                taken += 1
+        removed += taken
+        if not taken:
             return removed
         progress(removed, total)
 

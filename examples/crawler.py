@@ -124,8 +124,8 @@ class Crawler:
             raise
         with self.lock:
             self.fetched += 1
-        if self.verbose:
-            print(f"fetched {path}", flush=True)
+            if self.verbose:  # under the lock: threads printing at once interleave lines
+                print(f"fetched {path}", flush=True)
 
     def worker(self) -> None:
         with self.frontier.connect() as c:

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 from conftest import REPO_ROOT, child_env
@@ -15,11 +16,16 @@ HAS_TRANSACTIONS = hasattr(ackqueue.Consumer, "transaction")
 
 
 def start(state_dir, pages):
-    return subprocess.Popen(
+    child = subprocess.Popen(
         [sys.executable, CRAWLER, str(state_dir), "--pages", str(pages), "--threads", "4",
          "--delay", "0.005", "-v"],
         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    # A watchdog: a wait for output that never comes ends when the child is killed.
+    watchdog = threading.Timer(120, child.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    return child
 
 
 def wait_for_pages(child, count):

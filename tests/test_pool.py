@@ -171,8 +171,11 @@ if q.qsize() == 0:
 done_log = open(log_path, "a")
 never = threading.Event()
 
+say = threading.Lock()  # two workers printing at once would interleave their lines
+
 def handler(item):
-    print(f"start {item}", flush=True)
+    with say:
+        print(f"start {item}", flush=True)
     if mode == "hang":
         never.wait()
     time.sleep(0.02)
@@ -192,6 +195,10 @@ def _start_pool_child(tmp_path, mode):
         child_argv(POOL_CHILD, path, log_path, mode),
         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    # A watchdog: if the test waits on a line that never comes, the child's end ends the wait.
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.daemon = True
+    watchdog.start()
     return child, path, log_path
 
 
