@@ -48,7 +48,8 @@ def snippets():
                 break
             body.append(follow)
         indent = min(len(b) - len(b.lstrip()) for b in body if b.strip())
-        code = "\n".join(b[indent:] for b in body).strip() + "\n"
+        # Blank lines in front keep tracebacks' line numbers those of README.rst.
+        code = "\n" * (n + 1) + "\n".join(b[indent:] for b in body) + "\n"
         found.append((n + 1, match.group(1), code, requires))
     return found
 
