@@ -200,7 +200,7 @@ class QueueFile:
             ready=None if held is None else stored - delayed - held,
             held=held,
             delayed=delayed,
-            dead=len(_dead_tree(record) or ()),
+            dead=_dead_count(record),
             oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
             held_items=held_items,
         )
@@ -291,6 +291,13 @@ def _due_time(entry: Any) -> float:
 def _dead_tree(record: Any) -> Any:
     """The record's mapping of dead letters, or None if this file has none."""
     return getattr(record, "dead", None)
+
+
+def _dead_count(record: Any) -> int:
+    length = getattr(record, "dead_length", None)
+    if length is not None:
+        return int(length())
+    return len(_dead_tree(record) or ())
 
 
 def _dead_item(key: Any, letter: Any, limit: int | None) -> DeadItem:

@@ -1,5 +1,6 @@
 """The ``ackqueue`` command line: reading live and closed files, changing closed ones, errors."""
 
+import inspect
 import json
 import os
 import pathlib
@@ -16,6 +17,7 @@ from ackqueue.cli import main
 HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters") and hasattr(
     ackqueue.Consumer, "reject"
 )
+HAS_DELAYS = "delay" in inspect.signature(ackqueue.AckQueue.put).parameters
 
 
 def run(capsys, *argv):
@@ -200,6 +202,20 @@ def test_dead_letters_can_be_listed_requeued_and_purged(qpath, capsys):
     assert code == 0 and "purged 1 dead letter" in out
     with ackqueue.AckQueue(qpath) as q:
         assert q.dead_letters() == [] and q.qsize() == 1
+
+
+@pytest.mark.skipif(not HAS_DELAYS, reason="needs put(item, delay=) (issue 4)")
+def test_delayed_items_are_counted_apart_from_ready_ones(qpath, capsys):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("now")
+        q.put("in an hour", delay=3600)
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    queue = json.loads(out)["queues"][0]
+    assert (queue["ready"], queue["delayed"], queue["stored"]) == (1, 1, 2)
+    code, out, _ = run(capsys, "peek", qpath, "--json")
+    assert [(p["item"], p["state"]) for p in json.loads(out)] == [
+        ("'now'", "ready"), ("'in an hour'", "delayed"),
+    ]
 
 
 @pytest.mark.parametrize(
