@@ -21,12 +21,18 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from . import errors
 from .consumer import Consumer
 from .errors import Empty, NotHeldError, QueueClosedError
 
 log = logging.getLogger("ackqueue")
 
 Handler = Callable[[Any], object]
+
+# A queue that was shut down (``q.shutdown()``) and has nothing left ends the workers' loops.
+_ENDED: tuple[type[BaseException], ...] = tuple(
+    cls for cls in (QueueClosedError, getattr(errors, "ShutDown", None)) if cls is not None
+)
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,10 @@ class WorkerPool:
     # -- running -------------------------------------------------------------------------------
 
     def run(self) -> PoolStats:
-        """Work until stopped; returns the counts. Handles SIGINT/SIGTERM in the main thread."""
+        """Work until stopped or the queue is shut down and drained; returns the counts.
+
+        Handles SIGINT/SIGTERM when called from the main thread.
+        """
         return self._run(until_empty=False)
 
     def run_until_empty(self) -> PoolStats:
@@ -210,7 +219,7 @@ class WorkerPool:
                     item = consumer.get(timeout=self.poll)
                 except Empty:
                     continue
-                except QueueClosedError:
+                except _ENDED:
                     return
                 with self._lock:
                     self._busy += 1

@@ -148,6 +148,17 @@ def test_a_handler_outliving_stop_timeout_gives_its_item_back(qpath):
         assert (q.qsize(), pool.stats.done) == (1, 0)
 
 
+@pytest.mark.skipif(not hasattr(ackqueue, "ShutDown"), reason="needs q.shutdown() (issue 4)")
+def test_run_returns_once_the_queue_is_shut_down_and_drained(qpath):
+    handled = []
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(5):
+            q.put(n)
+        q.shutdown()
+        stats = WorkerPool(q, handled.append, threads=2).run()
+        assert sorted(handled) == list(range(5)) and stats.done == 5
+
+
 def test_progress_is_logged(qpath, caplog):
     with ackqueue.AckQueue(qpath) as q:
         for n in range(5):
