@@ -104,6 +104,35 @@ def test_stats_on_a_file_a_live_process_holds_shows_its_holds(qpath, capsys):
     assert not os.path.exists(qpath + ".status"), "the status file outlived its queue"
 
 
+def test_a_killed_holders_leftover_status_file_is_ignored(qpath, capsys):
+    fill(qpath, range(4))
+    holder = subprocess.Popen(
+        child_argv(
+            "import sys, ackqueue\n"
+            "q = ackqueue.AckQueue(sys.argv[1])\n"
+            "c = q.connect()\n"
+            "c.get(); c.get(); c.get()\n"
+            "print('holding', flush=True)\n"
+            "sys.stdin.read()\n",
+            qpath,
+        ),
+        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline() == "holding\n"
+    deadline = time.monotonic() + 10
+    while not os.path.exists(qpath + ".status"):
+        assert time.monotonic() < deadline, "the holder never wrote its status file"
+        time.sleep(0.02)
+    holder.kill()
+    holder.wait(30)
+    assert os.path.exists(qpath + ".status")  # SIGKILL left it behind
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["live_pid"] is None and report["holds_age"] is None
+    queue = report["queues"][0]
+    assert (queue["ready"], queue["held"], queue["held_items"]) == (4, 0, [])
+
+
 def test_stats_reads_a_file_while_a_live_process_keeps_committing(qpath, capsys):
     writer = subprocess.Popen(
         child_argv(
