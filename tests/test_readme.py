@@ -26,6 +26,7 @@ FEATURES = {
     "dead-letters": hasattr(ackqueue.AckQueue, "dead_letters"),
     "delay": "delay" in inspect.signature(ackqueue.AckQueue.put).parameters,
     "ack_timeout": "ack_timeout" in inspect.signature(ackqueue.AckQueue).parameters,
+    "batches": hasattr(ackqueue.AckQueue, "put_many") and hasattr(ackqueue.Consumer, "ack_many"),
 }
 
 
@@ -99,7 +100,7 @@ class _Collect:
 def test_readme_snippet_runs(workdir, monkeypatch, line, language, code, requires):
     missing = [feature for feature in requires if not FEATURES.get(feature, False)]
     if missing:
-        pytest.skip(f"README line {line} needs {', '.join(missing)} (issue 4)")
+        pytest.skip(f"README line {line} needs {', '.join(missing)} (issues 3-4)")
     monkeypatch.chdir(workdir)
     if language == "python":
         run_python(code)
