@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import inspection
 from .errors import AckQueueError, Empty
 from .inspection import QueueFile, QueueStats, as_json
 from .queue import AckQueue, LifoAckQueue, PriorityAckQueue
@@ -79,7 +80,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with QueueFile(args.path) as qf:
         progress = Progress("reading entries")
         queues = [qf.stats(n, progress) for n in _names(qf, args.name)]
-        live_size = qf.live_size(Progress("measuring live data"))
+        live_size, live_exact = qf.live_size(Progress("measuring live data"))
         report = {
             "path": qf.path,
             "live_pid": qf.live_pid,
@@ -87,6 +88,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             "holds_age": qf.holds_age,
             "file_size": qf.file_size(),
             "live_size": live_size,
+            "live_size_exact": live_exact,
             "queues": [as_json(s) for s in queues],
         }
         if args.json:
@@ -95,7 +97,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"{qf.path}: {_where(qf)}")
         if qf.holds_age is not None:
             print(f"holds as the live process reported them {_age(qf.holds_age)} ago")
-        print(f"file size {qf.file_size():,} bytes; live data {live_size:,} bytes")
+        about = "" if live_exact else "about "
+        print(f"file size {qf.file_size():,} bytes; live data {about}{live_size:,} bytes")
         for stats in queues:
             _print_stats(stats, qf.holds_known)
     return 0
@@ -109,7 +112,9 @@ def _print_stats(s: QueueStats, holds_known: bool) -> None:
     print(f"  delayed {s.delayed}")
     print(f"  dead    {s.dead}")
     print(f"  stored  {s.stored} (ready + held + delayed)")
-    print(f"  oldest ready item: {_age(s.oldest_ready_age)}")
+    scan = inspection.OLDEST_SCAN
+    among = "" if s.oldest_ready_exact else f" (among the first {scan:,} in order)"
+    print(f"  oldest ready item: {_age(s.oldest_ready_age)}{among}")
     for h in s.held_items[:HELD_SHOWN]:
         print(f"  held by {h.owner!r} for {_age(h.age)}, attempt {h.attempts}, "
               f"delivery {h.delivery_id}")

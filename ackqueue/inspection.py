@@ -9,9 +9,11 @@ item is ready again at the next open.
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import os
 import pickle
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -25,6 +27,10 @@ from .status import read_status
 from .storage import open_file_storage
 
 Progress = Callable[[int, int], None]
+
+# Bounds that keep `stats` quick on a queue of millions (see QueueFile.stats and live_size).
+OLDEST_SCAN = 20_000
+LIVE_SAMPLE = 20_000
 
 
 @dataclass
@@ -46,6 +52,7 @@ class QueueStats:
     delayed: int
     dead: int
     oldest_ready_age: float | None
+    oldest_ready_exact: bool = True
     held_items: list[HeldItem] = field(default_factory=list)
 
 
@@ -162,48 +169,67 @@ class QueueFile:
     def file_size(self) -> int:
         return os.path.getsize(self.path)
 
-    def live_size(self, progress: Progress | None = None) -> int:
-        """Bytes of the current revision of every object: roughly the size after a pack."""
+    def live_size(self, progress: Progress | None = None) -> tuple[int, bool]:
+        """Bytes of the current revision of every object (about the size after a pack).
+
+        Exact up to ``LIVE_SAMPLE`` objects; beyond, estimated from a random sample of them,
+        so that a big queue's stats stay quick. Returns ``(bytes, exact)``.
+        """
         oids = list(self._storage._index.keys())
+        exact = len(oids) <= LIVE_SAMPLE
+        chosen = oids if exact else random.sample(oids, LIVE_SAMPLE)
         total = 0
-        for n, oid in enumerate(oids, 1):
+        for n, oid in enumerate(chosen, 1):
             data, _tid = self._storage.load(oid)
             total += len(data)
             if progress is not None and n % 10_000 == 0:
-                progress(n, len(oids))
-        return total
+                progress(n, len(chosen))
+        return (total if exact else total * len(oids) // len(chosen)), exact
 
     def stats(self, name: str, progress: Progress | None = None) -> QueueStats:
+        """Counts by state from stored counters and indexes, without reading every entry.
+
+        The age of the oldest ready item comes from the first ``OLDEST_SCAN`` entries in
+        delivery order (exact when the queue is no longer than that, or FIFO without
+        priorities, where the head is the oldest).
+        """
         record = self.record(name)
         now = time.time()
+        stored = int(record.length())
+        delayed = self._delayed_keys(record, now)
         held_keys = self._held_keys(name)
-        stored = delayed = 0
-        held_seen: set[str] = set()
-        oldest: float | None = None
-        total = record.length()
-        for key, entry in self._entries(record, progress, total):
-            stored += 1
-            if _due_time(entry) > now:
-                delayed += 1
-            elif held_keys is not None and repr(key) in held_keys:
-                held_seen.add(repr(key))
-            else:
-                oldest = entry.put_at if oldest is None else min(oldest, entry.put_at)
         # The status file may be a second older than the storage read: count only holds
         # whose items are still stored (one acked since then is gone from both views).
-        held_items = [h for h in self._held_items(name, now) if h.key in held_seen]
+        held_items = [h for h in self._held_items(name, now) if _still_stored(record, h.key)]
         held = len(held_items) if self.holds_known else None
+        oldest: float | None = None
+        scanned = 0
+        for key, entry in self._entries(record, progress, min(stored, OLDEST_SCAN)):
+            if scanned >= OLDEST_SCAN:
+                break
+            scanned += 1
+            if key in delayed or (held_keys is not None and repr(key) in held_keys):
+                continue
+            oldest = entry.put_at if oldest is None else min(oldest, entry.put_at)
         return QueueStats(
             name=name,
             kind=str(record.kind),
             stored=stored,
-            ready=None if held is None else stored - delayed - held,
+            ready=None if held is None else max(0, stored - len(delayed) - held),
             held=held,
-            delayed=delayed,
+            delayed=len(delayed),
             dead=_dead_count(record),
             oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
+            oldest_ready_exact=scanned >= stored,
             held_items=held_items,
         )
+
+    def _delayed_keys(self, record: QueueRecord, now: float) -> set[Any]:
+        index = _delay_index(record)
+        if index is None:
+            return set()
+        entries = record.entries
+        return {key for key, when in index.items() if when > now and key in entries}
 
     @property
     def holds_age(self) -> float | None:
@@ -286,6 +312,22 @@ def as_json(value: Any) -> Any:
 def _due_time(entry: Any) -> float:
     """When a stored entry may be delivered (0 for at once)."""
     return float(getattr(entry, "not_before", 0) or 0)
+
+
+def _delay_index(record: Any) -> Any:
+    """The record's mapping of delayed entry keys to due times, or None if it has none."""
+    return getattr(record, "delayed", None)
+
+
+def _still_stored(record: Any, key_repr: str) -> bool:
+    try:
+        key = ast.literal_eval(key_repr)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return True  # a key we cannot rebuild: trust the live process's report
+    try:
+        return key in record.entries
+    except TypeError:
+        return True
 
 
 def _dead_tree(record: Any) -> Any:

@@ -46,6 +46,24 @@ def test_stats_counts_a_closed_queue(qpath, capsys):
     assert code == 0 and "not open in any process" in out and "ready   7" in out
 
 
+def test_stats_on_a_big_queue_reads_a_bounded_part_and_says_so(qpath, capsys, monkeypatch):
+    from ackqueue import inspection
+
+    fill(qpath, range(40))
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    exact = json.loads(out)
+    monkeypatch.setattr(inspection, "OLDEST_SCAN", 10)
+    monkeypatch.setattr(inspection, "LIVE_SAMPLE", 8)
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    bounded = json.loads(out)
+    assert exact["live_size_exact"] and exact["queues"][0]["oldest_ready_exact"]
+    assert not bounded["live_size_exact"] and not bounded["queues"][0]["oldest_ready_exact"]
+    assert bounded["queues"][0]["ready"] == 40  # counts never come from the sample
+    assert 0.3 < bounded["live_size"] / exact["live_size"] < 3
+    code, out, _ = run(capsys, "stats", qpath)
+    assert "live data about" in out and "among the first" in out
+
+
 def test_peek_shows_the_next_items_in_delivery_order(qpath, capsys):
     fill(qpath, [{"n": n} for n in range(5)])
     code, out, _ = run(capsys, "peek", qpath, "-n", 2, "--json")
