@@ -20,6 +20,7 @@ from typing import Any
 
 import ZODB
 
+from . import status
 from .batches import BatchMixin
 from .claims import Claim, Retry, Staged, pickle_item, unpickle_item
 from .clock import Clock
@@ -123,6 +124,7 @@ class AckQueue(
         with self.mutex:
             for key, when in self._delays.pending.items():
                 self._timers.at(when, self._fall_due_callback(key))
+        status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
 
     # -- the standard library's hooks ------------------------------------------------------
 
@@ -302,6 +304,7 @@ class AckQueue(
             self._landed.notify_all()
         self._reader_tm.abort()
         self._reader.close()
+        status.beacon.detach(self)
         self._store.release(self.name)
 
     @property
