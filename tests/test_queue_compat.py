@@ -138,8 +138,14 @@ def test_get_with_timeout_on_empty_raises_empty_after_the_timeout(ack_cls, qpath
 def test_nowait_calls_raise_like_the_stdlib(std_cls, ack_cls, qpath):
     def program(q):
         out = []
-        for step in (q.get_nowait, lambda: q.put_nowait(1), lambda: q.put_nowait(2),
-                     q.get_nowait, q.get_nowait, lambda: q.get(block=False)):
+        for step in (
+            q.get_nowait,
+            lambda: q.put_nowait(1),
+            lambda: q.put_nowait(2),
+            q.get_nowait,
+            q.get_nowait,
+            lambda: q.get(block=False),
+        ):
             try:
                 out.append(step())
             except (queue.Empty, queue.Full) as exc:
@@ -367,8 +373,11 @@ def test_subclass_get_that_raises_changes_nothing(ack_cls, when, qpath):
     with cls(qpath) as q:
         assert q.qsize() == 1
         expected.append(q.get_nowait())
-    ref = {ackqueue.AckQueue: [1, 2, 3], ackqueue.LifoAckQueue: [3, 2, 1],
-           ackqueue.PriorityAckQueue: [1, 2, 3]}[ack_cls]
+    ref = {
+        ackqueue.AckQueue: [1, 2, 3],
+        ackqueue.LifoAckQueue: [3, 2, 1],
+        ackqueue.PriorityAckQueue: [1, 2, 3],
+    }[ack_cls]
     assert expected == ref
 
 
