@@ -43,13 +43,39 @@ def _lock_owner(path: str) -> str:
     return f" (pid {pid})" if pid else ""
 
 
+class _FileStorage(FileStorage):
+    """FileStorage that lets go of its lock and files when opening fails.
+
+    ZODB's constructor takes the ``.lock`` file first and raises later (for example on a file
+    that is not a FileStorage) without releasing it; the lock then lives as long as the
+    half-built object, which the exception's traceback keeps alive, and every later open of
+    the same path in this process is refused as "open in another process".
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            self._release_half_open()
+            raise
+
+    def _release_half_open(self) -> None:
+        for name in ("_file", "_tfile", "_files", "_lock_file"):
+            thing = self.__dict__.get(name)
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # pragma: no cover - already failing; keep the first error
+                    log.debug("closing %s of a failed open", name, exc_info=True)
+
+
 def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
     """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     try:
-        return FileStorage(path, read_only=read_only, pack_keep_old=False)
+        return _FileStorage(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
             f"queue file {path} is open in another process{_lock_owner(path)}; "
