@@ -23,7 +23,8 @@ class Consumer:
     def __init__(self, queue: AckQueue, table: HoldTable) -> None:
         self._queue = queue
         self._table = table
-        self._finalizer = weakref.finalize(self, queue._release_table, table)
+        # Collected without close(): release from the finalizer, which must never block.
+        self._finalizer = weakref.finalize(self, queue._release_table_from_finalizer, table)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """The next item, held for this consumer; blocks like ``queue.Queue.get``."""
@@ -61,7 +62,8 @@ class Consumer:
 
     def close(self) -> None:
         """Give back everything held; the consumer cannot be used afterwards."""
-        self._finalizer()
+        self._finalizer.detach()
+        self._queue._release_table(self._table)
 
     @property
     def closed(self) -> bool:

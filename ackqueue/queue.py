@@ -8,6 +8,7 @@ claims the first ready item and ``get`` returns once its removal is committed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pickle
@@ -284,6 +285,25 @@ class AckQueue(queue.Queue):
     def _release_table(self, table: HoldTable) -> None:
         with self.mutex:
             self._release_locked(table)
+
+    def _release_table_from_finalizer(self, table: HoldTable) -> None:
+        """Give back a garbage-collected consumer's holds without waiting for the mutex here.
+
+        The cyclic collector runs finalizers inside whatever allocation triggers it, also in a
+        thread that holds this queue's mutex (not reentrant): waiting for it would deadlock.
+        When the mutex is busy, a short-lived thread waits for it instead.
+        """
+        if self.mutex.acquire(blocking=False):
+            try:
+                self._release_locked(table)
+            finally:
+                self.mutex.release()
+            return
+        # At interpreter shutdown no thread can start; holds are not stored, so none is needed.
+        with contextlib.suppress(RuntimeError):
+            threading.Thread(
+                target=self._release_table, args=(table,), name="ackqueue-release", daemon=True
+            ).start()
 
     def _release_locked(self, table: HoldTable) -> None:
         table.closed = True
