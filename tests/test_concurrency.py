@@ -1,0 +1,222 @@
+"""Many producer and consumer threads on one queue: every item is delivered exactly once.
+
+Each run ends with the file reopened, so what the threads did is checked as stored, too.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+
+import pytest
+
+import ackqueue
+
+PRODUCERS = 4
+CONSUMERS = 4
+PER_PRODUCER = 150
+DONE = "done"
+
+
+def produce_all(q, p):
+    for i in range(PER_PRODUCER):
+        q.put((p, i))
+
+
+def run_threads(targets):
+    errors = []
+
+    def guarded(target, *args):
+        try:
+            target(*args)
+        except BaseException as exc:  # report it in the test, not as a thread warning
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=t) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "threads hung"
+    assert not errors, errors
+
+
+def check_exactly_once(per_consumer):
+    delivered = Counter(item for got in per_consumer for item in got)
+    expected = {(p, i) for p in range(PRODUCERS) for i in range(PER_PRODUCER)}
+    assert set(delivered) == expected
+    assert max(delivered.values()) == 1
+
+
+def check_fifo_per_producer(per_consumer):
+    # A consumer's gets are sequential and each producer's puts are too, so in a FIFO
+    # queue every consumer sees any one producer's items in increasing order.
+    for got in per_consumer:
+        for p in range(PRODUCERS):
+            mine = [i for q, i in got if q == p]
+            assert mine == sorted(mine)
+
+
+@pytest.mark.parametrize("maxsize", [0, 5])
+def test_producers_and_plain_getters_deliver_each_item_once(qpath, maxsize):
+    per_consumer = [[] for _ in range(CONSUMERS)]
+    with ackqueue.AckQueue(qpath, maxsize=maxsize) as q:
+        remaining = threading.Semaphore(0)
+
+        def consume(got):
+            while (item := q.get(timeout=30)) != DONE:
+                got.append(item)
+                q.task_done()
+            q.task_done()
+
+        def produce(p):
+            produce_all(q, p)
+            remaining.release()
+
+        def finish():
+            for _ in range(PRODUCERS):
+                remaining.acquire()
+            for _ in range(CONSUMERS):
+                q.put(DONE)
+
+        run_threads(
+            [(produce, p) for p in range(PRODUCERS)]
+            + [(consume, g) for g in per_consumer]
+            + [(finish,)]
+        )
+        assert q.qsize() == 0
+        q.join()
+        with pytest.raises(ValueError):
+            q.task_done()
+    check_exactly_once(per_consumer)
+    check_fifo_per_producer(per_consumer)
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 0
+
+
+def test_producers_and_acking_consumers_deliver_each_item_once(qpath):
+    per_consumer = [[] for _ in range(CONSUMERS)]
+    with ackqueue.AckQueue(qpath) as q:
+        remaining = threading.Semaphore(0)
+
+        def consume(got):
+            with q.connect() as c:
+                while (item := c.get(timeout=30)) != DONE:
+                    got.append(item)
+                    c.ack(item)
+                c.ack(item)
+
+        def produce(p):
+            produce_all(q, p)
+            remaining.release()
+
+        def finish():
+            for _ in range(PRODUCERS):
+                remaining.acquire()
+            for _ in range(CONSUMERS):
+                q.put(DONE)
+
+        run_threads(
+            [(produce, p) for p in range(PRODUCERS)]
+            + [(consume, g) for g in per_consumer]
+            + [(finish,)]
+        )
+        assert (q.qsize(), q.unacked_count()) == (0, 0)
+        q.join()  # every ack counted as task_done
+    check_exactly_once(per_consumer)
+    check_fifo_per_producer(per_consumer)
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 0
+
+
+def test_consumers_nacking_at_random_still_ack_each_item_once(qpath):
+    acked = [[] for _ in range(CONSUMERS)]
+    nacks = Counter()
+    lock = threading.Lock()
+    with ackqueue.AckQueue(qpath) as q:
+        remaining = threading.Semaphore(0)
+
+        def consume(seed, got):
+            rng = random.Random(seed)
+            with q.connect() as c:
+                while True:
+                    held = [c.get(timeout=30) for _ in range(rng.randint(1, 3))]
+                    rng.shuffle(held)
+                    for item in held:
+                        if item == DONE:
+                            continue
+                        if rng.random() < 0.3:
+                            with lock:
+                                nacks[item] += 1
+                            c.nack(item)
+                        else:
+                            got.append(item)
+                            c.ack(item)
+                    if DONE in held:
+                        for item in held:
+                            if item == DONE:
+                                c.ack(item)
+                        return
+
+        def produce(p):
+            produce_all(q, p)
+            remaining.release()
+
+        def finish():
+            for _ in range(PRODUCERS):
+                remaining.acquire()
+            # Several DONEs per consumer: a consumer may take more than one in a batch.
+            for _ in range(CONSUMERS * 3):
+                q.put(DONE)
+
+        run_threads(
+            [(produce, p) for p in range(PRODUCERS)]
+            + [(consume, s, g) for s, g in enumerate(acked)]
+            + [(finish,)]
+        )
+        leftover = []
+        while not q.empty():
+            leftover.append(q.get())
+        assert q.unacked_count() == 0
+    # Items still queued when the consumers stopped (behind DONEs, or nacked late) are
+    # delivered to the drain above: together, each item exactly once.
+    assert set(leftover) <= {DONE} | {(p, i) for p in range(PRODUCERS) for i in range(PER_PRODUCER)}
+    check_exactly_once([*acked, [x for x in leftover if x != DONE]])
+    assert sum(nacks.values()) > 0
+
+
+@pytest.mark.parametrize("cls", [ackqueue.LifoAckQueue, ackqueue.PriorityAckQueue])
+def test_other_orders_deliver_each_item_once_under_concurrency(qpath, cls):
+    per_consumer = [[] for _ in range(CONSUMERS)]
+    with cls(qpath) as q:
+        remaining = threading.Semaphore(0)
+        stop = (PRODUCERS, 0)  # sorts after every item in a PriorityAckQueue
+
+        def consume(got):
+            with q.connect() as c:
+                while True:
+                    item = c.get(timeout=30)
+                    c.ack(item)
+                    if item == stop:
+                        return
+                    got.append(item)
+
+        def produce(p):
+            produce_all(q, p)
+            remaining.release()
+
+        def finish():
+            for _ in range(PRODUCERS):
+                remaining.acquire()
+            for _ in range(CONSUMERS):
+                q.put(stop)
+
+        run_threads(
+            [(produce, p) for p in range(PRODUCERS)]
+            + [(consume, g) for g in per_consumer]
+            + [(finish,)]
+        )
+        leftover = [q.get() for _ in range(q.qsize())]
+    # LIFO hands the stop items out first, so items may be left for this drain.
+    check_exactly_once([*per_consumer, [x for x in leftover if x != stop]])
