@@ -17,9 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import ZODB
+from ZODB.POSException import ReadConflictError
 
 from .consumer import Consumer
 from .errors import (
@@ -37,8 +38,11 @@ from .recovery import ThreadExitWatch
 from .storage import Store
 
 SEQ_BITS = 40
+READ_RETRIES = 5
 SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
+
+T = TypeVar("T")
 
 
 class _Retry(Exception):
@@ -370,18 +374,44 @@ class AckQueue(queue.Queue):
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
     def _load(self, key: Any) -> tuple[bytes, int]:
-        commits = self._store.commits
-        if commits != self._reader_synced:
-            self._reader_tm.begin()
-            self._reader_synced = commits
-        entry: Entry = self._reader_rec.entries[key]
-        return entry.data, entry.attempts + 1
+        def read() -> tuple[bytes, int]:
+            entry: Entry = self._reader_rec.entries[key]
+            return entry.data, entry.attempts + 1
+
+        return self._read_current(read)
 
     def _scan_after(self, cursor: Any) -> Iterator[Any]:
-        entries = self._reader_rec.entries
-        if cursor is None:
-            return iter(entries.keys())
-        return iter(entries.keys(min=cursor, excludemin=True))
+        """The first backlog key after ``cursor`` (an empty iterator when there is none)."""
+        session_seq = self._session_seq
+
+        def first() -> list[Any]:
+            entries = self._reader_rec.entries
+            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
+            for key in keys:
+                if self._key_seq(key) < session_seq:
+                    return [key]
+            return []
+
+        return iter(self._read_current(first))
+
+    def _read_current(self, read: Callable[[], T]) -> T:
+        """Run ``read`` on the reader connection, moved up to the latest commit first.
+
+        A reader left at an older snapshot would load old revisions of the tree, and a pack
+        removes those ("object deleted, likely by simultaneous pack"); a pack running in
+        another thread can still do so between the move and the read, so that is retried.
+        """
+        for attempt in range(READ_RETRIES):
+            commits = self._store.commits
+            if commits != self._reader_synced or attempt:
+                self._reader_tm.begin()
+                self._reader_synced = commits
+            try:
+                return read()
+            except ReadConflictError:
+                if attempt == READ_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _find_or_create_record(self) -> QueueRecord:
         root = self._store.root()
