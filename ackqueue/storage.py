@@ -151,6 +151,7 @@ class Store:
         self._close()
 
     def _close(self) -> None:
+        self._committer.close()
         try:
             self._tm.abort()
             self.writer.close()

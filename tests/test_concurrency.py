@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 
 import pytest
+from polling import wait_until
 
 import ackqueue
 
@@ -220,3 +221,45 @@ def test_other_orders_deliver_each_item_once_under_concurrency(qpath, cls):
         leftover = [q.get() for _ in range(q.qsize())]
     # LIFO hands the stop items out first, so items may be left for this drain.
     check_exactly_once([*per_consumer, [x for x in leftover if x != stop]])
+
+
+def close_under_producers(path, close_after):
+    """Close the queue once ``close_after`` puts returned; return (returned, put errors)."""
+    q = ackqueue.AckQueue(path)
+    returned = []
+    failures = []
+    go = threading.Barrier(PRODUCERS + 1)
+
+    def produce(p):
+        go.wait()
+        for i in range(10_000):
+            try:
+                q.put((p, i))
+            except Exception as exc:
+                failures.append(exc)
+                return
+            returned.append((p, i))
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(PRODUCERS)]
+    for t in threads:
+        t.start()
+    go.wait()
+    wait_until(lambda: len(returned) >= close_after, 30)
+    q.close()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    return returned, failures
+
+
+def test_closing_the_queue_under_producers_fails_their_puts_cleanly(tmp_path):
+    """close() while puts are committing: each put either returns (and its item is stored)
+    or raises QueueClosedError; nothing half-done, nothing lost, the file reopens."""
+    for trial in range(5):
+        path = str(tmp_path / f"q{trial}.fs")
+        returned, failures = close_under_producers(path, close_after=20 + 10 * trial)
+        assert len(failures) == PRODUCERS
+        assert all(isinstance(e, ackqueue.QueueClosedError) for e in failures), failures
+        with ackqueue.AckQueue(path) as q:
+            stored = {q.get() for _ in range(q.qsize())}
+        assert set(returned) <= stored
