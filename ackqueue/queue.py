@@ -121,7 +121,9 @@ class AckQueue(queue.Queue):
 
     def _qsize(self) -> int:
         if self._closed:
-            return 1  # wake blocked getters so that _get can raise QueueClosedError
+            # Let blocked callers through to _get/_put, which raise QueueClosedError: a getter
+            # needs a non-empty queue, a putter a non-full one (even with maxsize=1).
+            return 0 if getattr(self._tls, "putting", False) else 1
         return len(self._ready) + self._staged
 
     def _put(self, item: Any) -> None:
@@ -165,11 +167,14 @@ class AckQueue(queue.Queue):
         self._check_priority(priority)
         self._tls.priority = priority
         self._tls.staged = None
+        self._tls.putting = True
         try:
             super().put(item, block, timeout)
         except BaseException:
             self._unstage(counted=False)
             raise
+        finally:
+            self._tls.putting = False
         staged = self._tls.staged
         self._tls.staged = None
         if staged is None:

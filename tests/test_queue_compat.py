@@ -395,3 +395,50 @@ def test_reopened_queue_after_many_sessions_keeps_fifo_order(qpath):
         while not q.empty():
             rest.append(q.get())
     assert rest == expected
+
+
+# -- closing -----------------------------------------------------------------------------------
+
+
+def blocked_call_outcome(q, call, condition):
+    """Start ``call`` in a thread, wait until it blocks on ``condition``, close ``q``."""
+    outcome = []
+
+    def run():
+        try:
+            call()
+            outcome.append("returned")
+        except Exception as exc:
+            outcome.append(type(exc))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    wait_for_waiter(condition)
+    q.close()
+    t.join(5)
+    return outcome
+
+
+@pytest.mark.parametrize("ack_cls", ACK_CLASSES)
+def test_close_wakes_a_blocked_get_with_queue_closed_error(ack_cls, qpath):
+    q = ack_cls(qpath)
+    outcome = blocked_call_outcome(q, lambda: q.get(timeout=30), q.not_empty)
+    assert outcome == [ackqueue.QueueClosedError]
+
+
+def test_close_wakes_a_blocked_consumer_get(qpath):
+    q = ackqueue.AckQueue(qpath)
+    c = q.connect()
+    outcome = blocked_call_outcome(q, lambda: c.get(timeout=30), q.not_empty)
+    assert outcome == [ackqueue.QueueClosedError]
+
+
+@pytest.mark.parametrize("maxsize", [1, 2])
+def test_close_wakes_a_put_blocked_on_a_full_queue(maxsize, qpath):
+    q = ackqueue.AckQueue(qpath, maxsize=maxsize)
+    for n in range(maxsize):
+        q.put(n)
+    outcome = blocked_call_outcome(q, lambda: q.put("late", timeout=30), q.not_full)
+    assert outcome == [ackqueue.QueueClosedError]
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == maxsize
