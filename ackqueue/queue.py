@@ -143,7 +143,13 @@ class AckQueue(queue.Queue):
             self._check_open()
             if not self._staged:
                 raise _Retry
-            self._landed.wait()
+            # The queue only looked non-empty because of puts still committing: wait for them
+            # to land, but no longer than the caller's own timeout (not at all for a nowait).
+            deadline = getattr(self._tls, "deadline", None)
+            if deadline is None:
+                self._landed.wait()
+            elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
+                raise _Retry
         self._check_open()
         key = self._ready.pop()
         try:
@@ -329,6 +335,7 @@ class AckQueue(queue.Queue):
 
     def _claim_next(self, block: bool, timeout: float | None) -> _Claim:
         deadline = None if timeout is None or not block else time.monotonic() + timeout
+        self._tls.deadline = time.monotonic() if not block else deadline
         while True:
             self._tls.claim = None
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
