@@ -312,7 +312,7 @@ def raising_get_subclass(base, when):
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
-@pytest.mark.parametrize("ack_cls", [ackqueue.AckQueue, ackqueue.LifoAckQueue])
+@pytest.mark.parametrize("ack_cls", ACK_CLASSES)
 def test_subclass_put_that_raises_changes_nothing(ack_cls, when, qpath):
     cls = raising_put_subclass(ack_cls, when)
     with cls(qpath, maxsize=3) as q:
@@ -329,7 +329,7 @@ def test_subclass_put_that_raises_changes_nothing(ack_cls, when, qpath):
         rest = [q.get_nowait(), q.get_nowait()]
         with pytest.raises(queue.Empty):
             q.get_nowait()
-    expected = ["a", "b", "c"] if ack_cls is ackqueue.AckQueue else ["c", "b", "a"]
+    expected = ["c", "b", "a"] if ack_cls is ackqueue.LifoAckQueue else ["a", "b", "c"]
     assert [first, *rest] == expected
 
 
