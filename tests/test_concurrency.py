@@ -263,3 +263,89 @@ def test_closing_the_queue_under_producers_fails_their_puts_cleanly(tmp_path):
         with ackqueue.AckQueue(path) as q:
             stored = {q.get() for _ in range(q.qsize())}
         assert set(returned) <= stored
+
+
+class _WorkerQuits(BaseException):
+    """Ends a worker thread on the spot, as a crash would, holding what it holds."""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_mixed_random_workload_delivers_each_item_once(tmp_path, seed):
+    """Eight threads mix puts, plain gets, consumer gets with acks and nacks, consumer
+    closes and drops, and deaths while holding; rounds end with a reopen. Each item that
+    was put is taken for good (plain get or ack) exactly once."""
+    rng0 = random.Random(seed)
+    cls = [ackqueue.AckQueue, ackqueue.LifoAckQueue][seed % 2]
+    path = str(tmp_path / "q.fs")
+    maxsize = rng0.choice([0, 5])
+    lock = threading.Lock()
+    put_returned = Counter()
+    taken = Counter()
+
+    def worker(q, wseed):
+        rng = random.Random(wseed)
+        c = None
+        try:
+            for step in range(150):
+                r = rng.random()
+                if r < 0.35:
+                    try:
+                        q.put((wseed, step), timeout=0.2)
+                    except ackqueue.Full:
+                        continue
+                    with lock:
+                        put_returned[(wseed, step)] += 1
+                elif r < 0.45:
+                    try:
+                        item = q.get(timeout=0.01)
+                    except ackqueue.Empty:
+                        continue
+                    with lock:
+                        taken[item] += 1
+                elif r < 0.85:
+                    c = c or q.connect()
+                    try:
+                        item = c.get(timeout=0.01)
+                    except ackqueue.Empty:
+                        continue
+                    roll = rng.random()
+                    if roll < 0.25:
+                        c.nack(item)
+                    elif roll < 0.28:
+                        raise _WorkerQuits
+                    else:
+                        c.ack(item)
+                        with lock:
+                            taken[item] += 1
+                elif c is not None:
+                    if rng.random() < 0.5:
+                        c.close()
+                    c = None  # else dropped: garbage collection gives back what it held
+        except _WorkerQuits:
+            return
+
+    q = cls(path, maxsize=maxsize)
+    try:
+        for round_ in range(3):
+            threads = [
+                threading.Thread(target=worker, args=(q, seed * 1000 + round_ * 10 + k))
+                for k in range(8)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert not any(t.is_alive() for t in threads)
+            wait_until(lambda q=q: q.unacked_count() == 0, 5)
+            q.close()
+            q = cls(path, maxsize=maxsize)
+        while True:
+            try:
+                taken[q.get_nowait()] += 1
+            except ackqueue.Empty:
+                break
+    finally:
+        q.close()
+    assert set(taken) == set(put_returned)
+    assert max(taken.values()) == 1
+    assert len(put_returned) > 300
