@@ -86,7 +86,7 @@ class AckQueue(queue.Queue):
         self._closed = False
         self._store = Store.acquire(path, db)
         try:
-            self._store.claim_name(name)
+            self._store.claim_name(name, self)
         except BaseException:
             self._store.release()
             raise

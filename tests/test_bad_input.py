@@ -222,3 +222,17 @@ def test_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(ackqueue.StorageError, match="does not exist") as raised:
         ackqueue.AckQueue(str(path))
     assert str(path.parent) in str(raised.value)
+
+
+def test_a_queue_dropped_without_close_can_be_opened_again(qpath):
+    # queue.Queue code never calls close(): a function that opens the queue, uses it and
+    # returns must be callable twice in one process.
+    def session(item):
+        q = ackqueue.AckQueue(qpath)
+        q.put(item)
+        return q.qsize()
+
+    assert session("first") == 1
+    assert session("second") == 2
+    with ackqueue.AckQueue(qpath) as q:
+        assert [q.get_nowait(), q.get_nowait()] == ["first", "second"]
