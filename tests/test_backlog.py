@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ackqueue
 
@@ -58,3 +64,45 @@ def test_backlog_drains_while_another_thread_packs(qpath):
         assert not errors, errors
         assert got == list(range(n))
         assert [q.get() for _ in range(n)] == [n + i for i in range(n)]
+
+
+# A script of puts with a priority, gets, and reopens; the model is the ready list sorted by
+# (priority, put order) for AckQueue and (priority, reverse put order) for LifoAckQueue.
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.integers(-2, 2)),
+        st.tuples(st.just("get"), st.none()),
+        st.tuples(st.just("reopen"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+@pytest.mark.parametrize("cls", [ackqueue.AckQueue, ackqueue.LifoAckQueue])
+@settings(max_examples=60, deadline=None)
+@given(script=steps)
+def test_priorities_merge_backlog_and_new_puts_in_order(cls, script):
+    sign = 1 if cls is ackqueue.AckQueue else -1
+    ready: list[tuple[int, int]] = []  # (priority, seq)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "q.fs")
+        q = cls(path)
+        try:
+            for seq, (op, priority) in enumerate(script):
+                if op == "put":
+                    q.put((priority, seq), priority=priority)
+                    ready.append((priority, seq))
+                    ready.sort(key=lambda ps: (ps[0], sign * ps[1]))
+                elif op == "get":
+                    if ready:
+                        assert q.get_nowait() == ready.pop(0)
+                    else:
+                        with pytest.raises(ackqueue.Empty):
+                            q.get_nowait()
+                else:
+                    q.close()
+                    q = cls(path)
+                assert q.qsize() == len(ready)
+            assert [q.get_nowait() for _ in range(len(ready))] == ready
+        finally:
+            q.close()
