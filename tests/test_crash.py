@@ -27,7 +27,7 @@ import ackqueue
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_child.py")
 RUN_BASE = 1_000_000
-KILLS = 40
+KILLS = 32
 
 
 @dataclass
@@ -65,7 +65,7 @@ def log_lines(log: str, offset: int) -> int:
 def kill_at_random_moment(child, log: str, rng: random.Random) -> int:
     """Let the child log a random number of events, then SIGKILL it; return that target."""
     offset = os.path.getsize(log) if os.path.exists(log) else 0
-    target = rng.choice([1, 2, 3]) if rng.random() < 0.2 else rng.randint(4, 120)
+    target = rng.choice([1, 2, 3]) if rng.random() < 0.2 else rng.randint(4, 80)
     deadline = time.monotonic() + 30
     while log_lines(log, offset) < target:
         if child.poll() is not None:
