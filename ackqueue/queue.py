@@ -45,6 +45,7 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
 
 
+
 class AckQueue(
     DeliveryMixin,
     ReaderMixin,
@@ -94,7 +95,7 @@ class AckQueue(
         self._drained = False
         self._store = Store.acquire(path, db)
         try:
-            self._store.claim_name(name)
+            self._store.claim_name(name, self)
         except BaseException:
             self._store.release()
             raise
