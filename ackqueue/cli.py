@@ -63,7 +63,7 @@ def _where(qf: QueueFile) -> str:
     if qf.live_pid is None:
         return "not open in any process"
     pid = "an unknown process" if qf.live_pid < 0 else f"process {qf.live_pid}"
-    return f"open in {pid}; read read-only"
+    return f"open in {pid}; reading it read-only"
 
 
 def _age(seconds: float | None) -> str:
