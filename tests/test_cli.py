@@ -112,7 +112,7 @@ def test_stats_on_a_file_a_live_process_holds_shows_its_holds(qpath, capsys):
         assert [h["owner"] for h in queue["held_items"]] == ["MainThread", "MainThread"]
         assert all(h["attempts"] >= 1 and h["age"] >= 0 for h in queue["held_items"])
         code, out, _ = run(capsys, "stats", qpath)
-        assert f"open in process {holder.pid}; read read-only" in out
+        assert f"open in process {holder.pid}; reading it read-only" in out
         code, out, _ = run(capsys, "peek", qpath, "--json")
         assert [p["state"] for p in json.loads(out)] == ["held", "held", "ready", "ready", "ready"]
         code, _, err = run(capsys, "purge", qpath, "--ready", "--yes")
