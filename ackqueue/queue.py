@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ZODB
+from ZODB.POSException import ReadConflictError
 
 from .consumer import Consumer
 from .errors import (
@@ -65,6 +66,11 @@ class AckQueue(queue.Queue):
     ``db`` is an open ``ZODB.DB`` to use instead; ``name`` tells apart several queues of
     one database. ``put`` returns once the item is durable; plain ``get`` removes it for
     good. For acknowledgements, each thread calls :meth:`connect` and uses the consumer.
+
+    ``durability="relaxed"`` makes ``put``/``ack`` return once the commit is handed to the
+    operating system (it survives ``kill -9``) and fsyncs once a second, so a power loss may
+    lose the last second; the default ``"strict"`` fsyncs every commit. ``autopack`` (on by
+    default) packs the file in the background as it grows, so disk use stays bounded.
     """
 
     _kind = "fifo"
@@ -76,10 +82,12 @@ class AckQueue(queue.Queue):
         *,
         name: str = "default",
         db: ZODB.DB | None = None,
+        durability: str = "strict",
+        autopack: bool = True,
     ) -> None:
         self.name = name
         self._closed = False
-        self._store = Store.acquire(path, db)
+        self._store = Store.acquire(path, db, durability=durability, autopack=autopack)
         try:
             self._store.claim_name(name)
         except BaseException:
@@ -354,8 +362,15 @@ class AckQueue(queue.Queue):
         if commits != self._reader_synced:
             self._reader_tm.begin()
             self._reader_synced = commits
-        entry: Entry = self._reader_rec.entries[key]
-        return entry.data, entry.attempts + 1
+        try:
+            entry: Entry = self._reader_rec.entries[key]
+            return entry.data, entry.attempts + 1
+        except ReadConflictError:
+            # A pack running meanwhile removed a revision our snapshot needed: move on to
+            # the newest snapshot, where the entry is current and kept by any pack.
+            self._reader_tm.begin()
+            entry = self._reader_rec.entries[key]
+            return entry.data, entry.attempts + 1
 
     def _scan_after(self, cursor: Any) -> Iterator[Any]:
         entries = self._reader_rec.entries

@@ -23,7 +23,9 @@ from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
 from .commit import GroupCommitter
+from .durability import RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
+from .packing import PACKED_SIZE_KEY, AutoPacker
 
 log = logging.getLogger("ackqueue")
 
@@ -43,13 +45,16 @@ def _lock_owner(path: str) -> str:
     return f" (pid {pid})" if pid else ""
 
 
-def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
+def open_file_storage(
+    path: str, read_only: bool = False, durability: str = "strict"
+) -> FileStorage:
     """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
+    kind = RelaxedFileStorage if durability == "relaxed" and not read_only else FileStorage
     try:
-        return FileStorage(path, read_only=read_only, pack_keep_old=False)
+        return kind(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
             f"queue file {path} is open in another process{_lock_owner(path)}; "
@@ -66,10 +71,14 @@ def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
 class Store:
     """One database as ackqueue uses it: a writer connection with group commit."""
 
-    def __init__(self, db: ZODB.DB, owns_db: bool, where: str) -> None:
+    def __init__(
+        self, db: ZODB.DB, owns_db: bool, where: str, durability: str = "strict"
+    ) -> None:
         self.db = db
         self.where = where
         self.owns_db = owns_db
+        self.durability = durability
+        self.packer: AutoPacker | None = None
         self._refs = 0
         self._names: set[str] = set()
         self._tm = transaction.TransactionManager()
@@ -79,8 +88,19 @@ class Store:
     # -- opening and closing ------------------------------------------------------------
 
     @classmethod
-    def acquire(cls, path: str | os.PathLike[str] | None, db: ZODB.DB | None) -> Store:
-        """The store for a file path, a caller's database, or (both None) a new in-memory one."""
+    def acquire(
+        cls,
+        path: str | os.PathLike[str] | None,
+        db: ZODB.DB | None,
+        durability: str = "strict",
+        autopack: bool = True,
+    ) -> Store:
+        """The store for a file path, a caller's database, or (both None) a new in-memory one.
+
+        ``durability`` and ``autopack`` apply to a file path only (see ``durability.py`` and
+        ``packing.py``); a caller's database is used as it is.
+        """
+        check_durability(durability)
         with _registry_lock:
             if db is not None:
                 store = _by_db.get(id(db))
@@ -92,13 +112,21 @@ class Store:
                 key = os.path.realpath(os.fspath(path))
                 store = _by_path.get(key)
                 if store is None:
-                    storage = open_file_storage(key)
+                    storage = open_file_storage(key, durability=durability)
                     try:
                         zdb = ZODB.DB(storage)
                     except Exception:
                         storage.close()
                         raise
-                    store = _by_path[key] = cls(zdb, owns_db=True, where=key)
+                    store = cls(zdb, owns_db=True, where=key, durability=durability)
+                    if autopack:
+                        store._start_autopack()
+                    _by_path[key] = store
+                elif store.durability != durability:
+                    raise StorageError(
+                        f"queue file {key} is already open in this process with "
+                        f"durability={store.durability!r}, not {durability!r}"
+                    )
             store._refs += 1
             return store
 
@@ -124,8 +152,21 @@ class Store:
                 del _by_db[db_key]
         self._close()
 
+    def _start_autopack(self) -> None:
+        packed = self.writer.root().get(PACKED_SIZE_KEY, 0)
+        self._tm.abort()
+        self.packer = AutoPacker(self.db, self._record_packed_size, packed)
+
+    def _record_packed_size(self, size: int) -> None:
+        def record() -> None:
+            self.root()[PACKED_SIZE_KEY] = size
+
+        self.run(record)
+
     def _close(self) -> None:
         try:
+            if self.packer is not None:
+                self.packer.close()
             self._tm.abort()
             self.writer.close()
         finally:
@@ -146,14 +187,20 @@ class Store:
 
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
-        return self._committer.run(change)
+        result = self._committer.run(change)
+        if self.packer is not None:
+            self.packer.after_commit()
+        return result
 
     def root(self) -> Any:
         """The writer connection's root; touch it only inside a change."""
         return self.writer.root()
 
     def pack(self) -> None:
-        self.db.pack()
+        if self.packer is not None:
+            self.packer.pack()
+        else:
+            self.db.pack()
 
     def _describe_failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StorageError):

@@ -1,0 +1,96 @@
+"""How durable a commit is when ``put``/``ack`` return: ``"strict"`` or ``"relaxed"``.
+
+``"strict"`` (the default) is plain FileStorage: each commit is written and fsynced before it
+returns, so it survives ``kill -9`` and power loss.
+
+``"relaxed"`` is :class:`RelaxedFileStorage`: each commit is written to the operating system
+before it returns (so it survives ``kill -9`` of the process, as the kernel holds the data),
+and a background thread fsyncs the file every ``sync_interval`` seconds and on close. A power
+loss or kernel crash may lose the commits of the last interval, never more, and never leaves a
+damaged file: FileStorage truncates a torn last transaction when it opens. This is SQLite's
+``synchronous=NORMAL`` in WAL mode or Redis's ``appendfsync everysec``.
+
+The extension point is FileStorage's ``_finish_finish`` method, which ZODB keeps separate so
+that it can be replaced ("to allow tests to replace it with something broken"); the subclass
+below replaces it with the same steps minus the fsync. ZODB's module globals stay untouched, so
+other FileStorages in the process keep their fsync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from typing import Any
+
+from ZODB.FileStorage import FileStorage
+
+log = logging.getLogger("ackqueue")
+
+DURABILITIES = ("strict", "relaxed")
+DEFAULT_SYNC_INTERVAL = 1.0
+
+
+def check_durability(durability: str) -> str:
+    if durability not in DURABILITIES:
+        raise ValueError(f"durability must be one of {DURABILITIES}, not {durability!r}")
+    return durability
+
+
+class RelaxedFileStorage(FileStorage):
+    """A FileStorage whose commits reach the OS at once and the disk within ``sync_interval``."""
+
+    def __init__(
+        self, file_name: str, *, sync_interval: float = DEFAULT_SYNC_INTERVAL, **kw: Any
+    ) -> None:
+        super().__init__(file_name, **kw)
+        self.sync_interval = sync_interval
+        self._unsynced = False
+        self._stop = threading.Event()
+        self._syncer = threading.Thread(
+            target=self._sync_loop, name=f"ackqueue-fsync {file_name}", daemon=True
+        )
+        self._syncer.start()
+
+    def _finish_finish(self, tid: bytes) -> None:
+        # FileStorage._finish_finish without the fsync: flush() hands the transaction to the
+        # kernel, which is what survives kill -9; the disk gets it from _sync_loop.
+        self._file.flush()
+        self._pos = self._nextpos
+        self._index.update(self._tindex)
+        self._ltid = tid
+        self._blob_tpc_finish()
+        self._unsynced = True
+
+    def fsync_now(self) -> None:
+        """Fsync now everything committed so far."""
+        if not self._unsynced:
+            return
+        self._unsynced = False
+        with self._lock:
+            # pack() swaps self._file under this lock; a duplicate descriptor stays valid for
+            # the fsync, which then runs without holding up commits.
+            if self._file.closed:
+                return
+            fd = os.dup(self._file.fileno())
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _sync_loop(self) -> None:
+        while not self._stop.wait(self.sync_interval):
+            try:
+                self.fsync_now()
+            except Exception:  # keep trying: a full disk may clear
+                self._unsynced = True
+                log.exception("background fsync of %s failed", self._file_name)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._syncer is not threading.current_thread():
+            self._syncer.join()
+        with contextlib.suppress(Exception):
+            self.fsync_now()
+        super().close()
