@@ -71,14 +71,15 @@ def machine() -> str:
 
 def header(title: str) -> None:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"{title}\n  date: {now}\n  machine: {machine()}\n  command: python3 {' '.join(sys.argv)}")
+    command = "python3 " + " ".join(sys.argv)
+    print(f"{title}\n  date: {now}\n  machine: {machine()}\n  command: {command}")
 
 
 def rst_table(rows: list[list[str]], head: list[str]) -> str:
     """A reStructuredText simple table."""
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     rule = "  ".join("=" * w for w in widths)
-    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths)), rule]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), rule]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lines.append(rule)
     return "\n".join(lines)

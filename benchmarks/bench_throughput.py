@@ -306,7 +306,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     n, runs = args.n, args.runs
-    c.header("ackqueue throughput (items/s, median of %d runs, n=%d)" % (runs, n))
+    c.header(f"ackqueue throughput (items/s, median of {runs} runs, n={n})")
     relaxed = has_relaxed()
 
     puts: dict[str, Scenario] = {
