@@ -38,7 +38,22 @@ def check_durability(durability: str) -> str:
     return durability
 
 
-class RelaxedFileStorage(FileStorage):
+class QueueFileStorage(FileStorage):
+    """The FileStorage ackqueue opens: FileStorage plus an index checkpoint.
+
+    FileStorage writes its ``.index`` file only on close and pack; after ``kill -9`` it finds
+    the objects written since by scanning the file (about 30 MB/s here). Saving the index now
+    and then bounds that scan; saving it takes ~25 ms for a million objects.
+    """
+
+    def save_index(self) -> None:
+        """Write the ``.index`` file for everything committed so far."""
+        with self._lock:
+            if not self._is_read_only and not self._file.closed:
+                self._save_index()
+
+
+class RelaxedFileStorage(QueueFileStorage):
     """A FileStorage whose commits reach the OS at once and the disk within ``sync_interval``."""
 
     def __init__(

@@ -8,8 +8,11 @@ The size a pack leaves is kept in the database root, so short-lived processes th
 a little still pack in time.
 
 A pack holds FileStorage's commit lock only while copying what was committed during the pack,
-so producers and consumers keep running. It also saves the file's index, so reopening after a
-crash reads only what was written since the last pack. ``.old`` copies are not kept.
+so producers and consumers keep running. ``.old`` copies are not kept.
+
+Between packs, every ``index_every`` bytes the packer also saves FileStorage's index file
+(FileStorage writes it only on close and pack), so reopening after a crash scans at most that
+much of the file instead of all of it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ log = logging.getLogger("ackqueue")
 
 # The root key holding the file size the last pack left (an int, not a persistent object).
 PACKED_SIZE_KEY = "ackqueue.packed_size"
-DEFAULT_MIN_BYTES = 3 * 1024 * 1024
+DEFAULT_MIN_BYTES = 2 * 1024 * 1024
+DEFAULT_INDEX_EVERY = 16 * 1024 * 1024
 
 
 class AutoPacker:
@@ -37,12 +41,15 @@ class AutoPacker:
         record_size: Callable[[int], None],
         packed_size: int,
         min_bytes: int = DEFAULT_MIN_BYTES,
+        index_every: int = DEFAULT_INDEX_EVERY,
     ) -> None:
         self._db = db
         self._storage: Any = db.storage
         self._record_size = record_size
         self.min_bytes = min_bytes
         self.packed_size = packed_size
+        self.index_every = index_every
+        self._indexed_size = 0  # file size at the last index save we know of
         self.packs = 0
         self._pack_lock = threading.Lock()  # guards _thread and _closed
         self._run_lock = threading.Lock()  # one pack at a time, automatic or asked for
@@ -53,9 +60,13 @@ class AutoPacker:
         written = self._storage.getSize() - self.packed_size
         return written >= max(self.min_bytes, self.packed_size)
 
+    def index_due(self) -> bool:
+        can_save = hasattr(self._storage, "save_index")
+        return can_save and self._storage.getSize() - self._indexed_size >= self.index_every
+
     def after_commit(self) -> None:
-        """Called after each commit: start a background pack if one is due. Cheap."""
-        if self._closed or self._thread is not None or not self.due():
+        """Called after each commit: start a background pack or index save if due. Cheap."""
+        if self._closed or self._thread is not None or not (self.due() or self.index_due()):
             return
         with self._pack_lock:
             if self._closed or self._thread is not None:
@@ -79,11 +90,16 @@ class AutoPacker:
 
     def _background(self) -> None:
         try:
-            self._pack()
+            if self.due():
+                self._pack()
+            else:
+                size = self._storage.getSize()
+                self._storage.save_index()
+                self._indexed_size = size
         except Exception:
             # Try again only after another min_bytes, not at the very next commit.
-            self.packed_size = self._storage.getSize()
-            log.exception("automatic pack of %s failed", self._storage.getName())
+            self.packed_size = self._indexed_size = self._storage.getSize()
+            log.exception("automatic pack or index save of %s failed", self._storage.getName())
         finally:
             with self._pack_lock:
                 self._thread = None
@@ -93,7 +109,7 @@ class AutoPacker:
             self._db.pack()
             self.packs += 1
             size = self._storage.getSize()
-            self.packed_size = size
+            self.packed_size = self._indexed_size = size
         if not self._closed:
             self._record_size(size)
 

@@ -23,7 +23,7 @@ from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
 from .commit import GroupCommitter
-from .durability import RelaxedFileStorage, check_durability
+from .durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
 from .packing import PACKED_SIZE_KEY, AutoPacker
 
@@ -52,7 +52,7 @@ def open_file_storage(
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
-    kind = RelaxedFileStorage if durability == "relaxed" and not read_only else FileStorage
+    kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
     try:
         return kind(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
