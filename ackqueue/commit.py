@@ -28,6 +28,14 @@ T = TypeVar("T")
 
 MAX_CONFLICT_RETRIES = 50
 
+# How long a leader waits for the callers of the previous group to come back before it
+# commits. A thread that just returned from a commit usually comes back with its next change
+# within a fraction of a millisecond (a consumer acks, a producer puts again); committing
+# without them would split one group into several small commits, each paying its own fsync
+# and its own rewrite of the same tree nodes. Only waited when the previous group had more
+# than one change, so a lone caller never waits.
+GATHER_SECONDS = 0.001
+
 
 class _Change:
     __slots__ = ("apply", "done", "error", "result")
@@ -54,17 +62,27 @@ class GroupCommitter:
         self._pending: list[_Change] = []
         self._busy = False
         self.commits = 0
+        self._arrived = threading.Condition(self._lock)
+        self._last_batch = 1
+        self._gathering = False
 
     def run(self, apply: Callable[[], T]) -> T:
         """Apply ``apply`` in a commit shared with concurrent callers; return its result."""
         change = _Change(apply)
         with self._lock:
             self._pending.append(change)
+            if self._gathering and len(self._pending) >= self._last_batch:
+                self._arrived.notify()
             while self._busy and not change.done:
                 self._idle.wait()
             if not change.done:
                 self._busy = True
+                if self._last_batch > 1 and len(self._pending) < self._last_batch:
+                    self._gathering = True
+                    self._arrived.wait(GATHER_SECONDS)
+                    self._gathering = False
                 batch, self._pending = self._pending, []
+                self._last_batch = len(batch)
             else:
                 batch = []
         if batch:

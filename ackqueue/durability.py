@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from ZODB.FileStorage import FileStorage
+from ZODB.utils import z64
 
 log = logging.getLogger("ackqueue")
 
@@ -45,6 +46,18 @@ class QueueFileStorage(FileStorage):
     the objects written since by scanning the file (about 30 MB/s here). Saving the index now
     and then bounds that scan; saving it takes ~25 ms for a million objects.
     """
+
+    replaced_bytes = 0
+    """Bytes of object revisions stored over an older revision since the count was reset:
+    about as many bytes of the file became garbage (what a pack reclaims)."""
+
+    def store(
+        self, oid: bytes, oldserial: bytes, data: bytes, version: str, transaction: Any
+    ) -> Any:
+        result = super().store(oid, oldserial, data, version, transaction)
+        if oldserial != z64:
+            self.replaced_bytes += len(data)
+        return result
 
     def save_index(self) -> None:
         """Write the ``.index`` file for everything committed so far."""

@@ -25,7 +25,8 @@ from ZODB.MappingStorage import MappingStorage
 from .commit import GroupCommitter
 from .durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
-from .packing import PACKED_SIZE_KEY, AutoPacker
+from .packing import PACK_STATE_KEY, AutoPacker
+from .records import ROOT_KEY
 
 log = logging.getLogger("ackqueue")
 
@@ -153,15 +154,17 @@ class Store:
         self._close()
 
     def _start_autopack(self) -> None:
-        packed = self.writer.root().get(PACKED_SIZE_KEY, 0)
+        state = self.writer.root().get(PACK_STATE_KEY)
         self._tm.abort()
-        self.packer = AutoPacker(self.db, self._record_packed_size, packed)
+        self.packer = AutoPacker(self.db, self._record_pack_state, state)
 
-    def _record_packed_size(self, size: int) -> None:
+    def _record_pack_state(self, state: tuple[int, int, int]) -> None:
         def record() -> None:
-            self.root()[PACKED_SIZE_KEY] = size
+            root = self.root()
+            if ROOT_KEY in root:  # only in a queue file, never as its first content
+                root[PACK_STATE_KEY] = state
 
-        self.run(record)
+        self._committer.run(record)
 
     def _close(self) -> None:
         try:
