@@ -1,0 +1,78 @@
+"""Footprint bounds that do not depend on the machine's speed: O(1) counters with many items
+queued, bytes appended per put/get/ack cycle, a bounded object cache."""
+
+import os
+import pickle
+import statistics
+import time
+
+import ackqueue
+from ackqueue.records import Entry
+
+
+def fill_directly(q, n, chunk=10_000):
+    """Write what n puts leave (entries, length, reserved numbers) in big commits: a fast
+    stand-in for n puts. The entries are ready once the queue is reopened."""
+    rec, seq0 = q._wrec, q._next_seq
+    for s in range(0, n, chunk):
+        k = min(chunk, n - s)
+
+        def change(s=s, k=k):
+            for i in range(s, s + k):
+                rec.entries[seq0 + i] = Entry(pickle.dumps(i, 5), 0.0)
+            rec.length.change(k)
+            rec.reserve_seq(seq0 + s + k - 1)
+
+        q._store.run(change)
+
+
+def median_call_us(fn, calls=2000):
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t)
+    return statistics.median(times) / 1000
+
+
+def test_counters_take_constant_time_with_many_items_queued(qpath):
+    with ackqueue.AckQueue(qpath, durability="relaxed", autopack=False) as q:
+        fill_directly(q, 50_000)
+    with ackqueue.AckQueue(qpath, durability="relaxed") as q:
+        c = q.connect()
+        held = [c.get() for _ in range(10)]
+        assert q.qsize() == 50_000 - 10 and q.unacked_count() == 10
+        for fn in (q.qsize, q.unacked_count, q.empty, q.full):
+            assert median_call_us(fn) < 50, fn.__name__
+        # Reading counters loaded no entries: the backlog is still unread behind its cursor.
+        assert q._store.writer._cache.cache_non_ghost_count < 1000
+        assert held == list(range(10))
+
+
+def test_a_put_get_ack_cycle_appends_under_2_kb_with_10_000_queued(qpath):
+    with ackqueue.AckQueue(qpath, durability="relaxed", autopack=False) as q:
+        fill_directly(q, 10_000)
+    with ackqueue.AckQueue(qpath, durability="relaxed", autopack=False) as q:
+        c = q.connect()
+        for i in range(100):  # reach the steady state at both ends of the tree
+            q.put(i)
+            c.ack(c.get())
+        before = os.path.getsize(qpath)
+        for i in range(500):
+            q.put(i)
+            c.ack(c.get())
+        per_cycle = (os.path.getsize(qpath) - before) / 500
+    assert per_cycle <= 2048
+
+
+def test_object_caches_stay_bounded_while_many_items_pass(qpath):
+    with ackqueue.AckQueue(qpath, durability="relaxed") as q:
+        c = q.connect()
+        for i in range(2000):
+            q.put(i)
+        for _ in range(2000):
+            c.ack(c.get())
+        writer = q._store.writer._cache.cache_non_ghost_count
+        reader = q._reader._cache.cache_non_ghost_count
+    limit = 2 * q._store.db.getCacheSize()
+    assert writer <= limit and reader <= limit
