@@ -8,6 +8,7 @@ writer connection of its database; all writes go through its :class:`GroupCommit
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -54,6 +55,8 @@ def open_file_storage(
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
+    if not read_only:
+        finish_interrupted_pack(path)
     try:
         return kind(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
@@ -67,6 +70,23 @@ def open_file_storage(
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
     except OSError as exc:
         raise StorageError(f"cannot open queue file {path}: {exc}") from None
+
+
+def finish_interrupted_pack(path: str) -> None:
+    """Complete a pack killed between its two renames, which left no data file.
+
+    FileStorage's pack renames the data file to ``.old``, then the finished ``.pack`` file to
+    the data file. Killed in between, FileStorage would next create an empty file in its
+    place; the packed copy is complete by then, so put it where it belongs.
+    """
+    if os.path.exists(path) or not os.path.exists(path + ".pack"):
+        return
+    if not os.path.exists(path + ".old"):
+        return  # not the state a pack leaves: touch nothing
+    log.warning("completing the pack of %s that was interrupted by a crash", path)
+    os.rename(path + ".pack", path)
+    with contextlib.suppress(OSError):
+        os.remove(path + ".index")  # it describes the old file, not the packed one
 
 
 class Store:

@@ -137,3 +137,17 @@ def test_index_is_saved_as_the_file_grows_so_reopen_after_kill_reads_only_the_ta
         storage.close()
     with ackqueue.AckQueue(qpath) as q:
         assert q.qsize() == 2000
+
+
+def test_a_pack_killed_between_its_renames_is_completed_at_the_next_open(qpath):
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        for i in range(20):
+            q.put(i)
+    # What FileStorage.pack leaves when killed between renaming the data file to .old and
+    # renaming the finished .pack file to the data file.
+    with open(qpath, "rb") as src, open(qpath + ".pack", "wb") as dst:
+        dst.write(src.read())
+    os.rename(qpath, qpath + ".old")
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 20
+        assert [q.get_nowait() for _ in range(20)] == list(range(20))
