@@ -31,6 +31,7 @@ from .errors import (
     UnpicklableItemError,
 )
 from .holds import Delivery, Hold, HoldTable
+from .prefetch import READ_AHEAD, ItemCache
 from .ready import ReadyIndex
 from .records import ROOT_KEY, Entry, QueueRecord, queues_of
 from .recovery import ThreadExitWatch
@@ -102,6 +103,7 @@ class AckQueue(queue.Queue):
         self._reader_rec: QueueRecord = self._reader.root()[ROOT_KEY][name]
         self._reader_synced = self._store.commits
         self._session_seq = self._next_seq = self._reader_rec.seq_reserved
+        self._items = ItemCache()
         super().__init__(maxsize)
         self.unfinished_tasks = len(self._ready)
         self._landed = threading.Condition(self.mutex)
@@ -184,6 +186,7 @@ class AckQueue(queue.Queue):
             raise
         with self.mutex:
             self._staged -= 1
+            self._items.add(staged.key, staged.data, 0)
             self._ready.push(staged.key)
             self._landed.notify_all()
             self.not_empty.notify()
@@ -358,6 +361,28 @@ class AckQueue(queue.Queue):
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
     def _load(self, key: Any) -> tuple[bytes, int]:
+        known = self._items.take(key)
+        if known is not None:
+            return known[0], known[1] + 1
+        loaded = self._load_stored(key)
+        cursor = self._ready.cursor
+        if cursor is not None and self._key_seq(key) < self._session_seq:
+            self._read_ahead(cursor)
+        return loaded
+
+    def _read_ahead(self, cursor: Any) -> None:
+        """Keep the next few backlog entries after the backlog cursor (see prefetch.py)."""
+        try:
+            entries = self._reader_rec.entries.items(min=cursor, excludemin=True)
+            for n, (later, entry) in enumerate(entries):
+                if n >= READ_AHEAD or self._key_seq(later) >= self._session_seq:
+                    break
+                if later in self._items or not self._items.add(later, entry.data, entry.attempts):
+                    break
+        except ReadConflictError:
+            pass  # a pack meanwhile: those entries are read one by one instead
+
+    def _load_stored(self, key: Any) -> tuple[bytes, int]:
         commits = self._store.commits
         if commits != self._reader_synced:
             self._reader_tm.begin()

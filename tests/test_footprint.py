@@ -6,6 +6,9 @@ import pickle
 import statistics
 import time
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import ackqueue
 from ackqueue.records import Entry
 
@@ -76,3 +79,45 @@ def test_object_caches_stay_bounded_while_many_items_pass(qpath):
         reader = q._reader._cache.cache_non_ghost_count
     limit = 2 * q._store.db.getCacheSize()
     assert writer <= limit and reader <= limit
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    backlog=st.integers(0, 40),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["put", "get", "ack", "nack"]), st.integers(0, 10)),
+        max_size=60,
+    ),
+)
+def test_gets_served_from_the_item_cache_match_a_model_queue(tmp_path_factory, backlog, ops):
+    # Items put in this session and backlog read ahead are handed out from memory; whatever
+    # mix of puts, gets, nacks and acks, every get must return what a plain FIFO would.
+    path = os.path.join(tmp_path_factory.mktemp("q"), "q.fs")
+    with ackqueue.AckQueue(path, durability="relaxed") as q:
+        for i in range(backlog):
+            q.put(("old", i))
+    ready = [("old", i) for i in range(backlog)]  # in delivery order
+    order = {v: n for n, v in enumerate(ready)}
+    held: list = []
+    with ackqueue.AckQueue(path, durability="relaxed") as q:
+        c = q.connect()
+        for n, (op, pick) in enumerate(ops):
+            if op == "put":
+                v = ("new", n)
+                order[v] = len(order)
+                q.put(v)
+                ready.append(v)
+            elif op == "get" and ready:
+                got = c.get_nowait()
+                assert got == ready.pop(0)
+                held.append(got)
+            elif op in ("ack", "nack") and held:
+                v = held.pop(pick % len(held))
+                if op == "ack":
+                    c.ack(v)
+                else:
+                    c.nack(v)
+                    ready.append(v)
+                    ready.sort(key=order.__getitem__)
+        assert q.qsize() == len(ready)
+        assert [c.get_nowait() for _ in range(len(ready))] == ready
