@@ -35,6 +35,7 @@ log = logging.getLogger("ackqueue")
 PACK_STATE_KEY = "ackqueue.pack_state"
 DEFAULT_MIN_BYTES = 1024 * 1024
 DEFAULT_INDEX_EVERY = 16 * 1024 * 1024
+CHECK_EVERY = 8  # commits between looks at the file size: a look costs as much as a put's pickle
 
 
 class AutoPacker:
@@ -61,6 +62,7 @@ class AutoPacker:
         self._indexed_size = 0  # file size at the last index save we know of
         self._index_lock = threading.Lock()
         self.packs = 0
+        self._commits = 0
         self._pack_lock = threading.Lock()  # guards _thread and _closed
         self._run_lock = threading.Lock()  # one pack at a time, automatic or asked for
         self._thread: threading.Thread | None = None
@@ -83,6 +85,9 @@ class AutoPacker:
 
     def after_commit(self) -> None:
         """Called after each commit: save the index or start a background pack if due. Cheap."""
+        self._commits += 1
+        if self._commits % CHECK_EVERY:
+            return
         if self.index_due() and self._index_lock.acquire(blocking=False):
             # In the caller's thread: ~25 ms per million objects, every index_every bytes.
             try:

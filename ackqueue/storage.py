@@ -33,6 +33,10 @@ log = logging.getLogger("ackqueue")
 
 T = TypeVar("T")
 
+# Each connection's object cache is bounded by count (ZODB's default, 400 objects) and, so
+# that big items cannot make 400 objects huge, by their pickled size.
+CACHE_BYTES = 32 * 1024 * 1024
+
 _registry_lock = threading.Lock()
 _by_path: dict[str, Store] = {}
 _by_db: dict[int, Store] = {}
@@ -135,7 +139,7 @@ class Store:
                 if store is None:
                     storage = open_file_storage(key, durability=durability)
                     try:
-                        zdb = ZODB.DB(storage)
+                        zdb = ZODB.DB(storage, cache_size_bytes=CACHE_BYTES)
                     except Exception:
                         storage.close()
                         raise
