@@ -108,7 +108,9 @@ class Store:
         self._names: set[str] = set()
         self._tm = transaction.TransactionManager()
         self.writer: Connection = db.open(transaction_manager=self._tm)
-        self._committer = GroupCommitter(self._tm, self._describe_failure)
+        storage = db.storage
+        syncer = storage if getattr(storage, "sync_each_commit", False) else None
+        self._committer = GroupCommitter(self._tm, self._describe_failure, syncer)
 
     # -- opening and closing ------------------------------------------------------------
 

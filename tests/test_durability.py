@@ -50,11 +50,11 @@ def test_relaxed_queue_fsyncs_in_the_background_within_the_interval(qpath):
         assert isinstance(storage, RelaxedFileStorage)
         storage.sync_interval = 0.01
         q.put("x")
-        assert storage._unsynced
+        assert storage.unsynced()
         deadline = time.monotonic() + 5
-        while storage._unsynced and time.monotonic() < deadline:
+        while storage.unsynced() and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert not storage._unsynced
+        assert not storage.unsynced()
 
 
 def test_relaxed_mode_leaves_zodb_fsync_and_other_files_strict(tmp_path):
@@ -91,3 +91,45 @@ def test_relaxed_file_reopens_with_everything_after_a_clean_close(qpath):
             q.put(i)
     with ackqueue.AckQueue(qpath) as q:
         assert [q.get() for _ in range(50)] == list(range(50))
+
+
+def test_strict_put_and_ack_return_only_once_their_commit_is_fsynced(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        storage = q._store.db.storage
+        c = q.connect()
+        for i in range(20):
+            q.put(i)
+            assert not storage.unsynced()
+            c.ack(c.get())
+            assert not storage.unsynced()
+        assert storage._synced == storage._flushed >= 40
+
+
+def test_strict_puts_from_many_threads_share_fsyncs_and_each_is_durable(qpath):
+    import threading
+
+    with ackqueue.AckQueue(qpath) as q:
+        storage = q._store.db.storage
+        fsyncs = []
+        real_sync = storage.sync_through
+
+        def counting(mark):
+            real_sync(mark)
+            fsyncs.append((mark, storage._synced))
+
+        storage.sync_through = counting
+        q._store._committer._syncer = storage
+
+        def produce(k):
+            for i in range(50):
+                q.put((k, i))
+
+        threads = [threading.Thread(target=produce, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert q.qsize() == 300
+        assert q._store.commits < 300  # groups formed
+        assert not storage.unsynced()
+        assert fsyncs and all(synced >= mark for mark, synced in fsyncs)
