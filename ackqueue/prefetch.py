@@ -9,8 +9,10 @@ they were read or written, so their pickles can be kept here, consumed by their 
 - entries of the stored backlog just ahead of the scan cursor, read ahead in one go (they are
   delivered in key order and nothing touches them before their first delivery).
 
-Bounded by count and bytes: when full, entries are simply read the slow way. Code that edits a
-stored entry in place (its data or attempts) must :meth:`discard` its key.
+Entries are known by their sequence number (keys of a PriorityAckQueue hold the item, which
+need not be hashable). Bounded by count and bytes: when full, entries are simply read the slow
+way. Code that edits a stored entry in place (its data or attempts) before its first delivery
+must :meth:`discard` it.
 """
 
 from __future__ import annotations

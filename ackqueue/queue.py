@@ -186,7 +186,7 @@ class AckQueue(queue.Queue):
             raise
         with self.mutex:
             self._staged -= 1
-            self._items.add(staged.key, staged.data, 0)
+            self._items.add(staged.seq, staged.data, 0)
             self._ready.push(staged.key)
             self._landed.notify_all()
             self.not_empty.notify()
@@ -361,7 +361,7 @@ class AckQueue(queue.Queue):
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
     def _load(self, key: Any) -> tuple[bytes, int]:
-        known = self._items.take(key)
+        known = self._items.take(self._key_seq(key))
         if known is not None:
             return known[0], known[1] + 1
         loaded = self._load_stored(key)
@@ -375,9 +375,10 @@ class AckQueue(queue.Queue):
         try:
             entries = self._reader_rec.entries.items(min=cursor, excludemin=True)
             for n, (later, entry) in enumerate(entries):
-                if n >= READ_AHEAD or self._key_seq(later) >= self._session_seq:
+                seq = self._key_seq(later)
+                if n >= READ_AHEAD or seq in self._items:
                     break
-                if later in self._items or not self._items.add(later, entry.data, entry.attempts):
+                if seq < self._session_seq and not self._items.add(seq, entry.data, entry.attempts):
                     break
         except ReadConflictError:
             pass  # a pack meanwhile: those entries are read one by one instead

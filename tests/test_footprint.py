@@ -121,3 +121,14 @@ def test_gets_served_from_the_item_cache_match_a_model_queue(tmp_path_factory, b
                     ready.sort(key=order.__getitem__)
         assert q.qsize() == len(ready)
         assert [c.get_nowait() for _ in range(len(ready))] == ready
+
+
+def test_priority_queue_items_need_not_be_hashable(qpath):
+    # The item cache knows entries by sequence number, not by key: a PriorityAckQueue key
+    # holds the item itself.
+    with ackqueue.PriorityAckQueue(qpath, durability="relaxed") as q:
+        for p in (3, 1, 2):
+            q.put((p, {"job": [p]}))
+    with ackqueue.PriorityAckQueue(qpath, durability="relaxed") as q:
+        q.put((0, {"job": [0]}))
+        assert [q.get()[0] for _ in range(4)] == [0, 1, 2, 3]
