@@ -290,14 +290,23 @@ def batches_ack(d: str, n: int) -> tuple[float, float, float]:
 # -- running -------------------------------------------------------------------------------
 
 
-def measure(scenarios: dict[str, Scenario], n: int, runs: int) -> dict[str, float]:
-    """Median items/s of each scenario, implementations interleaved within each run."""
-    samples: dict[str, list[float]] = {name: [] for name in scenarios}
+Samples = dict[str, list[float]]
+
+
+def measure(scenarios: dict[str, Scenario], n: int, runs: int) -> Samples:
+    """Items/s of each scenario in each run, implementations interleaved within each run."""
+    samples: Samples = {name: [] for name in scenarios}
     for _ in range(runs):
         for name, fn in scenarios.items():
             with c.tmpdir() as d:
                 samples[name].append(n / fn(d, n))
-    return {name: c.median(v) for name, v in samples.items()}
+    return samples
+
+
+def paired_ratio(samples: Samples, ours: str, other: str) -> float:
+    """Median over runs of ours/other within the same run: robust to load that changes
+    between runs on a shared machine."""
+    return c.median([a / b for a, b in zip(samples[ours], samples[other], strict=True)])
 
 
 def main() -> None:
@@ -329,28 +338,26 @@ def main() -> None:
 
     rows: list[list[str]] = []
 
-    def row(what: str, results: dict[str, float], ours: str = "ackqueue") -> None:
-        a = results[ours]
-        pq = results.get("persist-queue")
-        bare = results.get("bare FileStorage")
-        std = results.get("queue.Queue")
-        rows.append(
-            [
-                what,
-                f"{a:,.0f}",
-                f"{pq:,.0f}" if pq else "",
-                f"{a / pq:.2f}x" if pq else "",
-                f"{bare:,.0f}" if bare else "",
-                f"{a / bare:.2f}x" if bare else "",
-                f"{std:,.0f}" if std else "",
-            ]
-        )
-        for name, v in results.items():
-            print(f"  {what:<14} {name:<18} {v:>12,.0f} items/s")
+    def row(what: str, samples: Samples, ours: str = "ackqueue") -> None:
+        def med(name: str) -> str:
+            return f"{c.median(samples[name]):,.0f}" if name in samples else ""
 
-    row("put", put_r)
+        def ratio(name: str) -> str:
+            return f"{paired_ratio(samples, ours, name):.2f}x" if name in samples else ""
+
+        pq, bare, std = "persist-queue", "bare FileStorage", "queue.Queue"
+        rows.append([what, med(ours), med(pq), ratio(pq), med(bare), ratio(bare), med(std)])
+        print(f"  {what}:")
+        for name, v in samples.items():
+            runs_text = " ".join(f"{x:,.0f}" for x in v)
+            print(f"    {name:<18} median {c.median(v):>10,.0f} items/s   runs: {runs_text}")
+        for name in (pq, bare):
+            if name in samples:
+                print(f"    {ours} / {name}: {ratio(name)} (median of per-run ratios)")
+
+    row("put", {k: v for k, v in put_r.items() if k != "ackqueue relaxed"})
     if relaxed:
-        row("put (relaxed)", {**put_r, "ackqueue": put_r["ackqueue relaxed"]})
+        row("put (relaxed)", put_r, ours="ackqueue relaxed")
     row("get+ack", getack_r)
     row("4P/4C", mt_r)
 
