@@ -113,7 +113,6 @@ def churn(cycles: int, depth: int, durability: str) -> dict[str, Any]:
             "end_bytes": end,
             "largest_bytes": max(largest, end),
             "packs": packs,
-            "closed_bytes": None,
         }
 
 
