@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage.format import DATA_HDR_LEN
 from ZODB.utils import z64
 
 log = logging.getLogger("ackqueue")
@@ -103,8 +104,8 @@ class QueueFileStorage(FileStorage):
         self, oid: bytes, oldserial: bytes, data: bytes, version: str, transaction: Any
     ) -> Any:
         result = super().store(oid, oldserial, data, version, transaction)
-        if oldserial != z64:
-            self.replaced_bytes += len(data)
+        if oldserial != z64:  # the old revision and its record header become garbage
+            self.replaced_bytes += len(data) + DATA_HDR_LEN
         return result
 
     def _finish_finish(self, tid: bytes) -> None:

@@ -296,10 +296,14 @@ Samples = dict[str, list[float]]
 def measure(scenarios: dict[str, Scenario], n: int, runs: int) -> Samples:
     """Items/s of each scenario in each run, implementations interleaved within each run."""
     samples: Samples = {name: [] for name in scenarios}
-    for _ in range(runs):
-        for name, fn in scenarios.items():
+    names = list(scenarios)
+    for r in range(runs):
+        # Rotate the order, and let the disk settle (writeback of what an earlier scenario
+        # left, its files' removal) so that no implementation always follows the same one.
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             with c.tmpdir() as d:
-                samples[name].append(n / fn(d, n))
+                os.sync()
+                samples[name].append(n / scenarios[name](d, n))
     return samples
 
 
