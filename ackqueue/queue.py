@@ -384,10 +384,7 @@ class AckQueue(queue.Queue):
             pass  # a pack meanwhile: those entries are read one by one instead
 
     def _load_stored(self, key: Any) -> tuple[bytes, int]:
-        commits = self._store.commits
-        if commits != self._reader_synced:
-            self._reader_tm.begin()
-            self._reader_synced = commits
+        self._sync_reader()
         try:
             entry: Entry = self._reader_rec.entries[key]
             return entry.data, entry.attempts + 1
@@ -399,10 +396,24 @@ class AckQueue(queue.Queue):
             return entry.data, entry.attempts + 1
 
     def _scan_after(self, cursor: Any) -> Iterator[Any]:
-        entries = self._reader_rec.entries
-        if cursor is None:
-            return iter(entries.keys())
-        return iter(entries.keys(min=cursor, excludemin=True))
+        self._sync_reader()
+        while True:
+            entries = self._reader_rec.entries
+            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
+            try:
+                for key in keys:
+                    yield key
+                    cursor = key
+                return
+            except ReadConflictError:
+                # A pack dropped tree nodes of our snapshot: go on from a newer one.
+                self._reader_tm.begin()
+
+    def _sync_reader(self) -> None:
+        commits = self._store.commits
+        if commits != self._reader_synced:
+            self._reader_tm.begin()
+            self._reader_synced = commits
 
     def _find_or_create_record(self) -> QueueRecord:
         root = self._store.root()

@@ -153,3 +153,23 @@ def test_a_pack_killed_between_its_renames_is_completed_at_the_next_open(qpath):
     with ackqueue.AckQueue(qpath) as q:
         assert q.qsize() == 20
         assert [q.get_nowait() for _ in range(20)] == list(range(20))
+
+
+def test_backlog_read_after_a_pack_that_dropped_the_readers_snapshot(qpath):
+    # The reader's snapshot predates the acks; a pack then drops the tree nodes it saw. The
+    # next gets must move to a newer snapshot rather than fail.
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        for i in range(200):
+            q.put(i)
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        c = q.connect()
+        got = []
+        for _ in range(5):
+            for _ in range(20):
+                x = c.get()
+                c.ack(x)
+                got.append(x)
+            q.pack()
+            q._reader.cacheMinimize()  # as if evicted: the next reads must load
+            q._items = type(q._items)()  # and nothing read ahead
+        assert got == list(range(100))
