@@ -23,6 +23,8 @@ from typing import Any, Protocol, TypeVar
 import transaction
 from ZODB.POSException import ConflictError
 
+from .errors import QueueClosedError
+
 log = logging.getLogger("ackqueue")
 
 T = TypeVar("T")
@@ -81,6 +83,8 @@ class GroupCommitter:
         self._arrived = threading.Condition(self._lock)
         self._pending: list[_Change] = []
         self._busy = False
+        self._syncing = 0  # groups committed, being fsynced
+        self._closed = False
         self._gathering = False
         self._last_batch = 1
         self.commits = 0
@@ -90,11 +94,15 @@ class GroupCommitter:
         change = _Change(apply)
         batch: list[_Change] = []
         with self._lock:
+            self._check_open()
             self._pending.append(change)
             if self._gathering and len(self._pending) >= self._last_batch:
                 self._arrived.notify()
             while not change.taken:
                 if not self._busy:
+                    if self._closed:
+                        self._pending.remove(change)
+                        self._check_open()
                     batch = self._lead()
                     break
                 self._idle.wait()
@@ -106,6 +114,23 @@ class GroupCommitter:
         if change.error is not None:
             raise change.error
         return change.result
+
+    def close(self) -> None:
+        """Let the commits in flight finish (fsync included), then refuse every change still
+        waiting or to come.
+
+        The connection is closed right after this; a commit still running on it, or one
+        started by a waiting caller, would fail halfway with ZODB's internal errors.
+        """
+        with self._lock:
+            self._closed = True
+            while self._busy or self._syncing:
+                self._idle.wait()
+            self._idle.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError("the queue's storage was closed before this change committed")
 
     def _lead(self) -> list[_Change]:
         """Take the pending changes as the next group (the lock is held)."""
@@ -130,6 +155,7 @@ class GroupCommitter:
         finally:
             with self._lock:
                 self._busy = False  # the next group may commit while this one is fsynced
+                self._syncing += 1
                 self._idle.notify_all()
         if mark is not None and self._syncer is not None and interrupted is None:
             try:
@@ -144,6 +170,7 @@ class GroupCommitter:
         with self._lock:
             for change in batch:
                 change.done = True
+            self._syncing -= 1
             self._idle.notify_all()
         if interrupted is not None:
             raise interrupted

@@ -96,9 +96,29 @@ class QueueFileStorage(FileStorage):
 
     def __init__(self, file_name: str, **kw: Any) -> None:
         kw.setdefault("packer", durable_packer)
-        super().__init__(file_name, **kw)
         self._deferring = threading.local()
         self._sync_lock = threading.Lock()
+        try:
+            super().__init__(file_name, **kw)
+        except BaseException:
+            self._release_half_open()
+            raise
+
+    def _release_half_open(self) -> None:
+        """Let go of the lock and files when opening fails.
+
+        ZODB's constructor takes the ``.lock`` file first and raises later (for example on a
+        file that is not a FileStorage) without releasing it; the lock then lives as long as
+        the half-built object, which the exception's traceback keeps alive, and every later
+        open of the same path in this process is refused as "open in another process".
+        """
+        for name in ("_file", "_tfile", "_files", "_lock_file"):
+            thing = self.__dict__.get(name)
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # pragma: no cover - already failing; keep the first error
+                    log.debug("closing %s of a failed open", name, exc_info=True)
 
     def store(
         self, oid: bytes, oldserial: bytes, data: bytes, version: str, transaction: Any

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -40,6 +42,10 @@ CACHE_BYTES = 32 * 1024 * 1024
 _registry_lock = threading.Lock()
 _by_path: dict[str, Store] = {}
 _by_db: dict[int, Store] = {}
+
+
+def _strong_claim() -> object:
+    return True  # a claim made without an owner object: never considered dropped
 
 
 def _lock_owner(path: str) -> str:
@@ -105,7 +111,7 @@ class Store:
         self.durability = durability
         self.packer: AutoPacker | None = None
         self._refs = 0
-        self._names: set[str] = set()
+        self._names: dict[str, Callable[[], object | None]] = {}
         self._tm = transaction.TransactionManager()
         self.writer: Connection = db.open(transaction_manager=self._tm)
         storage = db.storage
@@ -157,19 +163,35 @@ class Store:
             store._refs += 1
             return store
 
-    def claim_name(self, name: str) -> None:
+    def claim_name(self, name: str, owner: object | None = None) -> None:
+        """Reserve ``name`` for ``owner``, one open queue per name and database.
+
+        A claim whose owner was garbage-collected without ``close()`` (as ``queue.Queue`` code
+        never closes) is taken over, with the store reference that owner left behind.
+        """
+        if self._try_claim(name, owner):
+            return
+        gc.collect()  # a dropped queue in a reference cycle is freed only by the collector
+        if not self._try_claim(name, owner):
+            raise StorageError(
+                f"queue {name!r} in {self.where} is already open in this process; "
+                "share that AckQueue object between threads instead"
+            )
+
+    def _try_claim(self, name: str, owner: object | None) -> bool:
         with _registry_lock:
-            if name in self._names:
-                raise StorageError(
-                    f"queue {name!r} in {self.where} is already open in this process; "
-                    "share that AckQueue object between threads instead"
-                )
-            self._names.add(name)
+            holder = self._names.get(name)
+            if holder is not None:
+                if holder() is not None:
+                    return False
+                self._refs -= 1  # the reference its dropped owner never released
+            self._names[name] = weakref.ref(owner) if owner is not None else _strong_claim
+            return True
 
     def release(self, name: str | None = None) -> None:
         with _registry_lock:
             if name is not None:
-                self._names.discard(name)
+                self._names.pop(name, None)
             self._refs -= 1
             if self._refs > 0:
                 return
@@ -195,7 +217,10 @@ class Store:
     def _close(self) -> None:
         try:
             if self.packer is not None:
-                self.packer.close()
+                self.packer.close()  # records the garbage estimate: before the committer closes
+        finally:
+            self._committer.close()
+        try:
             self._tm.abort()
             self.writer.close()
         finally:
