@@ -94,4 +94,8 @@ class ReaderMixin:
 
     def _is_from_backlog(self: Any, key: Any) -> bool:
         """Stored before this session and not in the delay index at open."""
-        return self._key_seq(key) < self._session_seq and key not in self._delays.at_open
+        if self._key_seq(key) >= self._session_seq:
+            return False
+        # Only look keys up when there is something to find: a PriorityAckQueue key holds the
+        # item, which need not be hashable.
+        return not self._delays.at_open or key not in self._delays.at_open
