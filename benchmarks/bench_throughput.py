@@ -278,9 +278,17 @@ def batches_ack(d: str, n: int) -> tuple[float, float, float]:
     chunks = [[c.item(i) for i in range(s, min(n, s + 100))] for s in range(0, n, 100)]
     cons = q.connect()
     got: list[list[Any]] = []
+
+    def get_all() -> None:
+        total = 0
+        while total < n:  # get_many returns between 1 and 100 items
+            batch = cons.get_many(min(100, n - total))  # type: ignore[attr-defined]
+            got.append(batch)
+            total += len(batch)
+
     try:
         t_put = c.timed(lambda: [q.put_many(ch) for ch in chunks])  # type: ignore[attr-defined]
-        t_get = c.timed(lambda: [got.append(cons.get_many(100)) for _ in chunks])  # type: ignore[attr-defined]
+        t_get = c.timed(get_all)
         t_ack = c.timed(lambda: [cons.ack_many(g) for g in got])  # type: ignore[attr-defined]
         return t_put, t_get, t_ack
     finally:
