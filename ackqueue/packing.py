@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +34,9 @@ log = logging.getLogger("ackqueue")
 # The root key holding (size the last pack left, garbage estimate, file size at that estimate),
 # a tuple of ints rather than a persistent object.
 PACK_STATE_KEY = "ackqueue.pack_state"
-DEFAULT_MIN_BYTES = 768 * 1024
+DEFAULT_MIN_BYTES = 1536 * 1024
 DEFAULT_INDEX_EVERY = 16 * 1024 * 1024
+PACKER_CATCH_UP = 0.001  # seconds a committer yields while a pack runs behind
 CHECK_EVERY = 8  # commits between looks at the file size: a look costs as much as a put's pickle
 
 
@@ -86,6 +88,10 @@ class AutoPacker:
     def after_commit(self) -> None:
         """Called after each commit: save the index or start a background pack if due. Cheap."""
         self._commits += 1
+        if self._thread is not None and self._storage.getSize() > self._behind_size():
+            # The pack is falling behind what is being written: a thread that keeps the GIL
+            # busy starves the packer, whose every file read gives the GIL away. Yield it.
+            time.sleep(PACKER_CATCH_UP)
         if self._commits % CHECK_EVERY:
             return
         if self.index_due() and self._index_lock.acquire(blocking=False):
@@ -109,6 +115,9 @@ class AutoPacker:
                 target=self._background, name="ackqueue-autopack", daemon=True
             )
             self._thread.start()
+
+    def _behind_size(self) -> int:
+        return 2 * (self.packed_size + self.min_bytes)
 
     def pack(self) -> None:
         """Pack now, in the calling thread (after a background pack in progress)."""

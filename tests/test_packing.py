@@ -20,6 +20,7 @@ def files_total(directory):
 def test_churning_queue_stays_small_without_anyone_packing(tmp_path):
     path = os.path.join(tmp_path, "q.fs")
     with ackqueue.AckQueue(path, durability="relaxed") as q:
+        q._store.packer.min_bytes = 256 * 1024  # the default is larger; this is quicker
         for i in range(100):
             q.put(i)
         c = q.connect()
@@ -31,10 +32,11 @@ def test_churning_queue_stays_small_without_anyone_packing(tmp_path):
                 largest = max(largest, files_total(tmp_path))
         assert q._store.packer.packs >= 1
         assert q.qsize() == 100
-    # Unpacked, the file would hold all ~2.9 MB written; the bound for 50,000 cycles
-    # is 5 MB, and packing keeps it under 2 MB at any length of churn.
-    assert largest <= 2_000_000
-    assert files_total(tmp_path) <= 2_000_000
+    # Unpacked, the file would hold all ~2.9 MB written; packing keeps it near the floor.
+    # (A relaxed producer never waits for the disk: it would starve a packer that did not
+    # get the GIL back when it falls behind.)
+    assert largest <= 1_200_000
+    assert files_total(tmp_path) <= 1_200_000
     assert not any(n.endswith(".old") for n in os.listdir(tmp_path))
 
 
