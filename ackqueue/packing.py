@@ -34,7 +34,7 @@ log = logging.getLogger("ackqueue")
 # The root key holding (size the last pack left, garbage estimate, file size at that estimate),
 # a tuple of ints rather than a persistent object.
 PACK_STATE_KEY = "ackqueue.pack_state"
-DEFAULT_MIN_BYTES = 1536 * 1024
+DEFAULT_MIN_BYTES = 1024 * 1024
 DEFAULT_INDEX_EVERY = 16 * 1024 * 1024
 PACKER_CATCH_UP = 0.001  # seconds a committer yields while a pack runs behind
 CHECK_EVERY = 8  # commits between looks at the file size: a look costs as much as a put's pickle
