@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ZODB
+from ZODB.POSException import ReadConflictError
 
 from .consumer import Consumer
 from .errors import (
@@ -38,6 +39,7 @@ from .storage import Store
 SEQ_BITS = 40
 SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
+READ_RETRIES = 10
 
 
 class _Retry(Exception):
@@ -349,19 +351,38 @@ class AckQueue(queue.Queue):
         if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
-    def _load(self, key: Any) -> tuple[bytes, int]:
+    def _sync_reader(self, force: bool = False) -> None:
         commits = self._store.commits
-        if commits != self._reader_synced:
+        if force or commits != self._reader_synced:
             self._reader_tm.begin()
             self._reader_synced = commits
-        entry: Entry = self._reader_rec.entries[key]
+
+    def _load(self, key: Any) -> tuple[bytes, int]:
+        self._sync_reader()
+        for _ in range(READ_RETRIES):
+            try:
+                entry: Entry = self._reader_rec.entries[key]
+                return entry.data, entry.attempts + 1
+            except ReadConflictError:
+                self._sync_reader(force=True)  # a pack dropped what our snapshot saw
+        entry = self._reader_rec.entries[key]
         return entry.data, entry.attempts + 1
 
     def _scan_after(self, cursor: Any) -> Iterator[Any]:
-        entries = self._reader_rec.entries
-        if cursor is None:
-            return iter(entries.keys())
-        return iter(entries.keys(min=cursor, excludemin=True))
+        # A pack removes old revisions that the reader's snapshot may still be reading:
+        # move the reader to the present and go on from the last key seen.
+        self._sync_reader()
+        for _ in range(READ_RETRIES):
+            entries = self._reader_rec.entries
+            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
+            try:
+                for key in keys:
+                    cursor = key
+                    yield key
+                return
+            except ReadConflictError:
+                self._sync_reader(force=True)
+        yield from self._reader_rec.entries.keys(min=cursor, excludemin=cursor is not None)
 
     def _find_or_create_record(self) -> QueueRecord:
         root = self._store.root()
