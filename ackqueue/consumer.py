@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import NotHeldError, QueueClosedError
 from .holds import Delivery, Hold, HoldTable
+from .interrupts import Shield
 
 if TYPE_CHECKING:
     from .queue import AckQueue
@@ -33,22 +34,30 @@ class Consumer:
     def get_nowait(self) -> Any:
         return self.get(block=False)
 
+    # Settling runs under a closed Shield: Ctrl-C waits until memory and file agree again.
+
     def ack(self, item: Any) -> None:
         """Remove the held ``item`` (the very object :meth:`get` returned) for good."""
-        self._queue._settle(self._table, self._begin_settle(self._find(item, "ack")), ack=True)
+        with Shield(interruptible=False):
+            hold = self._begin_settle(self._find(item, "ack"))
+            self._queue._settle(self._table, hold, ack=True)
 
     def nack(self, item: Any) -> None:
         """Give the held ``item`` back to the queue, in its original place."""
-        self._queue._settle(self._table, self._begin_settle(self._find(item, "nack")), ack=False)
+        with Shield(interruptible=False):
+            hold = self._begin_settle(self._find(item, "nack"))
+            self._queue._settle(self._table, hold, ack=False)
 
     def ack_id(self, delivery_id: int) -> None:
         """Like :meth:`ack`, naming the delivery by its id (see :meth:`delivery`)."""
-        hold = self._begin_settle(self._find_id(delivery_id, "ack_id"))
-        self._queue._settle(self._table, hold, ack=True)
+        with Shield(interruptible=False):
+            hold = self._begin_settle(self._find_id(delivery_id, "ack_id"))
+            self._queue._settle(self._table, hold, ack=True)
 
     def nack_id(self, delivery_id: int) -> None:
-        hold = self._begin_settle(self._find_id(delivery_id, "nack_id"))
-        self._queue._settle(self._table, hold, ack=False)
+        with Shield(interruptible=False):
+            hold = self._begin_settle(self._find_id(delivery_id, "nack_id"))
+            self._queue._settle(self._table, hold, ack=False)
 
     def delivery(self, item: Any) -> Delivery:
         """The delivery of a held item: its id, attempts so far and when it was got."""
@@ -61,7 +70,8 @@ class Consumer:
 
     def close(self) -> None:
         """Give back everything held; the consumer cannot be used afterwards."""
-        self._finalizer()
+        with Shield(interruptible=False):
+            self._finalizer()
 
     @property
     def closed(self) -> bool:

@@ -8,6 +8,7 @@ claims the first ready item and ``get`` returns once its removal is committed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pickle
@@ -31,6 +32,7 @@ from .errors import (
     UnpicklableItemError,
 )
 from .holds import Delivery, Hold, HoldTable
+from .interrupts import Shield
 from .ready import ReadyIndex
 from .records import ROOT_KEY, Entry, QueueRecord, queues_of
 from .recovery import ThreadExitWatch
@@ -122,6 +124,7 @@ class AckQueue(queue.Queue):
         return len(self._ready) + self._staged
 
     def _put(self, item: Any) -> None:
+        self._shield_close()
         self._check_open()
         priority = getattr(self._tls, "priority", 0)
         data = _pickle(item)
@@ -140,6 +143,7 @@ class AckQueue(queue.Queue):
                 raise _Retry
             self._landed.wait()
         self._check_open()
+        self._shield_close()
         key = self._ready.pop()
         try:
             data, attempts = self._load(key)
@@ -162,38 +166,40 @@ class AckQueue(queue.Queue):
         self._check_priority(priority)
         self._tls.priority = priority
         self._tls.staged = None
-        try:
-            super().put(item, block, timeout)
-        except BaseException:
-            self._unstage(counted=False)
-            raise
-        staged = self._tls.staged
-        self._tls.staged = None
-        if staged is None:
-            return  # a subclass's _put chose not to store it
-        try:
-            self._store.run(self._inserter(staged))
-        except BaseException:
-            self._unstage(counted=True)
-            raise
-        with self.mutex:
-            self._staged -= 1
-            self._ready.push(staged.key)
-            self._landed.notify_all()
-            self.not_empty.notify()
+        with self._shielded():
+            try:
+                super().put(item, block, timeout)
+            except BaseException:
+                self._unstage(counted=False)
+                raise
+            staged = self._tls.staged
+            self._tls.staged = None
+            if staged is None:
+                return  # a subclass's _put chose not to store it
+            try:
+                self._store.run(self._inserter(staged))
+            except BaseException:
+                self._unstage(counted=True)
+                raise
+            with self.mutex:
+                self._staged -= 1
+                self._ready.push(staged.key)
+                self._landed.notify_all()
+                self.not_empty.notify()
 
     def put_nowait(self, item: Any, *, priority: int = 0) -> None:
         self.put(item, block=False, priority=priority)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return the next item; the removal is durable when this returns."""
-        claim = self._claim_next(block, timeout)
-        try:
-            self._store.run(self._deleter(claim.key))
-        except BaseException:
-            self._unclaim(claim.key)
-            raise
-        return claim.item
+        with self._shielded():
+            claim = self._claim_next(block, timeout)
+            try:
+                self._store.run(self._deleter(claim.key))
+            except BaseException:
+                self._unclaim(claim.key)
+                raise
+            return claim.item
 
     def connect(self) -> Consumer:
         """A consumer for the calling thread: what it gets is held until acked."""
@@ -251,15 +257,18 @@ class AckQueue(queue.Queue):
     # -- what consumers call ---------------------------------------------------------------
 
     def _hold_next(self, table: HoldTable, block: bool, timeout: float | None) -> Any:
-        claim = self._claim_next(block, timeout)
-        with self.mutex:
-            if table.closed:
-                self._unclaim_locked(claim.key)
-                raise QueueClosedError("this consumer is closed")
-            delivery = Delivery(next(self._delivery_ids), claim.item, claim.attempts, time.time())
-            table.add(claim.key, delivery)
-            self._held += 1
-        return claim.item
+        with self._shielded():
+            claim = self._claim_next(block, timeout)
+            with self.mutex:
+                if table.closed:
+                    self._unclaim_locked(claim.key)
+                    raise QueueClosedError("this consumer is closed")
+                delivery = Delivery(
+                    next(self._delivery_ids), claim.item, claim.attempts, time.time()
+                )
+                table.add(claim.key, delivery)
+                self._held += 1
+            return claim.item
 
     def _settle(self, table: HoldTable, hold: Hold, ack: bool) -> None:
         """Ack (remove for good) or nack (make ready again) a hold being settled."""
@@ -342,6 +351,22 @@ class AckQueue(queue.Queue):
                 self.unfinished_tasks -= 1
             self._landed.notify_all()
             self.not_full.notify()
+
+    @contextlib.contextmanager
+    def _shielded(self) -> Iterator[None]:
+        """Hold Ctrl-C back from the moment this thread takes something (see interrupts.py)."""
+        with Shield() as shield:
+            outer = getattr(self._tls, "shield", None)
+            self._tls.shield = shield
+            try:
+                yield
+            finally:
+                self._tls.shield = outer
+
+    def _shield_close(self) -> None:
+        shield = getattr(self._tls, "shield", None)
+        if shield is not None:
+            shield.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -1,0 +1,77 @@
+"""Holding Ctrl-C back while the file and the queue's memory disagree.
+
+Python raises ``KeyboardInterrupt`` in the main thread between any two bytecodes. Landing
+inside a ZODB commit it makes FileStorage close itself ("Failure in _finish. Closing."),
+and landing between a commit and the matching in-memory update it leaves an item stored
+but never handed out, or acked in the file but still held. So an operation runs under a
+:class:`Shield`: while the shield is up a SIGINT is only recorded, and it is raised once the
+operation has finished, through whatever handler was installed before.
+
+A blocking wait must stay interruptible (Ctrl-C on a ``get`` that waits for an item has to
+work), so an operation starts *open*: a SIGINT then interrupts it at once, as usual. It
+calls :meth:`Shield.close` at the moment it takes something (claims an item, stages a put),
+and from then on the interrupt waits until the operation is done.
+
+Only the main thread receives signals, so elsewhere the shield does nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+
+class Shield:
+    """Defers SIGINT from :meth:`close` until the ``with`` block ends (main thread only)."""
+
+    __slots__ = ("_active", "_open", "_pending", "_previous")
+
+    def __init__(self, interruptible: bool = True) -> None:
+        self._active = False
+        self._open = interruptible
+        self._pending = False
+        self._previous: Any = None
+
+    def __enter__(self) -> Shield:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        previous = signal.getsignal(signal.SIGINT)
+        if not callable(previous) or isinstance(previous, _Recorder):
+            return self  # SIG_IGN/SIG_DFL, or an outer shield already holds it back
+        self._previous = previous
+        signal.signal(signal.SIGINT, _Recorder(self))
+        self._active = True
+        return self
+
+    def close(self) -> None:
+        """From now on the operation has taken something: hold SIGINT back."""
+        self._open = False
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._open:
+            self._previous(signum, frame)  # nothing taken yet: interrupt as usual
+        else:
+            self._pending = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._active:
+            return
+        self._active = False
+        signal.signal(signal.SIGINT, self._previous)
+        if self._pending:
+            self._pending = False
+            signal.raise_signal(signal.SIGINT)  # the user's handler runs now
+
+
+class _Recorder:
+    """The SIGINT handler while a shield is up."""
+
+    __slots__ = ("shield",)
+
+    def __init__(self, shield: Shield) -> None:
+        self.shield = shield
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.shield._on_signal(signum, frame)
