@@ -1,0 +1,75 @@
+"""Torn writes: a queue file cut at every byte of its last transaction opens at the previous commit.
+
+A crash or power loss can leave any prefix of the last write on disk. FileStorage writes a
+transaction as header, data records and a trailing length, and marks it committed last;
+on open, a trailing transaction that is incomplete must be dropped. So every prefix that
+ends inside the last transaction must open as an ackqueue holding exactly what the commit
+before it held, and the full file must hold the new state.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import ackqueue
+
+
+def contents(path: str) -> list[object]:
+    """The items of the queue in order, read through a consumer that acks nothing."""
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        items = []
+        while True:
+            try:
+                items.append(c.get_nowait())
+            except ackqueue.Empty:
+                break
+        assert q.unacked_count() == len(items)
+        return items
+
+
+def build(path: str, last: str) -> tuple[int, list[object], list[object]]:
+    """Make a queue file; return where its last transaction starts and the two states."""
+    with ackqueue.AckQueue(path) as q:
+        for i in range(5):
+            q.put({"n": i, "payload": "p" * 40})
+        with q.connect() as c:
+            c.ack(c.get())
+        before = [{"n": i, "payload": "p" * 40} for i in range(1, 5)]
+        start = os.path.getsize(path)
+        if last == "put":
+            q.put({"n": 5, "payload": "p" * 40})
+            after = before + [{"n": 5, "payload": "p" * 40}]
+        elif last == "ack":
+            with q.connect() as c:
+                c.ack(c.get())
+            after = before[1:]
+        else:  # "get": a plain get commits the removal
+            q.get()
+            after = before[1:]
+    return start, before, after
+
+
+@pytest.mark.parametrize("last", ["put", "ack", "get"])
+def test_every_cut_inside_the_last_transaction_opens_at_the_previous_commit(tmp_path, last):
+    source = str(tmp_path / "source.fs")
+    start, before, after = build(source, last)
+    end = os.path.getsize(source)
+    assert end - start > 100, "the last transaction should be a real one"
+    assert contents(source) == after
+    with open(source, "rb") as f:
+        data = f.read(end)
+    cuts = tmp_path / "cuts"
+    for cut in range(start, end):
+        cuts.mkdir()
+        path = str(cuts / "q.fs")
+        with open(path, "wb") as f:
+            f.write(data[:cut])
+        assert contents(path) == before, f"cut at byte {cut} of {start}..{end}"
+        # the repaired file takes new writes and keeps them
+        with ackqueue.AckQueue(path) as q:
+            q.put("after the crash")
+        assert contents(path) == before + ["after the crash"], f"cut at byte {cut}"
+        shutil.rmtree(cuts)
