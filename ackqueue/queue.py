@@ -179,6 +179,7 @@ class AckQueue(queue.Queue):
             try:
                 self._store.run(self._inserter(staged))
             except BaseException:
+                self._tls.staged = staged  # _unstage takes it from there
                 self._unstage(counted=True)
                 raise
             with self.mutex:
