@@ -75,6 +75,7 @@ class Store:
         self._tm = transaction.TransactionManager()
         self.writer: Connection = db.open(transaction_manager=self._tm)
         self._committer = GroupCommitter(self._tm, self._describe_failure)
+        self._needs_repair = False
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -146,19 +147,61 @@ class Store:
 
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
+        if self._needs_repair:
+            change = self._after_repair(change)
         return self._committer.run(change)
+
+    def _after_repair(self, change: Callable[[], T]) -> Callable[[], T]:
+        def repaired() -> T:
+            self._repair_file()
+            return change()
+
+        return repaired
+
+    def _repair_file(self) -> None:
+        """Cut off what a failed write left behind, before anything else is written.
+
+        When FileStorage fails to write a transaction (disk full), it tries to truncate the
+        file back, but its buffered file must flush first, which fails the same way: the
+        unwritten rest of the failed transaction stays in the buffer. Once space returns,
+        the next write flushes it past the next transaction's end, and at the next open
+        FileStorage reads that debris as a transaction header and takes its garbage id as
+        the last transaction id: every later commit then gets an id centuries ahead, and
+        packing by time stops working. So the truncation is done again here, once it can
+        succeed. It runs inside a change: the committer serialises it with every commit.
+        """
+        storage = self.db.storage
+        if not isinstance(storage, FileStorage):
+            self._needs_repair = False
+            return
+        with storage._lock:
+            if not self._needs_repair:
+                return
+            try:
+                storage._file.truncate(storage._pos)
+                storage._file.flush()
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot write to queue storage {self.where}: {exc} "
+                    "(still failing since an earlier write failed)"
+                ) from exc
+            self._needs_repair = False
 
     def root(self) -> Any:
         """The writer connection's root; touch it only inside a change."""
         return self.writer.root()
 
     def pack(self) -> None:
-        self.db.pack()
+        try:
+            self.db.pack()
+        except OSError as exc:
+            raise StorageError(f"cannot pack queue storage {self.where}: {exc}") from exc
 
     def _describe_failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StorageError):
             return exc
         if isinstance(exc, OSError):
+            self._needs_repair = True
             err = StorageError(f"cannot write to queue storage {self.where}: {exc}")
         elif isinstance(exc, Exception):
             err = StorageError(f"commit to queue storage {self.where} failed: {exc!r}")
