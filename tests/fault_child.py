@@ -6,8 +6,9 @@
     python fault_child.py interrupt PATH SEED OPS
         puts, gets, acks and nacks while SIGINT arrives at random moments; see
         tests/test_interrupts.py.
-    python fault_child.py fsize PATH OP
-        runs OP (put, ack or pack) under a file-size limit; see tests/test_disk_full.py.
+    python fault_child.py fsize PATH OP LIMIT
+        runs OP (put, ack or pack) under a file-size limit of LIMIT bytes more than the file
+        (or LIMIT bytes in all if negative); see tests/test_disk_full.py.
 """
 
 from __future__ import annotations
@@ -190,15 +191,14 @@ def set_file_limit(nbytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, resource.RLIM_INFINITY))
 
 
-def fsize_mode(path: str, op: str) -> None:
+def fsize_mode(path: str, op: str, limit: int) -> None:
     """Fill the file limit during ``op``; report the error, then lift the limit and go on."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit raises EFBIG
     report: dict[str, object] = {"op": op}
     q = ackqueue.AckQueue(path)
     c = q.connect()
     held = [c.get(timeout=0) for _ in range(q.qsize())] if op == "ack" else []
-    size = os.path.getsize(path)
-    set_file_limit(size + 4096)
+    set_file_limit(os.path.getsize(path) + limit if limit >= 0 else -limit)
     confirmed = []
     try:
         if op == "put":
@@ -242,7 +242,7 @@ def main() -> None:
     elif mode == "interrupt":
         interrupt_mode(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "fsize":
-        fsize_mode(sys.argv[2], sys.argv[3])
+        fsize_mode(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
