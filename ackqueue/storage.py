@@ -56,7 +56,8 @@ def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
             "only one process may open a FileStorage at a time (use ZEO to share it)"
         ) from None
     except FileStorageError as exc:
-        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({exc})") from None
+        why = "it does not start with a FileStorage header" if str(exc) == path else str(exc)
+        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({why})") from None
     except PermissionError as exc:
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
     except OSError as exc:
