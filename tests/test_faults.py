@@ -16,8 +16,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+import ZODB
 from conftest import child_env
 from fault_child import load_stress
+from ZODB.FileStorage import FileStorage
 
 import ackqueue
 
@@ -73,3 +76,99 @@ def test_sigkill_during_pack_loses_nothing_and_the_file_opens(tmp_path):
     with ackqueue.AckQueue(path) as q:
         q.pack()
     assert sorted(stress.stored_ids(path)) == stored
+
+
+# -- bad environments: each a clear error that says what and where -----------------------
+
+
+def test_missing_directory_is_named(tmp_path):
+    path = str(tmp_path / "nope" / "q.fs")
+    with pytest.raises(ackqueue.StorageError, match="directory .*nope does not exist"):
+        ackqueue.AckQueue(path)
+
+
+def test_a_directory_given_as_the_file_is_named(tmp_path):
+    with pytest.raises(ackqueue.StorageError, match=f"{tmp_path}.*Is a directory"):
+        ackqueue.AckQueue(str(tmp_path))
+
+
+def test_text_file_is_not_taken_for_a_queue(tmp_path):
+    path = tmp_path / "notes.fs"
+    path.write_text("not a database\n")
+    with pytest.raises(ackqueue.NotAQueueFileError, match=f"{path} is not a ZODB FileStorage"):
+        ackqueue.AckQueue(str(path))
+    assert path.read_text() == "not a database\n", "the foreign file was changed"
+
+
+def test_a_filestorage_of_another_application_is_refused_untouched(tmp_path):
+    path = str(tmp_path / "app.fs")
+    db = ZODB.DB(FileStorage(path))
+    with db.transaction() as conn:
+        conn.root()["customers"] = {"ann": 1}
+    db.close()
+    size = os.path.getsize(path)
+    with pytest.raises(ackqueue.NotAQueueFileError, match=f"{path} holds a ZODB database"):
+        ackqueue.AckQueue(path)
+    assert os.path.getsize(path) == size, "ackqueue wrote into another application's file"
+    db = ZODB.DB(FileStorage(path))
+    with db.transaction() as conn:
+        assert dict(conn.root()) == {"customers": {"ann": 1}}
+    db.close()
+
+
+LOCK_HOLDER = """
+import sys, ackqueue
+q = ackqueue.AckQueue(sys.argv[1])
+q.put("kept")
+print("open", flush=True)
+sys.stdin.read()
+q.close()
+"""
+
+
+def test_a_file_held_by_a_live_process_names_it_and_opens_once_it_is_gone(tmp_path):
+    path = str(tmp_path / "q.fs")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, path],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env(),
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline().strip() == b"open"
+    with pytest.raises(ackqueue.QueueLockedError) as locked:
+        ackqueue.AckQueue(path)
+    assert path in str(locked.value) and f"pid {holder.pid}" in str(locked.value)
+    holder.stdin.close()
+    assert holder.wait(timeout=30) == 0
+    with ackqueue.AckQueue(path) as q:
+        assert q.get_nowait() == "kept"
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory bind-mounted read-only (root ignores file modes), or a skip."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with ackqueue.AckQueue(str(ro / "existing.fs")) as q:
+        q.put("kept")
+    done = subprocess.run(
+        f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}",
+        shell=True, capture_output=True,
+    )
+    if done.returncode != 0:
+        subprocess.run(["umount", str(ro)], capture_output=True)
+        pytest.skip(f"cannot make a read-only bind mount here: {done.stderr.decode().strip()}")
+    try:
+        yield ro
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+
+
+def test_read_only_directory_and_file_give_a_clear_error_and_lose_nothing(read_only_dir):
+    for name in ("new.fs", "existing.fs"):
+        path = str(read_only_dir / name)
+        with pytest.raises(ackqueue.StorageError, match=f"{path}.*Read-only file system"):
+            ackqueue.AckQueue(path)
+    subprocess.run(["umount", str(read_only_dir)], check=True)  # the cause goes away
+    subprocess.run(["mount", "--bind", str(read_only_dir), str(read_only_dir)], check=True)
+    with ackqueue.AckQueue(str(read_only_dir / "existing.fs")) as q:
+        assert q.get_nowait() == "kept"
