@@ -9,6 +9,7 @@ claims the first ready item and ``get`` returns once its removal is committed.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import os
 import pickle
@@ -504,4 +505,24 @@ def _unpickle(data: bytes, what: str) -> Any:
     try:
         return pickle.loads(data)
     except Exception as exc:
-        raise ItemLoadError(f"cannot load {what}: {exc}") from exc
+        culprit = _failing_class(data)
+        named = f" (class {culprit})" if culprit else ""
+        raise ItemLoadError(f"cannot load {what}{named}: {exc}") from exc
+
+
+class _ClassRecorder(pickle.Unpickler):
+    last: str = ""
+
+    def find_class(self, module: str, name: str) -> Any:
+        self.last = f"{module}.{name}"
+        return super().find_class(module, name)
+
+
+def _failing_class(data: bytes) -> str:
+    """The class an unloadable pickle names last before it fails: the one that is gone."""
+    recorder = _ClassRecorder(io.BytesIO(data))
+    try:
+        recorder.load()
+    except Exception:
+        return recorder.last
+    return ""
