@@ -8,6 +8,7 @@ writer connection of its database; all writes go through its :class:`GroupCommit
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -24,6 +25,7 @@ from ZODB.MappingStorage import MappingStorage
 
 from .commit import GroupCommitter
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
+from .interrupts import Shield
 
 log = logging.getLogger("ackqueue")
 
@@ -43,12 +45,38 @@ def _lock_owner(path: str) -> str:
     return f" (pid {pid})" if pid else ""
 
 
+def _recover_interrupted_pack(path: str) -> None:
+    """Put back a file that a pack had moved aside when it was killed or interrupted.
+
+    FileStorage ends a pack by renaming the file to ``.old`` and then ``.pack`` to the
+    file. Between the two renames the file does not exist, and opening it would start a
+    new, empty database. ``.old`` then holds every committed transaction (the pack holds
+    the commit lock across the swap), so it is the file.
+    """
+    old = path + ".old"
+    if os.path.exists(path) or not os.path.exists(old):
+        return
+    lock = zc.lockfile.LockFile(path + ".lock")  # not while a live process packs it
+    try:
+        if not os.path.exists(path) and os.path.exists(old):
+            log.warning("%s was missing after an interrupted pack; restoring it from %s",
+                        path, old)
+            os.rename(old, path)
+            for leftover in (path + ".index", path + ".pack"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
+    finally:
+        lock.close()
+
+
 def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
     """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     try:
+        if not read_only:
+            _recover_interrupted_pack(path)
         return FileStorage(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
@@ -194,7 +222,10 @@ class Store:
 
     def pack(self) -> None:
         try:
-            self.db.pack()
+            # Ctrl-C between FileStorage's two renames would leave no file and a closed
+            # storage: let it wait until the pack is over.
+            with Shield(interruptible=False):
+                self.db.pack()
         except OSError as exc:
             raise StorageError(f"cannot pack queue storage {self.where}: {exc}") from exc
 
