@@ -115,6 +115,9 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
     put_confirmed: set[int] = set()
     put_attempted: set[int] = set()
     acked: set[int] = set()
+    got: set[int] = set()
+    plain_get_running = False
+    plain_gets_cut = 0  # interrupted plain gets: each may have removed an item, unseen
     ack_attempted: set[int] = set()
     held: dict[int, object] = {}
     interrupts = 0
@@ -132,6 +135,13 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
                 put_attempted.add(n)
                 q.put(n)
                 put_confirmed.add(n)
+            elif roll < 0.45:
+                plain_get_running = True
+                item = q.get(timeout=1)
+                plain_get_running = False
+                got.add(item)
+            elif roll < 0.46:
+                q.pack()
             elif roll < 0.7:
                 item = c.get(timeout=1)
                 if item in held:
@@ -149,6 +159,8 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
             done += 1
         except KeyboardInterrupt:
             interrupts += 1
+            plain_gets_cut += plain_get_running
+            plain_get_running = False
             while True:
                 try:
                     interrupts += interrupter.quiesce()
@@ -176,6 +188,8 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
         "put_confirmed": sorted(put_confirmed),
         "ack_attempted": sorted(ack_attempted),
         "acked": sorted(acked),
+        "got": sorted(got),
+        "plain_gets_cut": plain_gets_cut,
         "held": sorted(held),
         "qsize": qsize,
         "unacked": unacked,

@@ -172,3 +172,21 @@ def test_read_only_directory_and_file_give_a_clear_error_and_lose_nothing(read_o
     subprocess.run(["mount", "--bind", str(read_only_dir), str(read_only_dir)], check=True)
     with ackqueue.AckQueue(str(read_only_dir / "existing.fs")) as q:
         assert q.get_nowait() == "kept"
+
+
+def test_a_pack_cut_between_its_two_renames_reopens_with_everything(tmp_path):
+    """FileStorage ends a pack with file -> file.old, then file.pack -> file. A SIGKILL
+    between the two leaves no file at all; opening must not start an empty queue."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        for i in range(20):
+            q.put(i)
+        q.get()
+    with open(path, "rb") as f:
+        packed_looking = f.read()[: os.path.getsize(path) // 2]
+    os.rename(path, path + ".old")  # the state between the renames
+    with open(path + ".pack", "wb") as f:
+        f.write(packed_looking)
+    with ackqueue.AckQueue(path) as q:
+        assert [q.get_nowait() for _ in range(q.qsize())] == list(range(1, 20))
+    assert not os.path.exists(path + ".old") and not os.path.exists(path + ".pack")

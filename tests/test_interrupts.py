@@ -55,9 +55,12 @@ def test_ctrl_c_inside_operations_leaves_queue_consistent_and_usable(tmp_path, s
     assert -1 in report["drained"], "a put after the interrupts did not come back"
 
     stored_set = set(stored) - {-1}
-    confirmed = set(report["put_confirmed"]) - set(report["ack_attempted"])
-    assert confirmed <= stored_set, f"lost: {sorted(confirmed - stored_set)[:10]}"
+    confirmed = set(report["put_confirmed"]) - set(report["ack_attempted"]) - set(report["got"])
+    lost = confirmed - stored_set
+    # a plain get cut by Ctrl-C may have removed its item (at most once), unseen by the loop
+    assert len(lost) <= report["plain_gets_cut"], f"lost: {sorted(lost)[:10]}"
     assert not stored_set & set(report["acked"]), "an acked item is still stored"
+    assert not stored_set & set(report["got"]), "an item a plain get returned is still stored"
     assert stored_set <= set(report["put_attempted"]), "stored something never put"
 
 
