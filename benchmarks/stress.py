@@ -39,6 +39,7 @@ sys.path.insert(0, REPO_ROOT)
 import ackqueue  # noqa: E402
 
 MAX_HELD = 20
+EARLY_KILLS = 0.1  # share of kills aimed at the child's start instead of its workload
 LOW_DEPTH = 50
 
 
@@ -315,6 +316,7 @@ def run_stress(
     journal_path = os.path.join(workdir, "journal.txt")
     started = time.monotonic()
     errors: list[str] = []
+    early = 0
     for run in range(kills):
         child = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--child", path, journal_path,
@@ -323,13 +325,18 @@ def run_stress(
             env=env,
         )
         assert child.stdout is not None
-        line = child.stdout.readline()
-        if line.strip() != b"ready":
-            child.kill()
-            child.wait()
-            raise RuntimeError(f"run {run}: the child did not start (exit {child.returncode})")
-        # the random moment of the kill: not synchronisation, the point of the test
-        time.sleep(rng.uniform(0, max_delay))
+        if rng.random() < EARLY_KILLS:
+            # kill while the child starts and opens the file (index rebuild, first commit)
+            time.sleep(rng.uniform(0, 0.3))
+            early += 1
+        else:
+            line = child.stdout.readline()
+            if line.strip() != b"ready":
+                child.kill()
+                child.wait()
+                raise RuntimeError(f"run {run}: the child did not start ({child.returncode})")
+            # the random moment of the kill: not synchronisation, the point of the test
+            time.sleep(rng.uniform(0, max_delay))
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
@@ -349,6 +356,7 @@ def run_stress(
     return {
         "ok": not errors,
         "kills": kills,
+        "kills_while_opening": early,
         "seconds": round(time.monotonic() - started, 1),
         "file_bytes": os.path.getsize(path),
         **counts,
