@@ -160,7 +160,15 @@ class Store:
             self.writer.close()
         finally:
             if self.owns_db:
-                self.db.close()
+                try:
+                    self.db.close()
+                except OSError as exc:
+                    # Everything committed is already on disk; only the index or the
+                    # temporary file could not be written out (a full disk, say).
+                    raise StorageError(
+                        f"closing queue storage {self.where}: {exc} (committed data is safe; "
+                        "the next open rebuilds the index)"
+                    ) from exc
 
     # -- connections and commits ----------------------------------------------------------
 
