@@ -140,3 +140,29 @@ def test_a_full_filesystem_gives_a_clear_error_and_recovers_in_process(small_fs,
     caplog.set_level(logging.WARNING)
     assert stored(path) == PRE[1:] + confirmed + [("after", 0, b"")]
     assert_file_is_clean(path, caplog)
+
+
+CLOSE_WHEN_FULL = """
+import os, resource, signal, sys, ackqueue
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+q = ackqueue.AckQueue(sys.argv[1])
+for i in range(300):
+    q.put(i)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+try:
+    q.close()
+except ackqueue.StorageError as exc:
+    print(exc)
+"""
+
+
+def test_closing_on_a_full_disk_says_so_and_loses_nothing(tmp_path):
+    path = str(tmp_path / "q.fs")
+    proc = subprocess.run(
+        [sys.executable, "-c", CLOSE_WHEN_FULL, path],
+        env=child_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert path in proc.stdout and "File too large" in proc.stdout, proc.stdout
+    with ackqueue.AckQueue(path) as q:
+        assert q.qsize() == 300
