@@ -20,7 +20,7 @@ import zc.lockfile
 import ZODB
 from ZODB.Connection import Connection
 from ZODB.FileStorage import FileStorage
-from ZODB.FileStorage.FileStorage import FileStorageError
+from ZODB.FileStorage.FileStorage import FileStorageError, packed_version
 from ZODB.MappingStorage import MappingStorage
 
 from .commit import GroupCommitter
@@ -28,6 +28,8 @@ from .errors import NotAQueueFileError, QueueLockedError, StorageError
 from .interrupts import Shield
 
 log = logging.getLogger("ackqueue")
+
+FILESTORAGE_MAGIC: bytes = packed_version  # the 4 bytes every FileStorage file starts with
 
 T = TypeVar("T")
 
@@ -69,6 +71,22 @@ def _recover_interrupted_pack(path: str) -> None:
         lock.close()
 
 
+def _forget_torn_header(path: str) -> None:
+    """Empty a file that holds only part of FileStorage's 4-byte header.
+
+    That is what a crash while the file was being created can leave; it holds no data,
+    and FileStorage would take it for a foreign file.
+    """
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return
+    if 0 < size < len(FILESTORAGE_MAGIC):
+        with open(path, "r+b") as f:
+            if FILESTORAGE_MAGIC.startswith(f.read()):
+                f.truncate(0)
+
+
 def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
     """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
     directory = os.path.dirname(path) or "."
@@ -77,6 +95,7 @@ def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
     try:
         if not read_only:
             _recover_interrupted_pack(path)
+            _forget_torn_header(path)
         return FileStorage(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
