@@ -73,3 +73,34 @@ def test_every_cut_inside_the_last_transaction_opens_at_the_previous_commit(tmp_
             q.put("after the crash")
         assert contents(path) == before + ["after the crash"], f"cut at byte {cut}"
         shutil.rmtree(cuts)
+
+
+def test_every_prefix_of_a_young_file_opens_at_the_last_commit_it_holds_whole(tmp_path):
+    """Cuts inside every earlier transaction too, from the file's creation on (every byte
+    of the header, then every 5th, to stay quick): a crash while the queue was young."""
+    source = str(tmp_path / "source.fs")
+    boundaries: list[tuple[int, list[object]]] = []  # (file size, state) after each commit
+    with ackqueue.AckQueue(source) as q:
+        state: list[object] = []
+        boundaries.append((os.path.getsize(source), list(state)))
+        for i in range(4):
+            q.put(i)
+            state.append(i)
+            boundaries.append((os.path.getsize(source), list(state)))
+        q.get()
+        state.pop(0)
+        boundaries.append((os.path.getsize(source), list(state)))
+    with open(source, "rb") as f:
+        data = f.read()
+    cuts = tmp_path / "cuts"
+    for cut in [1, 2, 3, *range(0, len(data) + 1, 5)]:
+        expected: list[object] = []
+        for size, held in boundaries:
+            if size <= cut:
+                expected = held
+        cuts.mkdir()
+        path = str(cuts / "q.fs")
+        with open(path, "wb") as f:
+            f.write(data[:cut])
+        assert contents(path) == expected, f"cut at byte {cut} of {len(data)}"
+        shutil.rmtree(cuts)
