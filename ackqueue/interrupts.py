@@ -41,7 +41,10 @@ class Shield:
         if not callable(previous) or isinstance(previous, _Recorder):
             return self  # SIG_IGN/SIG_DFL, or an outer shield already holds it back
         self._previous = previous
-        signal.signal(signal.SIGINT, _Recorder(self))
+        try:
+            signal.signal(signal.SIGINT, _Recorder(self))
+        except ValueError:  # not the main interpreter: signals are not ours to handle
+            return self
         self._active = True
         return self
 
