@@ -13,6 +13,8 @@ import os
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ackqueue
 
@@ -104,3 +106,49 @@ def test_every_prefix_of_a_young_file_opens_at_the_last_commit_it_holds_whole(tm
             f.write(data[:cut])
         assert contents(path) == expected, f"cut at byte {cut} of {len(data)}"
         shutil.rmtree(cuts)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    ops=st.lists(st.sampled_from(["put", "put", "get-ack", "get-nack", "plain-get"]),
+                 min_size=1, max_size=12),
+    where=st.lists(st.floats(min_value=0, max_value=1), min_size=3, max_size=6),
+)
+def test_random_histories_cut_anywhere_open_at_a_commit(tmp_path_factory, ops, where):
+    """Random puts, acks, nacks and gets; cuts at random places anywhere in the file."""
+    tmp = tmp_path_factory.mktemp("hist")
+    source = str(tmp / "source.fs")
+    boundaries: list[tuple[int, list[int]]] = []
+    stored: list[int] = []
+    with ackqueue.AckQueue(source) as q, q.connect() as c:
+        boundaries.append((os.path.getsize(source), []))
+        n = 0
+        for op in ops:
+            if op == "put":
+                q.put(n)
+                stored.append(n)
+                n += 1
+            elif not q.qsize():
+                continue
+            elif op == "plain-get":
+                stored.remove(q.get())
+            else:
+                item = c.get()
+                if op == "get-nack":
+                    c.nack(item)
+                    continue
+                c.ack(item)
+                stored.remove(item)
+            boundaries.append((os.path.getsize(source), sorted(stored)))
+    with open(source, "rb") as f:
+        data = f.read()
+    for fraction in where:
+        cut = int(fraction * len(data))
+        expected: list[int] = []
+        for size, held in boundaries:
+            if size <= cut:
+                expected = held
+        path = str(tmp / f"cut{cut}.fs")
+        with open(path, "wb") as f:
+            f.write(data[:cut])
+        assert contents(path) == expected, f"cut at byte {cut} of {len(data)} after {ops}"
