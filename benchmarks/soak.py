@@ -136,7 +136,7 @@ def main() -> int:
     while not stop.is_set() and time.monotonic() < end:
         stop.wait(max(0.0, min(next_sample, next_pack, end) - time.monotonic()))
         now = time.monotonic()
-        if now >= next_pack:
+        if now >= next_pack or (now >= end and args.pack_interval > 0):
             q.pack()
             next_pack = now + args.pack_interval
         if now >= next_sample or now >= end:
