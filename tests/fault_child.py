@@ -205,6 +205,36 @@ def set_file_limit(nbytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, resource.RLIM_INFINITY))
 
 
+def _fill_from_threads(q: ackqueue.AckQueue, threads: int, confirmed: list[int]) -> None:
+    """Put from several threads at once (their puts share commits) until the disk is full.
+
+    Adds each confirmed put to ``confirmed``; raises the first error once all have stopped.
+    """
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def putter(t: int) -> None:
+        try:
+            for i in range(100_000):
+                q.put(("full", t * 100_000 + i, b"z" * 200))
+                with lock:
+                    confirmed.append(t * 100_000 + i)
+        except Exception as exc:
+            with lock:
+                errors.append(exc)
+
+    workers = [threading.Thread(target=putter, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if len(errors) != threads:
+        raise AssertionError(f"only {len(errors)} of {threads} putters stopped with an error")
+    if not all(isinstance(e, ackqueue.StorageError) for e in errors):
+        raise AssertionError(f"unclear errors: {errors!r}")
+    raise errors[0]
+
+
 def fsize_mode(path: str, op: str, limit: int) -> None:
     """Fill the file limit during ``op``; report the error, then lift the limit and go on."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit raises EFBIG
@@ -225,6 +255,8 @@ def fsize_mode(path: str, op: str, limit: int) -> None:
                 confirmed.append(item[1])
         elif op == "pack":
             q.pack()
+        elif op == "threads":
+            _fill_from_threads(q, 4, confirmed)
         report["error"] = None
     except Exception as exc:
         report["error"] = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"

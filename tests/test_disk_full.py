@@ -50,7 +50,7 @@ def assert_file_is_clean(path: str, caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.parametrize(
-    ("op", "limit"), [("put", 4096), ("ack", 4096), ("pack", -2048)]
+    ("op", "limit"), [("put", 4096), ("ack", 4096), ("pack", -2048), ("threads", 16384)]
 )
 def test_a_file_size_limit_gives_a_clear_error_and_loses_nothing(tmp_path, caplog, op, limit):
     path = str(tmp_path / "q.fs")
@@ -82,6 +82,12 @@ def test_a_file_size_limit_gives_a_clear_error_and_loses_nothing(tmp_path, caplo
         acked = set(report["confirmed"])
         assert items == [x for x in PRE if x[1] not in acked] + [("after", 0, b"")]
         assert report["unacked"] == len(PRE) - len(acked)
+    elif op == "threads":
+        assert len(report["confirmed"]) > 4, "the limit left no room for the putters"
+        assert items[: len(PRE)] == PRE and items[-1] == ("after", 0, b"")
+        middle = items[len(PRE) : -1]
+        assert sorted(i for _, i, _ in middle) == sorted(report["confirmed"])
+        assert report["qsize"] == len(items)
     else:
         assert items == PRE + [("after", 0, b"")]
 
