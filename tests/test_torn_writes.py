@@ -152,3 +152,17 @@ def test_random_histories_cut_anywhere_open_at_a_commit(tmp_path_factory, ops, w
         with open(path, "wb") as f:
             f.write(data[:cut])
         assert contents(path) == expected, f"cut at byte {cut} of {len(data)} after {ops}"
+
+
+def test_a_torn_or_garbled_index_file_is_rebuilt_from_the_data(tmp_path):
+    """The .index is written at close; a kill while writing it leaves any prefix of it."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        for i in range(300):
+            q.put(i)
+    with open(path + ".index", "rb") as f:
+        index = f.read()
+    for damaged in [b"", index[:1], index[: len(index) // 3], index[:-1], b"garbage" * 50]:
+        with open(path + ".index", "wb") as f:
+            f.write(damaged)
+        assert contents(path) == list(range(300))
