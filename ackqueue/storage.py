@@ -82,9 +82,14 @@ def _forget_torn_header(path: str) -> None:
     except OSError:
         return
     if 0 < size < len(FILESTORAGE_MAGIC):
-        with open(path, "r+b") as f:
-            if FILESTORAGE_MAGIC.startswith(f.read()):
-                f.truncate(0)
+        lock = zc.lockfile.LockFile(path + ".lock")  # not under a live process's feet
+        try:
+            with open(path, "r+b") as f:
+                head = f.read()
+                if len(head) < len(FILESTORAGE_MAGIC) and FILESTORAGE_MAGIC.startswith(head):
+                    f.truncate(0)
+        finally:
+            lock.close()
 
 
 def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
