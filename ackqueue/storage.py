@@ -8,7 +8,6 @@ writer connection of its database; all writes go through its :class:`GroupCommit
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import threading
@@ -20,16 +19,15 @@ import zc.lockfile
 import ZODB
 from ZODB.Connection import Connection
 from ZODB.FileStorage import FileStorage
-from ZODB.FileStorage.FileStorage import FileStorageError, packed_version
+from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
+from . import repair
 from .commit import GroupCommitter
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
 from .interrupts import Shield
 
 log = logging.getLogger("ackqueue")
-
-FILESTORAGE_MAGIC: bytes = packed_version  # the 4 bytes every FileStorage file starts with
 
 T = TypeVar("T")
 
@@ -47,51 +45,6 @@ def _lock_owner(path: str) -> str:
     return f" (pid {pid})" if pid else ""
 
 
-def _recover_interrupted_pack(path: str) -> None:
-    """Put back a file that a pack had moved aside when it was killed or interrupted.
-
-    FileStorage ends a pack by renaming the file to ``.old`` and then ``.pack`` to the
-    file. Between the two renames the file does not exist, and opening it would start a
-    new, empty database. ``.old`` then holds every committed transaction (the pack holds
-    the commit lock across the swap), so it is the file.
-    """
-    old = path + ".old"
-    if os.path.exists(path) or not os.path.exists(old):
-        return
-    lock = zc.lockfile.LockFile(path + ".lock")  # not while a live process packs it
-    try:
-        if not os.path.exists(path) and os.path.exists(old):
-            log.warning("%s was missing after an interrupted pack; restoring it from %s",
-                        path, old)
-            os.rename(old, path)
-            for leftover in (path + ".index", path + ".pack"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(leftover)
-    finally:
-        lock.close()
-
-
-def _forget_torn_header(path: str) -> None:
-    """Empty a file that holds only part of FileStorage's 4-byte header.
-
-    That is what a crash while the file was being created can leave; it holds no data,
-    and FileStorage would take it for a foreign file.
-    """
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return
-    if 0 < size < len(FILESTORAGE_MAGIC):
-        lock = zc.lockfile.LockFile(path + ".lock")  # not under a live process's feet
-        try:
-            with open(path, "r+b") as f:
-                head = f.read()
-                if len(head) < len(FILESTORAGE_MAGIC) and FILESTORAGE_MAGIC.startswith(head):
-                    f.truncate(0)
-        finally:
-            lock.close()
-
-
 def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
     """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
     directory = os.path.dirname(path) or "."
@@ -99,8 +52,7 @@ def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     try:
         if not read_only:
-            _recover_interrupted_pack(path)
-            _forget_torn_header(path)
+            repair.before_open(path)
         return FileStorage(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
@@ -209,44 +161,8 @@ class Store:
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
         if self._needs_repair:
-            change = self._after_repair(change)
+            change = repair.after_failed_write(self, change)
         return self._committer.run(change)
-
-    def _after_repair(self, change: Callable[[], T]) -> Callable[[], T]:
-        def repaired() -> T:
-            self._repair_file()
-            return change()
-
-        return repaired
-
-    def _repair_file(self) -> None:
-        """Cut off what a failed write left behind, before anything else is written.
-
-        When FileStorage fails to write a transaction (disk full), it tries to truncate the
-        file back, but its buffered file must flush first, which fails the same way: the
-        unwritten rest of the failed transaction stays in the buffer. Once space returns,
-        the next write flushes it past the next transaction's end, and at the next open
-        FileStorage reads that debris as a transaction header and takes its garbage id as
-        the last transaction id: every later commit then gets an id centuries ahead, and
-        packing by time stops working. So the truncation is done again here, once it can
-        succeed. It runs inside a change: the committer serialises it with every commit.
-        """
-        storage = self.db.storage
-        if not isinstance(storage, FileStorage):
-            self._needs_repair = False
-            return
-        with storage._lock:
-            if not self._needs_repair:
-                return
-            try:
-                storage._file.truncate(storage._pos)
-                storage._file.flush()
-            except OSError as exc:
-                raise StorageError(
-                    f"cannot write to queue storage {self.where}: {exc} "
-                    "(still failing since an earlier write failed)"
-                ) from exc
-            self._needs_repair = False
 
     def root(self) -> Any:
         """The writer connection's root; touch it only inside a change."""
