@@ -6,8 +6,8 @@ delivered: the head of the queue is not blocked. The item itself stays stored (n
 dropped silently); dead-lettering it is the semantics layer's job.
 
 10 MB is below ZODB's ``large_record_size`` (16 MB), so such items are stored without
-ZODB's "object you're saving is large" warning; the measurement of many small items at a
-larger scale (1,000,000) is benchmarks/many_items.py.
+ZODB's "object you're saving is large" warning; bigger ones work and warn. The measurement
+of many small items at a larger scale (1,000,000) is benchmarks/many_items.py.
 """
 
 from __future__ import annotations
@@ -131,3 +131,12 @@ def test_a_hundred_thousand_items_are_kept_in_order_across_reopen(qpath):
             mine = [i for i in everything if i % threads == stride]
             assert mine == sorted(mine)
         assert q.qsize() == n  # closing the consumer gave everything back
+
+
+def test_items_above_zodbs_large_record_size_work_and_warn(qpath):
+    """Above 16 MB ZODB warns that the record is large (a UserWarning); the item is kept."""
+    huge = os.urandom(17 * 1024 * 1024)
+    with ackqueue.AckQueue(qpath) as q, pytest.warns(UserWarning, match="large"):
+        q.put(huge)
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.get() == huge
