@@ -41,11 +41,11 @@ class Shield:
         if not callable(previous) or isinstance(previous, _Recorder):
             return self  # SIG_IGN/SIG_DFL, or an outer shield already holds it back
         self._previous = previous
+        self._active = True  # before the recorder is in: it may fire at once
         try:
             signal.signal(signal.SIGINT, _Recorder(self))
         except ValueError:  # not the main interpreter: signals are not ours to handle
-            return self
-        self._active = True
+            self._active = False
         return self
 
     def close(self) -> None:
@@ -54,15 +54,20 @@ class Shield:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._open:
-            self._previous(signum, frame)  # nothing taken yet: interrupt as usual
+            # Nothing taken yet: interrupt as usual. Step aside first, so that the
+            # exception can never leave this recorder installed behind it.
+            self._restore()
+            self._previous(signum, frame)
         else:
             self._pending = True
 
+    def _restore(self) -> None:
+        if self._active:
+            signal.signal(signal.SIGINT, self._previous)
+            self._active = False
+
     def __exit__(self, *exc_info: object) -> None:
-        if not self._active:
-            return
-        self._active = False
-        signal.signal(signal.SIGINT, self._previous)
+        self._restore()
         if self._pending:
             self._pending = False
             signal.raise_signal(signal.SIGINT)  # the user's handler runs now
