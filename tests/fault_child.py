@@ -112,6 +112,20 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
     rng = random.Random(seed)
     q = ackqueue.AckQueue(path)
     c = q.connect()
+    # Two threads working another queue of the same file share commits with the main
+    # thread, so that its operations are also cut while they wait as group-commit followers.
+    background = ackqueue.AckQueue(path, name="background")
+    quit_background = threading.Event()
+
+    def churn() -> None:
+        with background.connect() as bc:
+            while not quit_background.is_set():
+                background.put("b")
+                bc.ack(bc.get())
+
+    churners = [threading.Thread(target=churn, daemon=True) for _ in range(2)]
+    for t in churners:
+        t.start()
     put_confirmed: set[int] = set()
     put_attempted: set[int] = set()
     acked: set[int] = set()
@@ -171,6 +185,10 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
                 except KeyboardInterrupt:
                     interrupts += 1
     interrupts += interrupter.quiesce()
+    quit_background.set()
+    for t in churners:
+        t.join()
+    background.close()
     qsize, unacked = q.qsize(), q.unacked_count()
     # still usable: a fresh put comes back, behind everything ready
     q.put(-1)
