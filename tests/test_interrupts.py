@@ -34,11 +34,11 @@ def stored_items(path: str) -> list[object]:
                 return items
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_ctrl_c_inside_operations_leaves_queue_consistent_and_usable(tmp_path, seed):
     path = str(tmp_path / "q.fs")
     proc = subprocess.run(
-        [sys.executable, CHILD, "interrupt", path, str(seed), "1500"],
+        [sys.executable, CHILD, "interrupt", path, str(seed), "2000"],
         env=child_env(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
