@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from .errors import NotHeldError, QueueClosedError
+from .errors import LeaseExpiredError, NotHeldError, QueueClosedError
 from .holds import Delivery, Hold, HoldTable
 from .interrupts import Shield
 
 if TYPE_CHECKING:
     from .queue import AckQueue
+    from .transactions import Transaction
 
 
 class Consumer:
@@ -24,7 +27,8 @@ class Consumer:
     def __init__(self, queue: AckQueue, table: HoldTable) -> None:
         self._queue = queue
         self._table = table
-        self._finalizer = weakref.finalize(self, queue._release_table, table)
+        # Collected without close(): release from the finalizer, which must never block.
+        self._finalizer = weakref.finalize(self, queue._release_table_from_finalizer, table)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """The next item, held for this consumer; blocks like ``queue.Queue.get``."""
@@ -34,34 +38,79 @@ class Consumer:
     def get_nowait(self) -> Any:
         return self.get(block=False)
 
-    # Settling runs under a closed Shield: Ctrl-C waits until memory and file agree again.
+    def get_many(self, n: int, timeout: float | None = None, *, block: bool = True) -> list[Any]:
+        """Between 1 and ``n`` items, held for this consumer.
+
+        Waits like :meth:`get` for the first item, then takes what else is ready right now.
+        """
+        self._check_open()
+        return self._queue._hold_many(self._table, n, block, timeout)
+
+    # Settling (and extend, and close) runs under a closed Shield: from marking a hold as
+    # being settled to the end of its commit, Ctrl-C waits, so memory and file agree again.
 
     def ack(self, item: Any) -> None:
         """Remove the held ``item`` (the very object :meth:`get` returned) for good."""
         with Shield(interruptible=False):
-            hold = self._begin_settle(self._find(item, "ack"))
-            self._queue._settle(self._table, hold, ack=True)
+            self._settle([self._find(item, "ack")], "ack")
 
-    def nack(self, item: Any) -> None:
-        """Give the held ``item`` back to the queue, in its original place."""
+    def ack_many(self, items: Iterable[Any]) -> None:
+        """Ack every item in one commit; if one is not held, raise and ack none."""
+        items = list(items)  # a caller's generator runs before the shield goes up
         with Shield(interruptible=False):
-            hold = self._begin_settle(self._find(item, "nack"))
-            self._queue._settle(self._table, hold, ack=False)
+            with self._queue.mutex:
+                holds: list[Hold] = []
+                try:
+                    for item in items:
+                        hold = self._table.find(item)
+                        if hold is None:
+                            raise NotHeldError(f"ack_many(): {self._not_held_locked(item)}")
+                        hold.settling = True
+                        holds.append(hold)
+                except BaseException:
+                    for hold in holds:
+                        hold.settling = False
+                    raise
+            if holds:
+                self._queue._settle(self._table, holds, "ack")
+
+    def nack(self, item: Any, delay: float | None = None) -> None:
+        """Give the held ``item`` back to the queue, in its original place.
+
+        With ``delay`` (seconds), it is not delivered again before then (stored, so this
+        commits). With ``max_attempts`` reached, it goes to the dead letters instead.
+        """
+        if delay is not None and delay < 0:
+            raise ValueError(f"delay must not be negative, not {delay!r}")
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "nack")], "nack", delay=delay)
+
+    def reject(self, item: Any, reason: str | None = None) -> None:
+        """Send the held ``item`` straight to the dead letters, with ``reason``."""
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "reject")], "reject", reason=reason)
+
+    def extend(self, item: Any, seconds: float) -> None:
+        """Renew the lease on the held ``item``: it may be held ``seconds`` more from now."""
+        with Shield(interruptible=False):  # a lease half re-armed would never run out
+            self._queue._extend(self._table, self._find(item, "extend", settle=False), seconds)
 
     def ack_id(self, delivery_id: int) -> None:
         """Like :meth:`ack`, naming the delivery by its id (see :meth:`delivery`)."""
         with Shield(interruptible=False):
-            hold = self._begin_settle(self._find_id(delivery_id, "ack_id"))
-            self._queue._settle(self._table, hold, ack=True)
+            self._settle([self._find_id(delivery_id, "ack_id")], "ack")
 
-    def nack_id(self, delivery_id: int) -> None:
+    def nack_id(self, delivery_id: int, delay: float | None = None) -> None:
         with Shield(interruptible=False):
-            hold = self._begin_settle(self._find_id(delivery_id, "nack_id"))
-            self._queue._settle(self._table, hold, ack=False)
+            self._settle([self._find_id(delivery_id, "nack_id")], "nack", delay=delay)
+
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        """``with c.transaction():`` the same as the queue's :meth:`AckQueue.transaction`."""
+        return self._queue.transaction()
 
     def delivery(self, item: Any) -> Delivery:
         """The delivery of a held item: its id, attempts so far and when it was got."""
-        return self._find(item, "delivery").delivery
+        return self._find(item, "delivery", settle=False).delivery
 
     def deliveries(self) -> list[Delivery]:
         """Everything this consumer holds, oldest first."""
@@ -71,7 +120,8 @@ class Consumer:
     def close(self) -> None:
         """Give back everything held; the consumer cannot be used afterwards."""
         with Shield(interruptible=False):
-            self._finalizer()
+            self._finalizer.detach()
+            self._queue._release_table(self._table)
 
     @property
     def closed(self) -> bool:
@@ -91,36 +141,52 @@ class Consumer:
 
     def _check_open(self) -> None:
         if self._table.closed:
+            if self._queue.is_shutdown:  # closed by an immediate shutdown
+                raise self._queue._shut_down_error()
             raise QueueClosedError("this consumer is closed")
 
-    def _find(self, item: Any, verb: str) -> Hold:
+    def _settle(self, holds: list[Hold], outcome: str, **how: Any) -> None:
+        self._queue._settle(self._table, holds, outcome, **how)
+
+    def _find(self, item: Any, verb: str, settle: bool = True) -> Hold:
+        """The hold of ``item``, marked as being settled unless ``settle`` is False."""
         with self._queue.mutex:
             hold = self._table.find(item)
-        if hold is None:
-            raise NotHeldError(f"{verb}(): {self._not_held_reason(item)}")
+            if hold is None:
+                raise NotHeldError(f"{verb}(): {self._not_held_locked(item)}")
+            if settle:
+                hold.settling = True
         return hold
 
     def _find_id(self, delivery_id: int, verb: str) -> Hold:
         with self._queue.mutex:
             hold = self._table.by_id.get(delivery_id)
-        if hold is None or hold.settling:
-            raise NotHeldError(
-                f"{verb}(): this consumer holds no delivery {delivery_id!r} (never got, already "
-                "acked or nacked, held by another consumer, or given back when it was closed)"
-            )
-        return hold
-
-    def _begin_settle(self, hold: Hold) -> Hold:
-        with self._queue.mutex:
-            if hold.settling or hold.delivery.id not in self._table.by_id:
-                raise NotHeldError("that delivery is already being acked or nacked")
+            if hold is None or hold.settling:
+                raise NotHeldError(
+                    f"{verb}(): this consumer holds no delivery {delivery_id!r} (never got, "
+                    "already acked or nacked, held by another consumer, given back when it "
+                    "was closed, or taken back when its lease ran out)"
+                )
             hold.settling = True
         return hold
 
+    def _not_held_locked(self, item: Any) -> str:
+        """Why ``item`` is not held here (with the queue's mutex held)."""
+        expired = self._table.find_expired(item)
+        if expired is not None:
+            raise LeaseExpiredError(
+                f"this consumer held that {type(item).__qualname__} longer than its lease "
+                f"(ack_timeout={self._queue.ack_timeout}s); it went back to the queue and may "
+                "have been delivered to another consumer, so nothing was changed"
+            )
+        for table in self._queue._tables:
+            if table is not self._table and table.find(item) is not None:
+                return (
+                    f"that item is held by another consumer (thread {table.owner!r}), not this one"
+                )
+        return self._not_held_reason(item)
+
     def _not_held_reason(self, item: Any) -> str:
-        for owner, delivery, _age in self._queue.held():
-            if delivery.item is item:
-                return f"that item is held by another consumer (thread {owner!r}), not this one"
         if self._table.closed:
             return "this consumer is closed; what it held was given back"
         return (

@@ -21,6 +21,10 @@ class NotHeldError(AckQueueError, ValueError):
     """An ack or nack named something this consumer does not hold."""
 
 
+class LeaseExpiredError(NotHeldError):
+    """The item was held longer than ``ack_timeout`` and went back to the queue (fencing)."""
+
+
 class UnpicklableItemError(AckQueueError, TypeError):
     """The item given to put cannot be pickled, so it cannot be stored."""
 
@@ -43,3 +47,12 @@ class QueueLockedError(StorageError):
 
 class NotAQueueFileError(StorageError):
     """The file is not a ZODB FileStorage, or holds something other than ackqueue queues."""
+
+
+# Python 3.13 added queue.ShutDown; ackqueue raises its own subclass of it there, and the same
+# class (without that base) on older Pythons, so ``except ackqueue.ShutDown`` works everywhere.
+_StdShutDown: type[Exception] = getattr(queue, "ShutDown", Exception)
+
+
+class ShutDown(AckQueueError, _StdShutDown):  # type: ignore[valid-type,misc]
+    """The queue was shut down: no more puts, and no more gets once nothing is ready."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,12 @@ class Hold:
     key: Any
     delivery: Delivery
     settling: bool = False
+    deadline: float | None = None  # when the lease runs out (ack_timeout), epoch seconds
+    lease_timer: Any = None  # the timers entry of that deadline, cancelled when settled
+
+
+# Holds taken back by a lease are remembered, so the late holder's ack can say what happened.
+EXPIRED_MEMORY = 1024
 
 
 @dataclass(eq=False)
@@ -37,6 +44,7 @@ class HoldTable:
     by_id: dict[int, Hold] = field(default_factory=dict)
     by_object: dict[int, list[Hold]] = field(default_factory=dict)
     closed: bool = False
+    expired: deque[Hold] = field(default_factory=lambda: deque(maxlen=EXPIRED_MEMORY))
 
     def add(self, key: Any, delivery: Delivery) -> Hold:
         hold = Hold(key, delivery)
@@ -57,6 +65,14 @@ class HoldTable:
         same.remove(hold)
         if not same:
             del self.by_object[id(hold.delivery.item)]
+
+    def find_expired(self, item: Any) -> Hold | None:
+        """A hold of this very object that its lease took back, forgotten once reported."""
+        for hold in self.expired:
+            if hold.delivery.item is item:
+                self.expired.remove(hold)
+                return hold
+        return None
 
     def take_all_unsettled(self) -> list[Hold]:
         """Remove and return every hold not being settled right now."""

@@ -9,8 +9,10 @@ operation has finished, through whatever handler was installed before.
 
 A blocking wait must stay interruptible (Ctrl-C on a ``get`` that waits for an item has to
 work), so an operation starts *open*: a SIGINT then interrupts it at once, as usual. It
-calls :meth:`Shield.close` at the moment it takes something (claims an item, stages a put),
-and from then on the interrupt waits until the operation is done.
+calls :func:`hold_back` at the moment it takes something (claims an item, stages a put),
+and from then on the interrupt waits until the operation is done. Shields nest: the
+outermost one does the holding back, and an inner one that is closed (or is closed later)
+closes it, so a whole operation finishes once any part of it has taken something.
 
 Only the main thread receives signals, so elsewhere the shield does nothing.
 """
@@ -26,20 +28,27 @@ from typing import Any
 class Shield:
     """Defers SIGINT from :meth:`close` until the ``with`` block ends (main thread only)."""
 
-    __slots__ = ("_active", "_open", "_pending", "_previous")
+    __slots__ = ("_active", "_open", "_outer", "_pending", "_previous")
 
     def __init__(self, interruptible: bool = True) -> None:
         self._active = False
         self._open = interruptible
         self._pending = False
         self._previous: Any = None
+        self._outer: Shield | None = None
 
     def __enter__(self) -> Shield:
         if threading.current_thread() is not threading.main_thread():
             return self
         previous = signal.getsignal(signal.SIGINT)
-        if not callable(previous) or isinstance(previous, _Recorder):
-            return self  # SIG_IGN/SIG_DFL, or an outer shield already holds it back
+        if isinstance(previous, _Recorder):
+            # An outer shield holds it back; a closed inner one closes it.
+            self._outer = previous.shield
+            if not self._open:
+                self._outer.close()
+            return self
+        if not callable(previous):
+            return self  # SIG_IGN/SIG_DFL: Ctrl-C raises nothing to hold back
         self._previous = previous
         self._active = True  # before the recorder is in: it may fire at once
         try:
@@ -51,6 +60,8 @@ class Shield:
     def close(self) -> None:
         """From now on the operation has taken something: hold SIGINT back."""
         self._open = False
+        if self._outer is not None:
+            self._outer.close()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._open:
@@ -71,6 +82,15 @@ class Shield:
         if self._pending:
             self._pending = False
             signal.raise_signal(signal.SIGINT)  # the user's handler runs now
+
+
+def hold_back() -> None:
+    """The calling operation has taken something: close the shield around it, if any."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signals reach the main thread only; its shield is not ours to close
+    handler = signal.getsignal(signal.SIGINT)
+    if isinstance(handler, _Recorder):
+        handler.shield.close()
 
 
 class _Recorder:

@@ -3,73 +3,72 @@
 They plug into ``queue.Queue``'s hooks (``_init``, ``_qsize``, ``_put``, ``_get``), so blocking,
 timeouts, ``maxsize`` and ``task_done``/``join`` are the standard library's own code. What the
 hooks add is storage: ``_put`` stages an item and ``put`` returns once it is committed; ``_get``
-claims the first ready item and ``get`` returns once its removal is committed.
+claims the first ready item and ``get`` returns once its removal is committed. The features
+beyond ``queue.Queue`` live in mixins of their own modules (dead letters, leases, batches,
+shutdown); transactions are in :mod:`ackqueue.transactions`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import os
-import pickle
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
 import ZODB
-from ZODB.POSException import ReadConflictError
 
+from . import status
+from .batches import BatchMixin
+from .claims import Claim, Retry, Staged, pickle_item, unpickle_item
+from .clock import Clock
 from .consumer import Consumer
-from .errors import (
-    AckQueueError,
-    Empty,
-    ItemLoadError,
-    NotAQueueFileError,
-    QueueClosedError,
-    UnpicklableItemError,
-)
-from .holds import Delivery, Hold, HoldTable
-from .interrupts import Shield
-from .ready import ReadyIndex
-from .records import ROOT_KEY, Entry, QueueRecord, queues_of
+from .deadletters import DeadLetterMixin
+from .delays import DelayMixin, Delays
+from .delivery import DeliveryMixin
+from .edits import StoredEditsMixin
+from .errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
+from .holds import Delivery, HoldTable
+from .interrupts import Shield, hold_back
+from .leases import LeaseMixin
+from .reading import ReaderMixin
+from .records import ROOT_KEY, QueueRecord
 from .recovery import ThreadExitWatch
+from .shutdown import ShutdownMixin, as_our_shutdown
 from .storage import Store
+from .timers import Timers
+from .transactions import Transaction, current, transaction
 
 SEQ_BITS = 40
 SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
-READ_RETRIES = 10
 
 
-class _Retry(Exception):
-    """Every staged put that ``_get`` waited for failed: wait again for a real item."""
 
-
-@dataclass
-class _Staged:
-    key: Any
-    seq: int
-    data: bytes
-
-
-@dataclass
-class _Claim:
-    key: Any
-    item: Any
-    attempts: int
-
-
-class AckQueue(queue.Queue):
+class AckQueue(
+    DeliveryMixin,
+    ReaderMixin,
+    DelayMixin,
+    DeadLetterMixin,
+    LeaseMixin,
+    BatchMixin,
+    ShutdownMixin,
+    StoredEditsMixin,
+    queue.Queue,
+):
     """A FIFO ``queue.Queue`` whose items live in a ZODB FileStorage and survive crashes.
 
     ``path`` is the storage file (created if missing); ``None`` keeps the queue in memory.
     ``db`` is an open ``ZODB.DB`` to use instead; ``name`` tells apart several queues of
     one database. ``put`` returns once the item is durable; plain ``get`` removes it for
     good. For acknowledgements, each thread calls :meth:`connect` and uses the consumer.
+
+    ``max_attempts``: an item delivered that many times without an ack goes to the dead
+    letters instead of being delivered again; each consumer get then records the delivery
+    durably before handing the item out. ``ack_timeout``: seconds a consumer may hold an item
+    before it goes back to the queue. ``clock``: a ``time.time``-like callable (for tests).
     """
 
     _kind = "fifo"
@@ -81,12 +80,23 @@ class AckQueue(queue.Queue):
         *,
         name: str = "default",
         db: ZODB.DB | None = None,
+        max_attempts: int | None = None,
+        ack_timeout: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+            raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
+        if ack_timeout is not None and not ack_timeout > 0:
+            raise ValueError("ack_timeout must be a positive number of seconds or None")
         self.name = name
+        self.max_attempts = max_attempts
+        self.ack_timeout = ack_timeout
+        self._clock: Clock = clock or time.time
         self._closed = False
+        self._drained = False
         self._store = Store.acquire(path, db)
         try:
-            self._store.claim_name(name)
+            self._store.claim_name(name, self)
         except BaseException:
             self._store.release()
             raise
@@ -99,109 +109,166 @@ class AckQueue(queue.Queue):
         self._reader_rec: QueueRecord = self._reader.root()[ROOT_KEY][name]
         self._reader_synced = self._store.commits
         self._session_seq = self._next_seq = self._reader_rec.seq_reserved
+        self._delays = Delays(self._reader_rec.delayed, self._clock())
         super().__init__(maxsize)
-        self.unfinished_tasks = len(self._ready)
+        self.is_shutdown: bool = False
+        self.unfinished_tasks: int
+        self.unfinished_tasks = len(self._ready) + len(self._delays)
         self._landed = threading.Condition(self.mutex)
         self._tls = threading.local()
         self._tables: set[HoldTable] = set()
         self._held = 0
-        self._unloadable: set[Any] = set()
+        self._tx_staged = 0
+        self._session_attempts: dict[Any, int] = {}
         self._delivery_ids = itertools.count(1)
         self._thread_watch = ThreadExitWatch(self._release_table)
+        self._timers = Timers(self.mutex, self._clock, name)
+        with self.mutex:
+            for key, when in self._delays.pending.items():
+                self._timers.at(when, self._fall_due_callback(key))
+        status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
 
     # -- the standard library's hooks ------------------------------------------------------
 
     def _init(self, maxsize: int) -> None:
         self._staged = 0
-        self._ready = ReadyIndex(
-            backlog=self._reader_rec.length(),
-            scan_after=self._scan_after,
-            is_from_backlog=lambda key: self._key_seq(key) < self._session_seq,
-        )
+        self._ready = self._new_ready_index(self._reader_rec.length() - len(self._delays.at_open))
+        for key in self._delays.due_at_open:
+            self._ready.push(key)
 
     def _qsize(self) -> int:
-        if self._closed:
-            return 1  # wake blocked getters so that _get can raise QueueClosedError
+        if self._closed or self.is_shutdown:
+            # Let blocked callers through to _put/_get, which raise; public calls see the truth.
+            op = getattr(self._tls, "op", None)
+            if op == "put":
+                return 0
+            if op == "get":
+                return max(1, len(self._ready))
         return len(self._ready) + self._staged
 
     def _put(self, item: Any) -> None:
-        self._shield_close()
-        self._check_open()
-        priority = getattr(self._tls, "priority", 0)
-        data = _pickle(item)
-        seq = self._next_seq
-        if seq > SEQ_MASK:
-            raise AckQueueError(f"queue {self.name!r} has used up its sequence numbers")
-        key = self._make_key(seq, priority, item)
-        self._next_seq += 1
-        self._tls.staged = _Staged(key, seq, data)
+        hold_back()  # staging takes a place in the queue: see interrupts.py
+        self._check_can_put()
+        self._tls.staged = self._stage(item, getattr(self._tls, "priority", 0))
         self._staged += 1
 
     def _get(self) -> Any:
         while not len(self._ready):
             self._check_open()
+            if self._drained:
+                raise self._shut_down_error()
             if not self._staged:
-                raise _Retry
-            self._landed.wait()
+                if self.is_shutdown:
+                    raise self._shut_down_error()
+                raise Retry
+            # The queue only looked non-empty because of puts still committing: wait for them
+            # to land, but no longer than the caller's own timeout (not at all for a nowait).
+            deadline = getattr(self._tls, "deadline", None)
+            if deadline is None:
+                self._landed.wait()
+            elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
+                raise Retry
         self._check_open()
-        self._shield_close()
+        if self._drained:
+            raise self._shut_down_error()
+        hold_back()  # the claim takes an item: Ctrl-C waits until it is handed out or back
         key = self._ready.pop()
         try:
             data, attempts = self._load(key)
-            item = _unpickle(data, f"item {key!r} of queue {self.name!r}")
-        except ItemLoadError:
-            self._unloadable.add(key)
+            item = unpickle_item(data, f"item {key!r} of queue {self.name!r}")
+        except ItemLoadError as exc:
+            self._tls.unloadable = (key, exc)
             raise
         except BaseException:
             self._ready.push(key)
             raise
-        self._tls.claim = _Claim(key, item, attempts)
+        self._tls.claim = Claim(key, item, attempts)
         return item
 
     # -- public API --------------------------------------------------------------------------
 
     def put(
-        self, item: Any, block: bool = True, timeout: float | None = None, *, priority: int = 0
+        self,
+        item: Any,
+        block: bool = True,
+        timeout: float | None = None,
+        *,
+        priority: int = 0,
+        delay: float | None = None,
+        not_before: float | None = None,
     ) -> None:
-        """Put ``item``; return once it is durable. Lower ``priority`` is delivered first."""
+        """Put ``item``; return once it is durable. Lower ``priority`` is delivered first.
+
+        ``delay`` (seconds from now) or ``not_before`` (epoch seconds) hold the item back
+        until then; it is stored at once but neither ready nor counted by ``qsize()`` before.
+        """
         self._check_priority(priority)
+        due = self._due_time(delay, not_before)
+        with Shield():
+            self._put_shielded(item, block, timeout, priority, due)
+
+    def _put_shielded(
+        self, item: Any, block: bool, timeout: float | None, priority: int, due: float
+    ) -> None:
+        tx = current(self._store)
+        if tx is not None:
+            self._put_in_transaction(tx, [item], block, timeout, priority, due)
+            return
         self._tls.priority = priority
         self._tls.staged = None
-        with self._shielded():
-            try:
-                super().put(item, block, timeout)
-            except BaseException:
-                self._unstage(counted=False)
-                raise
-            staged = self._tls.staged
-            self._tls.staged = None
-            if staged is None:
-                return  # a subclass's _put chose not to store it
-            try:
-                self._store.run(self._inserter(staged))
-            except BaseException:
-                self._tls.staged = staged  # _unstage takes it from there
-                self._unstage(counted=True)
-                raise
-            with self.mutex:
-                self._staged -= 1
-                self._ready.push(staged.key)
-                self._landed.notify_all()
-                self.not_empty.notify()
+        self._tls.op = "put"
+        try:
+            super().put(item, block, timeout)
+        except BaseException as exc:
+            self._unstage(counted=False)
+            ours = as_our_shutdown(exc)
+            if ours is not exc:
+                raise ours from None
+            raise
+        finally:
+            self._tls.op = None
+        staged = self._tls.staged
+        self._tls.staged = None
+        if staged is None:
+            return  # a subclass's _put chose not to store it
+        staged.not_before = due
+        try:
+            self._store.run(self._inserter([staged]))
+        except BaseException:
+            self._unstage(counted=True, staged=staged)
+            raise
+        with self.mutex:
+            self._staged -= 1
+            self._land_locked(staged)
+            self._landed.notify_all()
 
-    def put_nowait(self, item: Any, *, priority: int = 0) -> None:
-        self.put(item, block=False, priority=priority)
+    def put_nowait(self, item: Any, **options: Any) -> None:
+        self.put(item, block=False, **options)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return the next item; the removal is durable when this returns."""
-        with self._shielded():
-            claim = self._claim_next(block, timeout)
-            try:
-                self._store.run(self._deleter(claim.key))
-            except BaseException:
-                self._unclaim(claim.key)
-                raise
+        with Shield():
+            return self._get_shielded(block, timeout)
+
+    def _get_shielded(self, block: bool, timeout: float | None) -> Any:
+        claim = self._claim_next(block, timeout)
+        key = claim.key
+        tx = current(self._store)
+        if tx is not None:
+            tx.add(
+                self._deleter([key]),
+                check=self._require_stored([key]),
+                after_commit=lambda: self._forget(key),
+                undo=lambda: self._unclaim(key),
+            )
             return claim.item
+        try:
+            self._store.run(self._deleter([key], check=True))
+        except BaseException:
+            self._unclaim(key)
+            raise
+        self._forget(key)
+        return claim.item
 
     def connect(self) -> Consumer:
         """A consumer for the calling thread: what it gets is held until acked."""
@@ -211,6 +278,16 @@ class AckQueue(queue.Queue):
             self._tables.add(table)
         self._thread_watch.watch(table)
         return Consumer(self, table)
+
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        """``with q.transaction():`` commits the block's queue operations together or not at all.
+
+        It spans every queue of this queue's database, for the calling thread.
+        """
+        return transaction(self._store)
+
+    def _current_transaction(self) -> Transaction | None:
+        return current(self._store)
 
     def unacked_count(self) -> int:
         """How many items are held by consumers, delivered but not acked."""
@@ -229,18 +306,21 @@ class AckQueue(queue.Queue):
 
     def close(self) -> None:
         """Give back held items and close the queue (and the file, with its last queue)."""
-        with self.mutex:
-            if self._closed:
-                return
-            for table in list(self._tables):
-                self._release_locked(table)
-            self._closed = True
-            self.not_empty.notify_all()
-            self.not_full.notify_all()
-            self._landed.notify_all()
-        self._reader_tm.abort()
-        self._reader.close()
-        self._store.release(self.name)
+        with Shield(interruptible=False):
+            with self.mutex:
+                if self._closed:
+                    return
+                for table in list(self._tables):
+                    self._release_locked(table)
+                self._closed = True
+                self._timers.stop()
+                self.not_empty.notify_all()
+                self.not_full.notify_all()
+                self._landed.notify_all()
+            self._reader_tm.abort()
+            self._reader.close()
+            status.beacon.detach(self)
+            self._store.release(self.name)
 
     @property
     def closed(self) -> bool:
@@ -258,75 +338,34 @@ class AckQueue(queue.Queue):
 
     # -- what consumers call ---------------------------------------------------------------
 
-    def _hold_next(self, table: HoldTable, block: bool, timeout: float | None) -> Any:
-        with self._shielded():
-            claim = self._claim_next(block, timeout)
-            with self.mutex:
-                if table.closed:
-                    self._unclaim_locked(claim.key)
-                    raise QueueClosedError("this consumer is closed")
-                delivery = Delivery(
-                    next(self._delivery_ids), claim.item, claim.attempts, time.time()
-                )
-                table.add(claim.key, delivery)
-                self._held += 1
-            return claim.item
-
-    def _settle(self, table: HoldTable, hold: Hold, ack: bool) -> None:
-        """Ack (remove for good) or nack (make ready again) a hold being settled."""
-        if ack:
-            try:
-                self._store.run(self._deleter(hold.key))
-            except BaseException:
-                with self.mutex:
-                    hold.settling = False
-                    if table.closed:
-                        self._release_locked(table)
-                raise
-        with self.mutex:
-            table.remove(hold)
-            self._held -= 1
-            if table.closed and not table.by_id:
-                self._tables.discard(table)
-            if not ack:
-                self._ready.push(hold.key)
-                self.not_empty.notify()
-        if ack:
-            self.task_done()
-
-    def _release_table(self, table: HoldTable) -> None:
-        with self.mutex:
-            self._release_locked(table)
-
-    def _release_locked(self, table: HoldTable) -> None:
-        table.closed = True
-        returned = table.take_all_unsettled()
-        for hold in returned:
-            self._ready.push(hold.key)
-        self._held -= len(returned)
-        if not table.by_id:
-            self._tables.discard(table)
-        if returned:
-            self.not_empty.notify(len(returned))
-
     # -- internals ---------------------------------------------------------------------------
 
-    def _claim_next(self, block: bool, timeout: float | None) -> _Claim:
+    def _claim_next(self, block: bool, timeout: float | None) -> Claim:
         deadline = None if timeout is None or not block else time.monotonic() + timeout
+        self._tls.deadline = time.monotonic() if not block else deadline
         while True:
             self._tls.claim = None
+            self._tls.unloadable = None
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._tls.op = "get"
             try:
                 item = queue.Queue.get(self, block, remaining)
-            except _Retry:
+            except Retry:
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     raise Empty from None
                 continue
-            except BaseException:
+            except ItemLoadError as exc:
+                raise self._bury_unloadable(exc) from exc
+            except BaseException as exc:
                 claim = self._tls.claim
                 if claim is not None:
                     self._unclaim(claim.key)
+                ours = as_our_shutdown(exc)
+                if ours is not exc:
+                    raise ours from None
                 raise
+            finally:
+                self._tls.op = None
             claim = self._tls.claim
             self._tls.claim = None
             if claim is None:
@@ -339,11 +378,45 @@ class AckQueue(queue.Queue):
             self._unclaim_locked(key)
 
     def _unclaim_locked(self, key: Any) -> None:
+        self._make_ready_locked(key)
+
+    def _make_ready_locked(self, key: Any) -> None:
+        if self._drained:
+            return  # an immediate shutdown: it stays stored for the next start
         self._ready.push(key)
         self.not_empty.notify()
 
-    def _unstage(self, counted: bool) -> None:
-        staged = self._tls.staged
+    def _forget(self, key: Any) -> None:
+        with self.mutex:
+            self._forget_locked(key)
+
+    def _forget_locked(self, key: Any, finished: int = 0) -> None:
+        self._session_attempts.pop(key, None)
+        if finished:
+            self._task_finished_locked(finished)
+
+    def _task_finished_locked(self, n: int) -> None:
+        """``task_done`` for ``n`` items that left the queue for good (acked, dead-lettered)."""
+        if not n:
+            return
+        self.unfinished_tasks = max(0, self.unfinished_tasks - n)
+        if self.unfinished_tasks == 0:
+            self.all_tasks_done.notify_all()
+
+    def _stage(self, item: Any, priority: int) -> Staged:
+        data = pickle_item(item)
+        seq = self._alloc_seq()
+        return Staged(self._make_key(seq, priority, item), seq, data)
+
+    def _alloc_seq(self) -> int:
+        seq = self._next_seq
+        if seq > SEQ_MASK:
+            raise AckQueueError(f"queue {self.name!r} has used up its sequence numbers")
+        self._next_seq += 1
+        return seq
+
+    def _unstage(self, counted: bool, staged: Staged | None = None) -> None:
+        staged = staged or self._tls.staged
         self._tls.staged = None
         if staged is None:
             return
@@ -354,106 +427,28 @@ class AckQueue(queue.Queue):
             self._landed.notify_all()
             self.not_full.notify()
 
-    @contextlib.contextmanager
-    def _shielded(self) -> Iterator[None]:
-        """Hold Ctrl-C back from the moment this thread takes something (see interrupts.py)."""
-        with Shield() as shield:
-            outer = getattr(self._tls, "shield", None)
-            self._tls.shield = shield
-            try:
-                yield
-            finally:
-                self._tls.shield = outer
-
-    def _shield_close(self) -> None:
-        shield = getattr(self._tls, "shield", None)
-        if shield is not None:
-            shield.close()
-
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
+    def _check_can_put(self) -> None:
+        self._check_open()
+        if self.is_shutdown:
+            raise self._shut_down_error()
+
     def _check_priority(self, priority: int) -> None:
         if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
-
-    def _sync_reader(self, force: bool = False) -> None:
-        commits = self._store.commits
-        if force or commits != self._reader_synced:
-            self._reader_tm.begin()
-            self._reader_synced = commits
-
-    def _load(self, key: Any) -> tuple[bytes, int]:
-        self._sync_reader()
-        for _ in range(READ_RETRIES):
-            try:
-                entry: Entry = self._reader_rec.entries[key]
-                return entry.data, entry.attempts + 1
-            except ReadConflictError:
-                self._sync_reader(force=True)  # a pack dropped what our snapshot saw
-        entry = self._reader_rec.entries[key]
-        return entry.data, entry.attempts + 1
-
-    def _scan_after(self, cursor: Any) -> Iterator[Any]:
-        # A pack removes old revisions that the reader's snapshot may still be reading:
-        # move the reader to the present and go on from the last key seen.
-        self._sync_reader()
-        for _ in range(READ_RETRIES):
-            entries = self._reader_rec.entries
-            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
-            try:
-                for key in keys:
-                    cursor = key
-                    yield key
-                return
-            except ReadConflictError:
-                self._sync_reader(force=True)
-        yield from self._reader_rec.entries.keys(min=cursor, excludemin=cursor is not None)
-
-    def _find_or_create_record(self) -> QueueRecord:
-        root = self._store.root()
-        queues = queues_of(root, create=False)
-        if queues is None and self._store.owns_db and len(root):
-            raise NotAQueueFileError(
-                f"{self._store.where} holds a ZODB database that is not an ackqueue file "
-                f"(its root has {sorted(root)[:5]!r})"
-            )
-        queues = queues_of(root, create=True)
-        record = queues.get(self.name)
-        if record is None:
-            record = queues[self.name] = QueueRecord(self._kind)
-        elif record.kind != self._kind:
-            raise NotAQueueFileError(
-                f"queue {self.name!r} in {self._store.where} was made by a {record.kind} queue "
-                f"class, not {type(self).__name__}"
-            )
-        return record
-
-    def _inserter(self, staged: _Staged) -> Callable[[], None]:
-        record = self._wrec
-
-        def insert() -> None:
-            record.entries[staged.key] = Entry(staged.data, time.time())
-            record.length.change(1)
-            record.reserve_seq(staged.seq)
-
-        return insert
-
-    def _deleter(self, key: Any) -> Callable[[], None]:
-        record = self._wrec
-
-        def delete() -> None:
-            del record.entries[key]
-            record.length.change(-1)
-
-        return delete
 
     # -- ordering: the only thing the variants change ---------------------------------------
 
     def _make_key(self, seq: int, priority: int, item: Any) -> Any:
         """The stored key of a new entry: its place in the delivery order."""
         return (priority << SEQ_BITS) | seq
+
+    def _rekey(self, key: Any, seq: int) -> Any:
+        """A new key with ``key``'s priority and a new sequence number (for requeueing)."""
+        return (key & ~SEQ_MASK) | seq
 
     def _key_seq(self, key: Any) -> int:
         return key & SEQ_MASK
@@ -466,6 +461,9 @@ class LifoAckQueue(AckQueue):
 
     def _make_key(self, seq: int, priority: int, item: Any) -> Any:
         return (priority << SEQ_BITS) | (SEQ_MASK - seq)
+
+    def _rekey(self, key: Any, seq: int) -> Any:
+        return (key & ~SEQ_MASK) | (SEQ_MASK - seq)
 
     def _key_seq(self, key: Any) -> int:
         return SEQ_MASK - (key & SEQ_MASK)
@@ -488,41 +486,8 @@ class PriorityAckQueue(AckQueue):
             key < self._ready.peek()  # noqa: B015 - raise TypeError now, before anything is stored
         return key
 
+    def _rekey(self, key: Any, seq: int) -> Any:
+        return (key[0], seq)
+
     def _key_seq(self, key: Any) -> int:
         return key[1]
-
-
-def _pickle(item: Any) -> bytes:
-    try:
-        return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        raise UnpicklableItemError(
-            f"cannot store an item of type {type(item).__qualname__}: it cannot be pickled ({exc})"
-        ) from exc
-
-
-def _unpickle(data: bytes, what: str) -> Any:
-    try:
-        return pickle.loads(data)
-    except Exception as exc:
-        culprit = _failing_class(data)
-        named = f" (class {culprit})" if culprit else ""
-        raise ItemLoadError(f"cannot load {what}{named}: {exc}") from exc
-
-
-class _ClassRecorder(pickle.Unpickler):
-    last: str = ""
-
-    def find_class(self, module: str, name: str) -> Any:
-        self.last = f"{module}.{name}"
-        return super().find_class(module, name)
-
-
-def _failing_class(data: bytes) -> str:
-    """The class an unloadable pickle names last before it fails: the one that is gone."""
-    recorder = _ClassRecorder(io.BytesIO(data))
-    try:
-        recorder.load()
-    except Exception:
-        return recorder.last
-    return ""

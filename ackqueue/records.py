@@ -21,16 +21,47 @@ SEQ_BLOCK = 1024
 
 
 class Entry(Persistent):
-    """One stored item: its pickle and when it was put."""
+    """One stored item: its pickle, when it was put, deliveries so far, and when it is due.
 
-    def __init__(self, data: bytes, put_at: float) -> None:
+    ``not_before`` (epoch seconds, 0 = at once) is a class default so that entries written
+    before delays existed still load.
+    """
+
+    not_before = 0.0
+
+    def __init__(self, data: bytes, put_at: float, not_before: float = 0.0) -> None:
         self.data = data
         self.put_at = put_at
         self.attempts = 0
+        if not_before:
+            self.not_before = not_before
+
+
+class DeadRecord(Persistent):
+    """A dead letter: an item taken out of delivery, with why and when."""
+
+    def __init__(
+        self, key: Any, data: bytes, put_at: float, attempts: int, reason: str, when: float
+    ) -> None:
+        self.key = key
+        self.data = data
+        self.put_at = put_at
+        self.attempts = attempts
+        self.reason = reason
+        self.when = when
 
 
 class QueueRecord(Persistent):
-    """The stored state of one named queue."""
+    """The stored state of one named queue.
+
+    The dead letters and the index of delayed entries are made when first needed; their class
+    defaults (None) let records written before they existed open unchanged.
+    """
+
+    dead: Any = None  # LOBTree: dead-letter id -> DeadRecord
+    dead_length: Any = None  # BTrees.Length of ``dead``
+    dead_next = 0
+    delayed: Any = None  # entry key -> not_before, for every entry stored with a delay
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -42,6 +73,17 @@ class QueueRecord(Persistent):
         """Make sure no later session hands out ``seq`` again."""
         if seq >= self.seq_reserved:
             self.seq_reserved = seq + SEQ_BLOCK
+
+    def dead_tree(self) -> Any:
+        if self.dead is None:
+            self.dead = LOBTree()
+            self.dead_length = Length()
+        return self.dead
+
+    def delay_index(self) -> Any:
+        if self.delayed is None:
+            self.delayed = OOBTree() if self.kind == "priority" else LOBTree()
+        return self.delayed
 
 
 def queues_of(root: Any, create: bool) -> Any:

@@ -2,8 +2,8 @@
 
 An item whose class was renamed or removed since it was put cannot be unpickled. The get
 that meets it raises an error naming the class, and the items behind it are still
-delivered: the head of the queue is not blocked. The item itself stays stored (nothing is
-dropped silently); dead-lettering it is the semantics layer's job.
+delivered: the head of the queue is not blocked. The item itself is not dropped silently:
+it moves to the dead letters, with the error (naming the class) as the reason.
 
 10 MB is below ZODB's ``large_record_size`` (16 MB), so such items are stored without
 ZODB's "object you're saving is large" warning; bigger ones work and warn. The measurement
@@ -64,11 +64,16 @@ def test_an_item_whose_class_is_gone_names_it_and_does_not_block_the_head(tmp_pa
             with pytest.raises(ackqueue.Empty):
                 q.get_nowait()
         with ackqueue.AckQueue(path) as q, q.connect() as c:
-            assert q.qsize() == 1, "the unloadable item was dropped without a trace"
+            assert q.qsize() == 0
+            [dead] = q.dead_letters()  # not dropped without a trace
+            assert "class vanishing.Gone" in dead.reason
+            assert isinstance(dead.item, ackqueue.UnloadableItem)
+            assert q.requeue_dead() == 1
+            q.put("later")
             with pytest.raises(ackqueue.ItemLoadError, match=r"class vanishing\.Gone"):
                 c.get_nowait()
-            q.put("later")
-            assert c.get_nowait() == "later"
+            assert c.get_nowait() == "later", "the unloadable item blocks a consumer"
+            assert q.dead_count() == 1
     finally:
         sys.path.remove(str(lib))
         sys.modules.pop("vanishing", None)

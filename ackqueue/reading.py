@@ -1,0 +1,71 @@
+"""Reading the stored queue: the reader connection, kept at the latest commit.
+
+Items are loaded, and the backlog of earlier sessions is scanned, through a connection of the
+queue's own (the writer belongs to the group committer). All of it runs with the queue's mutex
+held, which is what makes that one connection safe to share between threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from ZODB.POSException import ReadConflictError
+
+from .ready import ReadyIndex
+from .records import Entry
+
+READ_RETRIES = 5
+
+T = TypeVar("T")
+
+
+class ReaderMixin:
+    def _read_current(self: Any, read: Callable[[], T]) -> T:
+        """Run ``read`` on the reader connection, moved up to the latest commit first
+        (the caller holds the mutex).
+
+        A reader left at an older snapshot would load old revisions of the tree, and a pack
+        removes those ("object deleted, likely by simultaneous pack"); a pack running in
+        another thread can still do so between the move and the read, so that is retried.
+        """
+        for attempt in range(READ_RETRIES):
+            commits = self._store.commits
+            if commits != self._reader_synced or attempt:
+                self._reader_tm.begin()
+                self._reader_synced = commits
+            try:
+                return read()
+            except ReadConflictError:
+                if attempt == READ_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _load(self: Any, key: Any) -> tuple[bytes, int]:
+        def read() -> tuple[bytes, int]:
+            entry: Entry = self._reader_rec.entries[key]
+            return entry.data, entry.attempts
+
+        return self._read_current(read)
+
+    def _new_ready_index(self: Any, backlog: int) -> ReadyIndex:
+        return ReadyIndex(
+            backlog=backlog, scan_after=self._scan_after, is_from_backlog=self._is_from_backlog
+        )
+
+    def _scan_after(self: Any, cursor: Any) -> Iterator[Any]:
+        """The first backlog key after ``cursor`` (an empty iterator when there is none)."""
+
+        def first() -> list[Any]:
+            entries = self._reader_rec.entries
+            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
+            for key in keys:
+                if self._is_from_backlog(key):
+                    return [key]
+            return []
+
+        return iter(self._read_current(first))
+
+    def _is_from_backlog(self: Any, key: Any) -> bool:
+        """Stored before this session and not in the delay index at open."""
+        return self._key_seq(key) < self._session_seq and key not in self._delays.at_open

@@ -1,0 +1,111 @@
+"""Delayed delivery: ``put(delay=)``, ``put(not_before=)``, ``nack(delay=)``."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from semantic_helpers import run_child
+
+from ackqueue import AckQueue, Empty, ManualClock
+
+
+def test_a_delayed_item_is_not_ready_before_it_is_due(qpath):
+    clock = ManualClock()
+    with AckQueue(qpath, clock=clock) as q:
+        q.put("later", delay=60)
+        q.put("at once")
+        q.put("absolute", not_before=clock() + 30)
+        assert (q.qsize(), q.delayed_count()) == (1, 2)
+        assert q.get() == "at once"
+        with pytest.raises(Empty):
+            q.get_nowait()
+        clock.advance(30)
+        assert (q.qsize(), q.delayed_count()) == (1, 1)
+        assert q.get_nowait() == "absolute"
+        clock.advance(30)
+        assert q.get_nowait() == "later"
+
+
+def test_nack_with_delay_retries_later_and_keeps_the_attempt_count(qpath):
+    clock = ManualClock()
+    with AckQueue(qpath, clock=clock, max_attempts=5) as q:
+        q.put("retry me")
+        c = q.connect()
+        item = c.get()
+        c.nack(item, delay=10)
+        assert q.qsize() == 0 and q.delayed_count() == 1 and q.unacked_count() == 0
+        clock.advance(10)
+        again = c.get_nowait()
+        assert again == "retry me" and c.delivery(again).attempts == 2
+        c.ack(again)
+        assert q.delayed_count() == 0
+
+
+def test_a_blocked_get_wakes_when_the_first_delayed_item_falls_due(qpath):
+    with AckQueue(qpath) as q:
+        began = time.monotonic()
+        q.put("second", delay=0.6)
+        q.put("first", delay=0.3)
+        assert q.get(timeout=5) == "first"
+        first_at = time.monotonic() - began
+        assert q.get(timeout=5) == "second"
+        second_at = time.monotonic() - began
+        # Never early; late only by scheduling (generous: the test machine may be loaded).
+        assert 0.295 < first_at < 1.3 and 0.595 < second_at < 1.6
+
+
+def test_a_delayed_put_wakes_a_getter_blocked_before_it_was_put(qpath):
+    with AckQueue(qpath) as q:
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(q.get(timeout=5)))
+        t.start()
+        q.put("soon", delay=0.2)
+        t.join(5)
+        assert got == ["soon"]
+
+
+KILLED_WITH_DELAYS = r"""
+import os, signal, sys, time
+from ackqueue import AckQueue
+q = AckQueue(sys.argv[1])
+q.put("due now")
+q.put("in an hour", delay=3600)
+q.put("due soon", not_before=time.time() + 0.5)
+q.put("also now")
+c = q.connect()
+c.nack(c.get(), delay=3600)   # "due now" is retried in an hour
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_delays_survive_sigkill_and_reopen_does_not_deliver_early(qpath):
+    assert run_child(KILLED_WITH_DELAYS, qpath).returncode == -9
+    with AckQueue(qpath) as q:
+        assert (q.qsize(), q.delayed_count()) in [(1, 3), (2, 2)]  # "due soon" may be due
+        assert q.unfinished_tasks == 4
+        c = q.connect()
+        assert c.get(timeout=0) == "also now"
+        assert c.get(timeout=5) == "due soon"
+        with pytest.raises(Empty):
+            c.get(timeout=0.1)
+        assert q.delayed_count() == 2
+        c.close()
+    # Long after: due at open, ready at once, in key order.
+    with AckQueue(qpath, clock=lambda: time.time() + 7200) as q:
+        assert (q.qsize(), q.delayed_count()) == (4, 0)
+        assert [q.get() for _ in range(4)] == ["due now", "in an hour", "due soon", "also now"]
+
+
+def test_negative_or_double_delays_are_refused(qpath):
+    with AckQueue(qpath) as q:
+        with pytest.raises(ValueError):
+            q.put(1, delay=-1)
+        with pytest.raises(ValueError):
+            q.put(1, delay=1, not_before=time.time())
+        q.put(1)
+        c = q.connect()
+        with pytest.raises(ValueError):
+            c.nack(c.get(), delay=-5)
+        assert q.qsize() == 0 and q.unacked_count() == 1
