@@ -2,11 +2,12 @@
 
     python3 benchmarks/stress.py --kills 200
 
-The child runs two threads doing puts, consumer gets, acks, nacks, plain gets, packs (and
-``put_many`` and transactions where the queue has them), journaling each operation to a
-file before it starts and after it returns; the journal is written with ``os.write``, which
-survives SIGKILL. The parent kills the child at a random moment, opens the file, checks it
-against the journal, and starts the next child on the same file. The checks:
+The child runs two threads doing puts, ``put_many``, consumer gets, acks, nacks, plain gets,
+packs and transactions (an ack, a plain get and a ``put_many`` committed together), journaling
+each operation to a file before it starts and after it returns; the journal is written with
+``os.write``, which survives SIGKILL. The parent kills the child at a random moment, opens
+the file, checks it against the journal, and starts the next child on the same file. The
+checks:
 
 * every item whose put returned is present or was (possibly) consumed;
 * no item whose ack (or plain get) returned is present or delivered again;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import random
@@ -72,7 +74,7 @@ def _work(q: ackqueue.AckQueue, journal: Journal, worker: int, seed: int) -> Non
             if len(held) >= MAX_HELD:
                 roll = 0.6  # settle something before getting more
             if q.qsize() < LOW_DEPTH or roll < 0.30:
-                if roll < 0.05 and hasattr(q, "put_many"):
+                if roll < 0.05:
                     ids = [new_id() for _ in range(rng.randint(2, 5))]
                     for ident in ids:
                         journal.log("p", ident)
@@ -113,17 +115,21 @@ def _work(q: ackqueue.AckQueue, journal: Journal, worker: int, seed: int) -> Non
                 journal.log("k")
                 q.pack()
                 journal.log("K")
-            elif roll < 0.95 and held and hasattr(c, "transaction"):
+            elif roll < 0.95 and held:
+                # One commit for all three, or none: the ack, the plain get's removal, the puts.
                 ident, item = held.pop(rng.randrange(len(held)))
                 new = [new_id(), new_id()]
-                journal.log("t")
+                # The two workers' transactions interleave: their lines name the worker.
+                journal.log("t", f"{worker}:")
                 with c.transaction():
-                    journal.log("ta", ident)
+                    journal.log("ta", f"{worker}:{ident}")
                     c.ack(item)
+                    with contextlib.suppress(ackqueue.Empty):
+                        journal.log("tq", f"{worker}:{q.get_nowait()[0]}")
                     for ident2 in new:
-                        journal.log("tp", ident2)
-                        q.put((ident2, b"x" * 50))
-                journal.log("T")
+                        journal.log("tp", f"{worker}:{ident2}")
+                    q.put_many([(ident2, b"x" * 50) for ident2 in new])
+                journal.log("T", f"{worker}:")
 
 
 def child_main(path: str, journal_path: str, run: int, seed: int) -> None:
@@ -188,8 +194,13 @@ def _replay_run(events: list[tuple[str, str]], t: Tally) -> None:
     held: set[str] = set()
     in_flight_gets = 0
     packing = False
+    txs: dict[str, list[tuple[str, str]]] = {}  # open transactions by worker
     tx: list[tuple[str, str]] | None = None
+    worker = ""
     for event, ident in events:
+        if event in ("t", "ta", "tq", "tp", "T"):
+            worker, _, ident = ident.partition(":")
+            tx = txs.get(worker)
         if event == "p":
             t.put_attempted.add(ident)
         elif event == "P":
@@ -223,23 +234,33 @@ def _replay_run(events: list[tuple[str, str]], t: Tally) -> None:
         elif event == "K":
             packing = False
         elif event == "t":
-            tx = []
+            txs[worker] = []
         elif event in ("ta", "tp") and tx is not None:
             tx.append((event, ident))
             (t.ack_attempted if event == "ta" else t.put_attempted).add(ident)
+        elif event == "tq" and tx is not None:
+            if ident in t.ack_confirmed or ident in t.got_confirmed:
+                t.errors.append(f"{ident} got in a transaction after its ack/get returned")
+            tx.append((event, ident))
         elif event == "T" and tx is not None:
             for kind, ident2 in tx:
                 if kind == "ta":
                     t.ack_confirmed.add(ident2)
                     held.discard(ident2)
+                elif kind == "tq":
+                    t.deliveries[ident2] += 1
+                    t.got_confirmed.add(ident2)
                 else:
                     t.put_confirmed.add(ident2)
-            tx = None
+            del txs[worker]
     # whatever this run still held when it was killed may be delivered again
     t.held_at_kills += len(held)
     t.gets_in_flight_at_kills += in_flight_gets
     t.kills_in_pack += packing
-    t.kills_in_transaction += tx is not None
+    for tx in txs.values():
+        t.kills_in_transaction += 1
+        # its commit may have landed before the kill: the plain get's item may be gone
+        t.gets_in_flight_at_kills += sum(kind == "tq" for kind, _ in tx)
 
 
 def stored_ids(path: str) -> list[str]:
