@@ -69,36 +69,36 @@ def pack_mode(path: str, journal_path: str, run: int) -> None:
 
 
 class Interrupter:
-    """A thread that sends SIGINT to this process every few milliseconds, at random."""
+    """A thread that sends SIGINT to this process every few milliseconds, at random.
+
+    KeyboardInterrupt is raised only while ``armed`` (during an operation), and the handler
+    disarms itself as it raises: an interrupt landing in the loop's own bookkeeping would end
+    the run with a traceback instead of testing anything.
+    """
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed + 1)
         self.stop = threading.Event()
-        self.stop.set()
-        self.thread: threading.Thread | None = None
+        self.armed = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
 
     def start(self) -> None:
-        self.stop.clear()
-        self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         while not self.stop.wait(self.rng.uniform(0.0005, 0.004)):
             os.kill(os.getpid(), signal.SIGINT)
 
-    def quiesce(self) -> int:
-        """Stop sending; absorb interrupts still on their way. Returns how many."""
-        absorbed = 0
-        while True:
-            try:
-                self.stop.set()
-                if self.thread is not None:
-                    self.thread.join()
-                for _ in range(100):
-                    pass  # a signal sent before the join lands here, at a loop boundary
-                return absorbed
-            except KeyboardInterrupt:
-                absorbed += 1
+    def quiesce(self) -> None:
+        self.armed = False
+        self.stop.set()
+        self.thread.join()
 
 
 def interrupt_mode(path: str, seed: int, ops: int) -> None:
@@ -136,13 +136,13 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
     held: dict[int, object] = {}
     interrupts = 0
     interrupter = Interrupter(seed)
+    interrupter.start()
     n = 0
     done = 0
     errors: list[str] = []
     while done < ops:
         try:
-            if interrupter.stop.is_set():
-                interrupter.start()
+            interrupter.armed = True
             roll = rng.random()
             if roll < 0.4 or not q.qsize():
                 n += 1
@@ -170,21 +170,16 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
                 else:
                     c.nack(item)
                 del held[item]
+            interrupter.armed = False
             done += 1
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the handler disarmed itself: nothing cuts this part
             interrupts += 1
             plain_gets_cut += plain_get_running
             plain_get_running = False
-            while True:
-                try:
-                    interrupts += interrupter.quiesce()
-                    # A hold whose ack or nack was cut may or may not still be held, and a
-                    # get cut after its claim holds an item the loop never saw: ask.
-                    held = {d.item: d.item for d in c.deliveries()}
-                    break
-                except KeyboardInterrupt:
-                    interrupts += 1
-    interrupts += interrupter.quiesce()
+            # A hold whose ack or nack was cut may or may not still be held, and a get cut
+            # after its claim holds an item the loop never saw: ask.
+            held = {d.item: d.item for d in c.deliveries()}
+    interrupter.quiesce()
     quit_background.set()
     for t in churners:
         t.join()
