@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .claims import Claim, Staged, pickle_item, unpickle_item
 from .errors import Full, ItemLoadError
-from .interrupts import Shield, hold_back
+from .interrupts import Shield, checkpoint, hold_back
 
 if TYPE_CHECKING:
     from .holds import HoldTable
@@ -119,6 +119,7 @@ class BatchMixin:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not block or (remaining is not None and remaining <= 0):
                     raise Full
+                checkpoint()
                 self.not_full.wait(remaining)
             hold_back()  # the batch takes its places now: see interrupts.py
             batch = []

@@ -8,9 +8,13 @@ but never handed out, or acked in the file but still held. So an operation runs 
 operation has finished, through whatever handler was installed before.
 
 A blocking wait must stay interruptible (Ctrl-C on a ``get`` that waits for an item has to
-work), so an operation starts *open*: a SIGINT then interrupts it at once, as usual. It
-calls :func:`hold_back` at the moment it takes something (claims an item, stages a put),
-and from then on the interrupt waits until the operation is done. Shields nest: the
+work), so an operation starts *open*: a SIGINT that finds it blocked in a wait interrupts it
+at once, as usual. Anywhere else it waits for the next :func:`checkpoint` (the queue calls
+one before each wait) or the end of the operation: raised inside ``threading.Condition``'s
+own Python code (its ``__enter__``, the lock hand-over around a wait), KeyboardInterrupt
+leaves the queue's mutex held, and the next operation hangs. The operation calls
+:func:`hold_back` at the moment it takes something (claims an item, stages a put), and from
+then on the interrupt waits until the operation is done. Shields nest: the
 outermost one does the holding back, and an inner one that is closed (or is closed later)
 closes it, so a whole operation finishes once any part of it has taken something.
 
@@ -19,6 +23,7 @@ Only the main thread receives signals, so elsewhere the shield does nothing.
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 from types import FrameType
@@ -64,13 +69,19 @@ class Shield:
             self._outer.close()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._open:
-            # Nothing taken yet: interrupt as usual. Step aside first, so that the
-            # exception can never leave this recorder installed behind it.
-            self._restore()
+        if self._open and _blocked_in_wait(frame):
+            # Nothing taken yet, and blocked where an exception is safe: interrupt as usual.
+            # A second SIGINT while this one unwinds waits for the end of the operation.
+            self._open = False
             self._previous(signum, frame)
         else:
             self._pending = True
+
+    def _deliver_if_open(self) -> None:
+        if self._open and self._pending:
+            self._pending = False
+            self._open = False
+            self._previous(signal.SIGINT, None)
 
     def _restore(self) -> None:
         if self._active:
@@ -82,6 +93,38 @@ class Shield:
         if self._pending:
             self._pending = False
             signal.raise_signal(signal.SIGINT)  # the user's handler runs now
+
+
+def checkpoint() -> None:
+    """A safe point of an operation that has taken nothing yet: a SIGINT held back is raised."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if isinstance(handler, _Recorder):
+        handler.shield._deliver_if_open()
+
+
+def _wait_lines() -> frozenset[int]:
+    """The lines of ``threading.Condition.wait`` that block in a lock acquire.
+
+    An exception there leaves the condition's lock as it should be (the acquire is inside
+    the ``try`` whose ``finally`` takes the lock back, or before the lock was let go).
+    """
+    try:
+        lines, first = inspect.getsourcelines(threading.Condition.wait)
+    except (OSError, TypeError):
+        return frozenset()
+    return frozenset(first + i for i, line in enumerate(lines) if "waiter.acquire(" in line)
+
+
+_WAIT_CODE = threading.Condition.wait.__code__
+_WAIT_LINES = _wait_lines()
+
+
+def _blocked_in_wait(frame: FrameType | None) -> bool:
+    if frame is None or frame.f_code is not _WAIT_CODE:
+        return False
+    return not _WAIT_LINES or frame.f_lineno in _WAIT_LINES
 
 
 def hold_back() -> None:

@@ -31,7 +31,7 @@ from .delivery import DeliveryMixin
 from .edits import StoredEditsMixin
 from .errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
 from .holds import Delivery, HoldTable
-from .interrupts import Shield, hold_back
+from .interrupts import Shield, checkpoint, hold_back
 from .leases import LeaseMixin
 from .reading import ReaderMixin
 from .records import ROOT_KEY, QueueRecord
@@ -137,6 +137,7 @@ class AckQueue(
             self._ready.push(key)
 
     def _qsize(self) -> int:
+        checkpoint()  # queue.Queue asks before each of its waits: see interrupts.py
         if self._closed or self.is_shutdown:
             # Let blocked callers through to _put/_get, which raise; public calls see the truth.
             op = getattr(self._tls, "op", None)
@@ -164,6 +165,7 @@ class AckQueue(
             # The queue only looked non-empty because of puts still committing: wait for them
             # to land, but no longer than the caller's own timeout (not at all for a nowait).
             deadline = getattr(self._tls, "deadline", None)
+            checkpoint()
             if deadline is None:
                 self._landed.wait()
             elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
