@@ -133,6 +133,8 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
     plain_get_running = False
     plain_gets_cut = 0  # interrupted plain gets: each may have removed an item, unseen
     ack_attempted: set[int] = set()
+    reject_attempted: set[int] = set()
+    rejected: set[int] = set()
     held: dict[int, object] = {}
     interrupts = 0
     interrupter = Interrupter(seed)
@@ -144,32 +146,61 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
         try:
             interrupter.armed = True
             roll = rng.random()
-            if roll < 0.4 or not q.qsize():
+            if roll < 0.3 or not q.qsize():
                 n += 1
                 put_attempted.add(n)
                 q.put(n)
                 put_confirmed.add(n)
-            elif roll < 0.45:
+            elif roll < 0.36:
+                batch = [n + 1, n + 2, n + 3]
+                n += 3
+                put_attempted.update(batch)
+                q.put_many(batch)
+                put_confirmed.update(batch)
+            elif roll < 0.41:
                 plain_get_running = True
                 item = q.get(timeout=1)
                 plain_get_running = False
                 got.add(item)
-            elif roll < 0.46:
+            elif roll < 0.42:
                 q.pack()
-            elif roll < 0.7:
-                item = c.get(timeout=1)
-                if item in held:
-                    errors.append(f"{item} delivered while held")
-                held[item] = item
+            elif roll < 0.62:
+                items = [c.get(timeout=1)] if roll < 0.56 else c.get_many(3, timeout=1)
+                for item in items:
+                    if item in held:
+                        errors.append(f"{item} delivered while held")
+                    held[item] = item
             elif held:
                 item = rng.choice(list(held))
-                if roll < 0.9:
+                if roll < 0.76:
                     ack_attempted.add(item)
                     c.ack(item)
                     acked.add(item)
-                else:
+                elif roll < 0.82:
+                    some = rng.sample(list(held), min(3, len(held)))
+                    ack_attempted.update(some)
+                    c.ack_many(some)
+                    acked.update(some)
+                    for other in some:
+                        del held[other]
+                    item = None
+                elif roll < 0.9:
                     c.nack(item)
-                del held[item]
+                elif roll < 0.94:
+                    reject_attempted.add(item)
+                    c.reject(item, "interrupt test")
+                    rejected.add(item)
+                else:  # an ack and a put committed together, or neither
+                    n += 1
+                    ack_attempted.add(item)
+                    put_attempted.add(n)
+                    with c.transaction():
+                        c.ack(item)
+                        q.put(n)
+                    acked.add(item)
+                    put_confirmed.add(n)
+                if item is not None:
+                    del held[item]
             interrupter.armed = False
             done += 1
         except KeyboardInterrupt:  # the handler disarmed itself: nothing cuts this part
@@ -201,6 +232,8 @@ def interrupt_mode(path: str, seed: int, ops: int) -> None:
         "put_confirmed": sorted(put_confirmed),
         "ack_attempted": sorted(ack_attempted),
         "acked": sorted(acked),
+        "reject_attempted": sorted(reject_attempted),
+        "rejected": sorted(rejected),
         "got": sorted(got),
         "plain_gets_cut": plain_gets_cut,
         "held": sorted(held),

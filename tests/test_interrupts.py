@@ -1,4 +1,5 @@
-"""Ctrl-C (KeyboardInterrupt) arriving anywhere inside put, get, ack and nack.
+"""Ctrl-C (KeyboardInterrupt) arriving anywhere inside put, get, ack, nack, their batch forms,
+reject and transactions.
 
 A child process runs random operations while a helper thread sends it SIGINT every few
 milliseconds, so KeyboardInterrupt lands at arbitrary points inside ackqueue's code. The
@@ -24,14 +25,15 @@ import ackqueue
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_child.py")
 
 
-def stored_items(path: str) -> list[object]:
+def stored_items(path: str) -> tuple[list[object], list[object]]:
+    """The stored items and the dead letters' items."""
     items = []
     with ackqueue.AckQueue(path) as q, q.connect() as c:
         while True:
             try:
                 items.append(c.get_nowait())
             except ackqueue.Empty:
-                return items
+                return items, [letter.item for letter in q.dead_letters()]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -46,7 +48,7 @@ def test_ctrl_c_inside_operations_leaves_queue_consistent_and_usable(tmp_path, s
     assert report["interrupts"] >= 50, "too few interrupts landed to prove anything"
     assert report["errors"] == []
 
-    stored = stored_items(path)
+    stored, dead = stored_items(path)
     assert len(stored) == len(set(stored)), "an item is stored twice"
     # memory matched the file: ready + held in the process is exactly what is stored
     assert sorted(stored) == sorted(report["drained"] + report["held"])
@@ -56,12 +58,17 @@ def test_ctrl_c_inside_operations_leaves_queue_consistent_and_usable(tmp_path, s
 
     stored_set = set(stored) - {-1}
     confirmed = set(report["put_confirmed"]) - set(report["ack_attempted"]) - set(report["got"])
-    lost = confirmed - stored_set
+    lost = confirmed - stored_set - set(report["reject_attempted"])
     # a plain get cut by Ctrl-C may have removed its item (at most once), unseen by the loop
     assert len(lost) <= report["plain_gets_cut"], f"lost: {sorted(lost)[:10]}"
     assert not stored_set & set(report["acked"]), "an acked item is still stored"
     assert not stored_set & set(report["got"]), "an item a plain get returned is still stored"
     assert stored_set <= set(report["put_attempted"]), "stored something never put"
+    assert report["rejected"], "no reject ran"
+    assert set(report["rejected"]) <= set(dead), "a reject returned but its item is not dead"
+    assert set(dead) <= set(report["reject_attempted"]), "a dead letter nobody rejected"
+    assert not stored_set & set(dead), "an item is both stored and dead"
+    assert len(dead) == len(set(dead)), "an item is dead twice"
 
 
 BLOCKED_CHILD = """
