@@ -31,7 +31,11 @@ from typing import Any
 
 
 class Shield:
-    """Defers SIGINT from :meth:`close` until the ``with`` block ends (main thread only)."""
+    """Defers SIGINT until the ``with`` block ends (main thread only).
+
+    While open, a SIGINT that finds the thread blocked in a wait, or a held-back one at a
+    :func:`checkpoint`, is raised at once; after :meth:`close`, none is.
+    """
 
     __slots__ = ("_active", "_open", "_outer", "_pending", "_previous")
 
