@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .claims import Claim, Staged, pickle_item, unpickle_item
 from .errors import Full, ItemLoadError
+from .interrupts import Shield, checkpoint, hold_back
 
 if TYPE_CHECKING:
     from .holds import HoldTable
@@ -39,6 +40,12 @@ class BatchMixin:
         items = list(items)
         self._check_priority(priority)
         due = self._due_time(delay, not_before)
+        with Shield():
+            self._put_many_shielded(items, block, timeout, priority, due)
+
+    def _put_many_shielded(
+        self: Any, items: list[Any], block: bool, timeout: float | None, priority: int, due: float
+    ) -> None:
         tx = self._current_transaction()
         if tx is not None:
             self._put_in_transaction(tx, items, block, timeout, priority, due)
@@ -112,7 +119,9 @@ class BatchMixin:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not block or (remaining is not None and remaining <= 0):
                     raise Full
+                checkpoint()
                 self.not_full.wait(remaining)
+            hold_back()  # the batch takes its places now: see interrupts.py
             batch = []
             for item, data in zip(items, datas, strict=True):
                 seq = self._alloc_seq()
@@ -133,27 +142,29 @@ class BatchMixin:
             raise ValueError(f"get_many needs n >= 1, not {n!r}")
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            claims = [self._claim_next(block, remaining)]
-            if n > 1:
-                claims += self._claim_ready(n - 1)
-            kept = self._count_attempts(claims)
-            dropped = len(claims) - len(kept)
-            while dropped and len(kept) < n:  # some went to the dead letters: fill up
-                more = self._claim_ready(n - len(kept))
-                if not more:
-                    break
-                counted = self._count_attempts(more)
-                dropped = len(more) - len(counted)
-                kept += counted
-            if kept:
-                return self._hold(table, kept)
+            with Shield():  # one per round, as in _hold_next
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                claims = [self._claim_next(block, remaining)]
+                if n > 1:
+                    claims += self._claim_ready(n - 1)
+                kept = self._count_attempts(claims)
+                dropped = len(claims) - len(kept)
+                while dropped and len(kept) < n:  # some went to the dead letters: fill up
+                    more = self._claim_ready(n - len(kept))
+                    if not more:
+                        break
+                    counted = self._count_attempts(more)
+                    dropped = len(more) - len(counted)
+                    kept += counted
+                if kept:
+                    return self._hold(table, kept)
 
     def _claim_ready(self: Any, limit: int) -> list[Claim]:
         """Claim up to ``limit`` items that are ready now, without waiting."""
         claims: list[Claim] = []
         unloadable: list[tuple[Any, ItemLoadError]] = []
         failure: ItemLoadError
+        hold_back()  # called with an item already claimed; these claims belong to it too
         with self.mutex:
             while len(claims) < limit and len(self._ready) and not self._closed:
                 if self._drained:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import LeaseExpiredError, NotHeldError, QueueClosedError
 from .holds import Delivery, Hold, HoldTable
+from .interrupts import Shield
 
 if TYPE_CHECKING:
     from .queue import AckQueue
@@ -45,27 +46,33 @@ class Consumer:
         self._check_open()
         return self._queue._hold_many(self._table, n, block, timeout)
 
+    # Settling (and extend, and close) runs under a closed Shield: from marking a hold as
+    # being settled to the end of its commit, Ctrl-C waits, so memory and file agree again.
+
     def ack(self, item: Any) -> None:
         """Remove the held ``item`` (the very object :meth:`get` returned) for good."""
-        self._settle([self._find(item, "ack")], "ack")
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "ack")], "ack")
 
     def ack_many(self, items: Iterable[Any]) -> None:
         """Ack every item in one commit; if one is not held, raise and ack none."""
-        with self._queue.mutex:
-            holds: list[Hold] = []
-            try:
-                for item in items:
-                    hold = self._table.find(item)
-                    if hold is None:
-                        raise NotHeldError(f"ack_many(): {self._not_held_locked(item)}")
-                    hold.settling = True
-                    holds.append(hold)
-            except BaseException:
-                for hold in holds:
-                    hold.settling = False
-                raise
-        if holds:
-            self._queue._settle(self._table, holds, "ack")
+        items = list(items)  # a caller's generator runs before the shield goes up
+        with Shield(interruptible=False):
+            with self._queue.mutex:
+                holds: list[Hold] = []
+                try:
+                    for item in items:
+                        hold = self._table.find(item)
+                        if hold is None:
+                            raise NotHeldError(f"ack_many(): {self._not_held_locked(item)}")
+                        hold.settling = True
+                        holds.append(hold)
+                except BaseException:
+                    for hold in holds:
+                        hold.settling = False
+                    raise
+            if holds:
+                self._queue._settle(self._table, holds, "ack")
 
     def nack(self, item: Any, delay: float | None = None) -> None:
         """Give the held ``item`` back to the queue, in its original place.
@@ -75,22 +82,27 @@ class Consumer:
         """
         if delay is not None and delay < 0:
             raise ValueError(f"delay must not be negative, not {delay!r}")
-        self._settle([self._find(item, "nack")], "nack", delay=delay)
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "nack")], "nack", delay=delay)
 
     def reject(self, item: Any, reason: str | None = None) -> None:
         """Send the held ``item`` straight to the dead letters, with ``reason``."""
-        self._settle([self._find(item, "reject")], "reject", reason=reason)
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "reject")], "reject", reason=reason)
 
     def extend(self, item: Any, seconds: float) -> None:
         """Renew the lease on the held ``item``: it may be held ``seconds`` more from now."""
-        self._queue._extend(self._table, self._find(item, "extend", settle=False), seconds)
+        with Shield(interruptible=False):  # a lease half re-armed would never run out
+            self._queue._extend(self._table, self._find(item, "extend", settle=False), seconds)
 
     def ack_id(self, delivery_id: int) -> None:
         """Like :meth:`ack`, naming the delivery by its id (see :meth:`delivery`)."""
-        self._settle([self._find_id(delivery_id, "ack_id")], "ack")
+        with Shield(interruptible=False):
+            self._settle([self._find_id(delivery_id, "ack_id")], "ack")
 
     def nack_id(self, delivery_id: int, delay: float | None = None) -> None:
-        self._settle([self._find_id(delivery_id, "nack_id")], "nack", delay=delay)
+        with Shield(interruptible=False):
+            self._settle([self._find_id(delivery_id, "nack_id")], "nack", delay=delay)
 
     def transaction(self) -> AbstractContextManager[Transaction]:
         """``with c.transaction():`` the same as the queue's :meth:`AckQueue.transaction`."""
@@ -107,8 +119,9 @@ class Consumer:
 
     def close(self) -> None:
         """Give back everything held; the consumer cannot be used afterwards."""
-        self._finalizer.detach()
-        self._queue._release_table(self._table)
+        with Shield(interruptible=False):
+            self._finalizer.detach()
+            self._queue._release_table(self._table)
 
     @property
     def closed(self) -> bool:

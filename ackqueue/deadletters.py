@@ -13,6 +13,7 @@ from typing import Any
 
 from .claims import Staged, unpickle_item
 from .errors import ItemLoadError
+from .interrupts import Shield
 from .records import DeadRecord, Entry, QueueRecord
 
 
@@ -92,6 +93,10 @@ class DeadLetterMixin:
         ``ids`` chooses which (see :attr:`DeadLetter.id`); None means all. Unknown ids are
         skipped. Returns how many were requeued, in one commit.
         """
+        with Shield(interruptible=False):  # stored and ready in memory, or neither
+            return self._requeue_dead(ids)
+
+    def _requeue_dead(self: Any, ids: Iterable[int] | None) -> int:
         with self.mutex:
             self._check_can_put()
             wanted = None if ids is None else list(ids)

@@ -19,6 +19,7 @@ from .claims import Claim
 from .deadletters import bury
 from .errors import ItemLoadError, QueueClosedError
 from .holds import Delivery, Hold, HoldTable
+from .interrupts import Shield
 from .transactions import current
 
 
@@ -26,10 +27,13 @@ class DeliveryMixin:
     def _hold_next(self: Any, table: HoldTable, block: bool, timeout: float | None) -> Any:
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            claims = self._count_attempts([self._claim_next(block, remaining)])
-            if claims:
-                return self._hold(table, claims)[0]
+            # A fresh shield per round: after a round whose items all went to the dead
+            # letters, the wait for the next one is interruptible again.
+            with Shield():
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                claims = self._count_attempts([self._claim_next(block, remaining)])
+                if claims:
+                    return self._hold(table, claims)[0]
 
     def _count_attempts(self: Any, claims: list[Claim]) -> list[Claim]:
         """Count this delivery of each claim; drop (dead-letter) those out of attempts.

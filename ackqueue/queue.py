@@ -31,6 +31,7 @@ from .delivery import DeliveryMixin
 from .edits import StoredEditsMixin
 from .errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
 from .holds import Delivery, HoldTable
+from .interrupts import Shield, checkpoint, hold_back
 from .leases import LeaseMixin
 from .prefetch import ItemCache
 from .reading import ReaderMixin
@@ -145,6 +146,7 @@ class AckQueue(
             self._ready.push(key)
 
     def _qsize(self) -> int:
+        checkpoint()  # queue.Queue asks before each of its waits: see interrupts.py
         if self._closed or self.is_shutdown:
             # Let blocked callers through to _put/_get, which raise; public calls see the truth.
             op = getattr(self._tls, "op", None)
@@ -155,6 +157,7 @@ class AckQueue(
         return len(self._ready) + self._staged
 
     def _put(self, item: Any) -> None:
+        hold_back()  # staging takes a place in the queue: see interrupts.py
         self._check_can_put()
         self._tls.staged = self._stage(item, getattr(self._tls, "priority", 0))
         self._staged += 1
@@ -171,6 +174,7 @@ class AckQueue(
             # The queue only looked non-empty because of puts still committing: wait for them
             # to land, but no longer than the caller's own timeout (not at all for a nowait).
             deadline = getattr(self._tls, "deadline", None)
+            checkpoint()
             if deadline is None:
                 self._landed.wait()
             elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
@@ -178,6 +182,7 @@ class AckQueue(
         self._check_open()
         if self._drained:
             raise self._shut_down_error()
+        hold_back()  # the claim takes an item: Ctrl-C waits until it is handed out or back
         key = self._ready.pop()
         try:
             data, attempts = self._load(key)
@@ -210,6 +215,12 @@ class AckQueue(
         """
         self._check_priority(priority)
         due = self._due_time(delay, not_before)
+        with Shield():
+            self._put_shielded(item, block, timeout, priority, due)
+
+    def _put_shielded(
+        self, item: Any, block: bool, timeout: float | None, priority: int, due: float
+    ) -> None:
         tx = current(self._store)
         if tx is not None:
             self._put_in_transaction(tx, [item], block, timeout, priority, due)
@@ -247,6 +258,10 @@ class AckQueue(
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return the next item; the removal is durable when this returns."""
+        with Shield():
+            return self._get_shielded(block, timeout)
+
+    def _get_shielded(self, block: bool, timeout: float | None) -> Any:
         claim = self._claim_next(block, timeout)
         key = claim.key
         tx = current(self._store)
@@ -302,20 +317,21 @@ class AckQueue(
 
     def close(self) -> None:
         """Give back held items and close the queue (and the file, with its last queue)."""
-        with self.mutex:
-            if self._closed:
-                return
-            for table in list(self._tables):
-                self._release_locked(table)
-            self._closed = True
-            self._timers.stop()
-            self.not_empty.notify_all()
-            self.not_full.notify_all()
-            self._landed.notify_all()
-        self._reader_tm.abort()
-        self._reader.close()
-        status.beacon.detach(self)
-        self._store.release(self.name)
+        with Shield(interruptible=False):
+            with self.mutex:
+                if self._closed:
+                    return
+                for table in list(self._tables):
+                    self._release_locked(table)
+                self._closed = True
+                self._timers.stop()
+                self.not_empty.notify_all()
+                self.not_full.notify_all()
+                self._landed.notify_all()
+            self._reader_tm.abort()
+            self._reader.close()
+            status.beacon.detach(self)
+            self._store.release(self.name)
 
     @property
     def closed(self) -> bool:

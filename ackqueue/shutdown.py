@@ -14,6 +14,7 @@ import queue
 from typing import Any
 
 from .errors import ShutDown
+from .interrupts import Shield
 
 _StdShutDown = getattr(queue, "ShutDown", None)
 
@@ -28,7 +29,7 @@ def as_our_shutdown(exc: BaseException) -> BaseException:
 class ShutdownMixin:
     def shutdown(self: Any, immediate: bool = False) -> None:
         """Refuse further puts; with ``immediate``, stop handing out items at once too."""
-        with self.mutex:
+        with Shield(interruptible=False), self.mutex:  # a drain cut halfway would not add up
             self.is_shutdown = True
             if immediate and not self._drained:
                 self._drain_locked()

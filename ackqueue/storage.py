@@ -8,7 +8,6 @@ writer connection of its database; all writes go through its :class:`GroupCommit
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import logging
 import os
@@ -25,9 +24,11 @@ from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
+from . import repair
 from .commit import GroupCommitter
 from .durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
+from .interrupts import Shield
 from .packing import PACK_STATE_KEY, AutoPacker
 from .records import ROOT_KEY
 
@@ -65,9 +66,9 @@ def open_file_storage(
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
-    if not read_only:
-        finish_interrupted_pack(path)
     try:
+        if not read_only:
+            repair.before_open(path)
         return kind(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
@@ -75,28 +76,12 @@ def open_file_storage(
             "only one process may open a FileStorage at a time (use ZEO to share it)"
         ) from None
     except FileStorageError as exc:
-        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({exc})") from None
+        why = "it does not start with a FileStorage header" if str(exc) == path else str(exc)
+        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({why})") from None
     except PermissionError as exc:
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
     except OSError as exc:
         raise StorageError(f"cannot open queue file {path}: {exc}") from None
-
-
-def finish_interrupted_pack(path: str) -> None:
-    """Complete a pack killed between its two renames, which left no data file.
-
-    FileStorage's pack renames the data file to ``.old``, then the finished ``.pack`` file to
-    the data file. Killed in between, FileStorage would next create an empty file in its
-    place; the packed copy is complete by then, so put it where it belongs.
-    """
-    if os.path.exists(path) or not os.path.exists(path + ".pack"):
-        return
-    if not os.path.exists(path + ".old"):
-        return  # not the state a pack leaves: touch nothing
-    log.warning("completing the pack of %s that was interrupted by a crash", path)
-    os.rename(path + ".pack", path)
-    with contextlib.suppress(OSError):
-        os.remove(path + ".index")  # it describes the old file, not the packed one
 
 
 class Store:
@@ -117,6 +102,7 @@ class Store:
         storage = db.storage
         syncer = storage if getattr(storage, "sync_each_commit", False) else None
         self._committer = GroupCommitter(self._tm, self._describe_failure, syncer)
+        self._needs_repair = False
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -225,7 +211,15 @@ class Store:
             self.writer.close()
         finally:
             if self.owns_db:
-                self.db.close()
+                try:
+                    self.db.close()
+                except OSError as exc:
+                    # Everything committed is already on disk; only the index or the
+                    # temporary file could not be written out (a full disk, say).
+                    raise StorageError(
+                        f"closing queue storage {self.where}: {exc} (committed data is safe; "
+                        "the next open rebuilds the index)"
+                    ) from exc
 
     # -- connections and commits ----------------------------------------------------------
 
@@ -241,7 +235,11 @@ class Store:
 
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
-        result = self._committer.run(change)
+        if self._needs_repair:
+            change = repair.after_failed_write(self, change)
+        # Ctrl-C inside a ZODB commit makes FileStorage close itself: hold it back.
+        with Shield(interruptible=False):
+            result = self._committer.run(change)
         if self.packer is not None:
             self.packer.after_commit()
         return result
@@ -251,15 +249,22 @@ class Store:
         return self.writer.root()
 
     def pack(self) -> None:
-        if self.packer is not None:
-            self.packer.pack()
-        else:
-            self.db.pack()
+        try:
+            # Ctrl-C between FileStorage's two renames would leave no file and a closed
+            # storage: let it wait until the pack is over.
+            with Shield(interruptible=False):
+                if self.packer is not None:
+                    self.packer.pack()
+                else:
+                    self.db.pack()
+        except OSError as exc:
+            raise StorageError(f"cannot pack queue storage {self.where}: {exc}") from exc
 
     def _describe_failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StorageError):
             return exc
         if isinstance(exc, OSError):
+            self._needs_repair = True
             err = StorageError(f"cannot write to queue storage {self.where}: {exc}")
         elif isinstance(exc, Exception):
             err = StorageError(f"commit to queue storage {self.where} failed: {exc!r}")

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .errors import AckQueueError
+from .interrupts import Shield
 
 if TYPE_CHECKING:
     from .storage import Store
@@ -99,17 +100,22 @@ def transaction(store: Store) -> Iterator[Transaction]:
     """Commit every queue operation of the block together, or none of them."""
     if getattr(_local, "tx", None) is not None:
         raise TransactionError("this thread is already inside a transaction; they do not nest")
-    tx = _local.tx = Transaction(store)
+    tx = Transaction(store)
+    # The block itself stays interruptible (Ctrl-C in it rolls back); the commit with its
+    # in-memory effects, and a rollback, run to their end first (see interrupts.py).
     try:
+        _local.tx = tx
         yield tx
     except BaseException:
+        with Shield(interruptible=False):
+            _local.tx = None
+            tx.rollback()
+        raise
+    with Shield(interruptible=False):
         _local.tx = None
-        tx.rollback()
-        raise
-    _local.tx = None
-    try:
-        tx.commit()
-    except BaseException:
-        tx.rollback()
-        raise
-    tx.apply_effects()
+        try:
+            tx.commit()
+        except BaseException:
+            tx.rollback()
+            raise
+        tx.apply_effects()

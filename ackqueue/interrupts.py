@@ -1,0 +1,152 @@
+"""Holding Ctrl-C back while the file and the queue's memory disagree.
+
+Python raises ``KeyboardInterrupt`` in the main thread between any two bytecodes. Landing
+inside a ZODB commit it makes FileStorage close itself ("Failure in _finish. Closing."),
+and landing between a commit and the matching in-memory update it leaves an item stored
+but never handed out, or acked in the file but still held. So an operation runs under a
+:class:`Shield`: while the shield is up a SIGINT is only recorded, and it is raised once the
+operation has finished, through whatever handler was installed before.
+
+A blocking wait must stay interruptible (Ctrl-C on a ``get`` that waits for an item has to
+work), so an operation starts *open*: a SIGINT that finds it blocked in a wait interrupts it
+at once, as usual. Anywhere else it waits for the next :func:`checkpoint` (the queue calls
+one before each wait) or the end of the operation: raised inside ``threading.Condition``'s
+own Python code (its ``__enter__``, the lock hand-over around a wait), KeyboardInterrupt
+leaves the queue's mutex held, and the next operation hangs. The operation calls
+:func:`hold_back` at the moment it takes something (claims an item, stages a put), and from
+then on the interrupt waits until the operation is done. Shields nest: the
+outermost one does the holding back, and an inner one that is closed (or is closed later)
+closes it, so a whole operation finishes once any part of it has taken something.
+
+Only the main thread receives signals, so elsewhere the shield does nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+
+class Shield:
+    """Defers SIGINT until the ``with`` block ends (main thread only).
+
+    While open, a SIGINT that finds the thread blocked in a wait, or a held-back one at a
+    :func:`checkpoint`, is raised at once; after :meth:`close`, none is.
+    """
+
+    __slots__ = ("_active", "_open", "_outer", "_pending", "_previous")
+
+    def __init__(self, interruptible: bool = True) -> None:
+        self._active = False
+        self._open = interruptible
+        self._pending = False
+        self._previous: Any = None
+        self._outer: Shield | None = None
+
+    def __enter__(self) -> Shield:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        previous = signal.getsignal(signal.SIGINT)
+        if isinstance(previous, _Recorder):
+            # An outer shield holds it back; a closed inner one closes it.
+            self._outer = previous.shield
+            if not self._open:
+                self._outer.close()
+            return self
+        if not callable(previous):
+            return self  # SIG_IGN/SIG_DFL: Ctrl-C raises nothing to hold back
+        self._previous = previous
+        self._active = True  # before the recorder is in: it may fire at once
+        try:
+            signal.signal(signal.SIGINT, _Recorder(self))
+        except ValueError:  # not the main interpreter: signals are not ours to handle
+            self._active = False
+        return self
+
+    def close(self) -> None:
+        """From now on the operation has taken something: hold SIGINT back."""
+        self._open = False
+        if self._outer is not None:
+            self._outer.close()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._open and _blocked_in_wait(frame):
+            # Nothing taken yet, and blocked where an exception is safe: interrupt as usual.
+            # A second SIGINT while this one unwinds waits for the end of the operation.
+            self._open = False
+            self._previous(signum, frame)
+        else:
+            self._pending = True
+
+    def _deliver_if_open(self) -> None:
+        if self._open and self._pending:
+            self._pending = False
+            self._open = False
+            self._previous(signal.SIGINT, None)
+
+    def _restore(self) -> None:
+        if self._active:
+            signal.signal(signal.SIGINT, self._previous)
+            self._active = False
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._restore()
+        if self._pending:
+            self._pending = False
+            signal.raise_signal(signal.SIGINT)  # the user's handler runs now
+
+
+def checkpoint() -> None:
+    """A safe point of an operation that has taken nothing yet: a SIGINT held back is raised."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if isinstance(handler, _Recorder):
+        handler.shield._deliver_if_open()
+
+
+def _wait_lines() -> frozenset[int]:
+    """The lines of ``threading.Condition.wait`` that block in a lock acquire.
+
+    An exception there leaves the condition's lock as it should be (the acquire is inside
+    the ``try`` whose ``finally`` takes the lock back, or before the lock was let go).
+    """
+    try:
+        lines, first = inspect.getsourcelines(threading.Condition.wait)
+    except (OSError, TypeError):
+        return frozenset()
+    return frozenset(first + i for i, line in enumerate(lines) if "waiter.acquire(" in line)
+
+
+_WAIT_CODE = threading.Condition.wait.__code__
+_WAIT_LINES = _wait_lines()
+
+
+def _blocked_in_wait(frame: FrameType | None) -> bool:
+    if frame is None or frame.f_code is not _WAIT_CODE:
+        return False
+    return not _WAIT_LINES or frame.f_lineno in _WAIT_LINES
+
+
+def hold_back() -> None:
+    """The calling operation has taken something: close the shield around it, if any."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signals reach the main thread only; its shield is not ours to close
+    handler = signal.getsignal(signal.SIGINT)
+    if isinstance(handler, _Recorder):
+        handler.shield.close()
+
+
+class _Recorder:
+    """The SIGINT handler while a shield is up."""
+
+    __slots__ = ("shield",)
+
+    def __init__(self, shield: Shield) -> None:
+        self.shield = shield
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.shield._on_signal(signum, frame)

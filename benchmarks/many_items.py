@@ -1,0 +1,116 @@
+"""Very many small items: put N (default 1,000,000), reopen, read some back; time and RSS.
+
+    python3 benchmarks/many_items.py --items 1000000
+
+Puts go through ``put_many`` in batches where the queue has it, otherwise through eight
+threads whose puts share commits (group commit). Prints one JSON line with the put rate,
+the RSS after the puts, the file size, the time to reopen (clean close, and after the
+file's index is removed, as after a SIGKILL), and the time of qsize() with everything queued.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+import ackqueue  # noqa: E402
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def put_all(q: ackqueue.AckQueue, n: int, payload: bytes, threads: int) -> str:
+    if hasattr(q, "put_many"):
+        for lo in range(0, n, 1000):
+            q.put_many([(i, payload) for i in range(lo, min(n, lo + 1000))])
+        return "put_many x1000"
+
+    def putter(first: int) -> None:
+        for i in range(first, n, threads):
+            q.put((i, payload))
+
+    workers = [threading.Thread(target=putter, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return f"put from {threads} threads"
+
+
+REOPEN = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+t = time.monotonic()
+import ackqueue
+q = ackqueue.AckQueue(sys.argv[1])
+n = q.qsize()
+print(time.monotonic() - t, n)
+"""
+
+
+def timed_reopen(path: str) -> tuple[float, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", REOPEN, path, REPO_ROOT], capture_output=True, text=True,
+        check=True,
+    ).stdout.split()
+    return float(out[0]), int(out[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100, help="payload bytes per item")
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    path = os.path.join(tempfile.mkdtemp(prefix="ackqueue-many-", dir=args.dir), "q.fs")
+    q = ackqueue.AckQueue(path)
+    start = time.monotonic()
+    how = put_all(q, args.items, b"x" * args.size, args.threads)
+    put_s = time.monotonic() - start
+    t = time.perf_counter()
+    depth = q.qsize()
+    qsize_us = (time.perf_counter() - t) * 1e6
+    rss_after_put = rss_mb()
+    with q.connect() as c:
+        t = time.monotonic()
+        for _ in range(1000):
+            c.ack(c.get())
+        get_ack_s = time.monotonic() - t
+    q.close()
+    clean_s, clean_n = timed_reopen(path)
+    os.remove(path + ".index")  # what a SIGKILL leaves: no index, a scan of the file
+    killed_s, killed_n = timed_reopen(path)
+    print(json.dumps({
+        "items": args.items,
+        "how": how,
+        "put_seconds": round(put_s, 1),
+        "puts_per_s": round(args.items / put_s),
+        "qsize_after_put": depth,
+        "qsize_us": round(qsize_us, 1),
+        "rss_mb_after_put": round(rss_after_put, 1),
+        "file_mb": round(os.path.getsize(path) / 2**20, 1),
+        "get_ack_1000_s": round(get_ack_s, 2),
+        "reopen_clean_s": round(clean_s, 2),
+        "reopen_without_index_s": round(killed_s, 2),
+        "reopen_counts": [clean_n, killed_n],
+    }))
+    return 0 if clean_n == killed_n == args.items - 1000 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
