@@ -12,7 +12,9 @@ saving it wrote is taken for garbage, so short-lived processes that each write a
 pack in time.
 
 A pack holds FileStorage's commit lock only while copying what was committed during the pack,
-so producers and consumers keep running. ``.old`` copies are not kept.
+so producers and consumers keep running; only if they write as much as the pack copies before
+it is done do they wait for it, which bounds the file however busy the machine is.
+``.old`` copies are not kept.
 
 Between packs, every ``index_every`` bytes the packer also saves FileStorage's index file
 (FileStorage writes it only on close and pack), so reopening after a crash scans at most that
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,7 @@ log = logging.getLogger("ackqueue")
 PACK_STATE_KEY = "ackqueue.pack_state"
 DEFAULT_MIN_BYTES = 1024 * 1024
 DEFAULT_INDEX_EVERY = 16 * 1024 * 1024
-PACKER_CATCH_UP = 0.001  # seconds a committer yields while a pack runs behind
+PACKER_CATCH_UP = 5.0  # at most this many seconds a committer waits for a pack running behind
 CHECK_EVERY = 8  # commits between looks at the file size: a look costs as much as a put's pickle
 
 
@@ -65,9 +66,13 @@ class AutoPacker:
         self._index_lock = threading.Lock()
         self.packs = 0
         self._commits = 0
+        self._recorded_at = (0, 0)  # (commits, packs) when the estimate was last recorded
         self._pack_lock = threading.Lock()  # guards _thread and _closed
         self._run_lock = threading.Lock()  # one pack at a time, automatic or asked for
         self._thread: threading.Thread | None = None
+        self._pack_done = threading.Event()
+        self._pack_done.set()
+        self._write_allowance = 0  # file size past which writers wait for the running pack
         self._closed = False
 
     def garbage(self) -> int:
@@ -88,10 +93,11 @@ class AutoPacker:
     def after_commit(self) -> None:
         """Called after each commit: save the index or start a background pack if due. Cheap."""
         self._commits += 1
-        if self._thread is not None and self._storage.getSize() > self._behind_size():
-            # The pack is falling behind what is being written: a thread that keeps the GIL
-            # busy starves the packer, whose every file read gives the GIL away. Yield it.
-            time.sleep(PACKER_CATCH_UP)
+        if self._thread is not None and self._storage.getSize() > self._write_allowance:
+            # The pack is falling behind what is being written (committers that keep the GIL
+            # busy starve the packer, whose every file read gives it away): let it finish
+            # before writing more, so that disk use stays bounded however busy the machine.
+            self._pack_done.wait(PACKER_CATCH_UP)
         if self._commits % CHECK_EVERY:
             return
         if self.index_due() and self._index_lock.acquire(blocking=False):
@@ -111,13 +117,14 @@ class AutoPacker:
         with self._pack_lock:
             if self._closed or self._thread is not None:
                 return
+            self._pack_done.clear()
+            # While it runs, writers may add about as much as it copies, then wait for it.
+            size, garbage = self._storage.getSize(), self.garbage()
+            self._write_allowance = size + max(self.min_bytes, size - garbage)
             self._thread = threading.Thread(
                 target=self._background, name="ackqueue-autopack", daemon=True
             )
             self._thread.start()
-
-    def _behind_size(self) -> int:
-        return 2 * (self.packed_size + self.min_bytes)
 
     def pack(self) -> None:
         """Pack now, in the calling thread (after a background pack in progress)."""
@@ -139,8 +146,12 @@ class AutoPacker:
         return self.packed_size, self.garbage(), self._storage.getSize()
 
     def record(self) -> None:
-        """Keep the garbage estimate in the database for the next session."""
+        """Keep the garbage estimate in the database for the next session (if it moved)."""
+        marker = (self._commits, self.packs)
+        if marker == self._recorded_at:
+            return  # nothing written since: do not append a commit of its own
         self._record_state(self.state())
+        self._recorded_at = marker
 
     def _background(self) -> None:
         try:
@@ -152,6 +163,7 @@ class AutoPacker:
         finally:
             with self._pack_lock:
                 self._thread = None
+                self._pack_done.set()
 
     def _pack(self) -> None:
         with self._run_lock:
