@@ -24,6 +24,7 @@ from ZODB.MappingStorage import MappingStorage
 
 from .commit import GroupCommitter
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
+from .uri import as_path, is_uri, open_db
 
 log = logging.getLogger("ackqueue")
 
@@ -80,7 +81,9 @@ class Store:
 
     @classmethod
     def acquire(cls, path: str | os.PathLike[str] | None, db: ZODB.DB | None) -> Store:
-        """The store for a file path, a caller's database, or (both None) a new in-memory one."""
+        """The store for a file path or storage URI, a caller's database, or (both None) a new
+        in-memory one."""
+        path = as_path(path)
         with _registry_lock:
             if db is not None:
                 store = _by_db.get(id(db))
@@ -88,6 +91,10 @@ class Store:
                     store = _by_db[id(db)] = cls(db, owns_db=False, where=repr(db))
             elif path is None:
                 store = cls(ZODB.DB(MappingStorage()), owns_db=True, where="memory")
+            elif isinstance(path, str) and is_uri(path):  # one database per URI, as per file
+                store = _by_path.get(path)
+                if store is None:
+                    store = _by_path[path] = cls(open_db(path), owns_db=True, where=path)
             else:
                 key = os.path.realpath(os.fspath(path))
                 store = _by_path.get(key)
