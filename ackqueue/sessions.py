@@ -236,7 +236,7 @@ class Session:
                     self._beat()
             except SessionLost:
                 self._start_over()
-            except Exception as exc:  # the server is away: ZEO reconnects by itself
+            except Exception as exc:  # the server is away (ZEO reconnects by itself), or a bug
                 if not self._failing:
                     log.warning("ackqueue: cannot renew session %s: %s", self.sid, exc)
                 self._failing = True
@@ -281,7 +281,10 @@ class Session:
             if tid != last:
                 last = tid
                 for queue in list(self._queues):
-                    queue.refresh()
+                    try:
+                        queue.refresh()
+                    except Exception:  # pragma: no cover - a bug; keep watching the others
+                        log.exception("ackqueue: refreshing queue %r failed", queue.name)
 
     def stop(self) -> None:
         with self._cond:

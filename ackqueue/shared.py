@@ -229,6 +229,8 @@ class SharedQueue:
 
     def refresh(self) -> None:
         q = self.q
+        if getattr(q, "_timers", None) is None:
+            return  # the queue is still being opened (its __init__ reads without the mutex)
         with q.mutex:
             if q._closed:
                 return
@@ -295,6 +297,7 @@ class SharedReadyIndex:
         self._next: Any = _UNKNOWN
         self._estimate = 0
         self._stale = True
+        self.vanished: set[Any] = set()  # popped keys whose entry was gone when loaded
 
     def __len__(self) -> int:
         if self._stale:
@@ -319,6 +322,9 @@ class SharedReadyIndex:
         """``key`` is ready again: give back our hold on it, or (a put of ours, an unclaimed
         key) offer it next if it comes first."""
         self._shared.taking.discard(key)
+        if key in self.vanished:
+            self.vanished.discard(key)
+            return
         if self._shared.release_if_mine_locked(key):
             return
         self._estimate += 1
@@ -388,6 +394,17 @@ class SharedMixin:
         super()._extend(table, hold, seconds)  # type: ignore[misc]
         if self._shared is not None:
             self._store.run(self._shared.fence([hold]))
+
+    def _load(self: Any, key: Any) -> tuple[bytes, int]:
+        if self._shared is None:
+            return super()._load(key)  # type: ignore[misc]
+        try:
+            return super()._load(key)  # type: ignore[misc]
+        except KeyError:
+            # Another process took and settled it since our snapshot: move on to the next.
+            self._ready.vanished.add(key)
+            self._ready.refresh()
+            raise Retry from None
 
     def _count_attempts(self: Any, claims: list[Claim]) -> list[Claim]:
         if self._shared is None:

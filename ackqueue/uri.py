@@ -13,8 +13,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import ZODB
+from ZODB.POSException import ConflictError
 
 from .errors import StorageError
+
+OPEN_RETRIES = 5
 
 
 def is_uri(path: Any) -> bool:
@@ -46,15 +49,22 @@ def open_db(uri: str) -> ZODB.DB:
         factory, dbkw = zodburi.resolve_uri(uri)
     except Exception as exc:
         raise StorageError(f"cannot open storage {uri}: {exc}") from exc
-    try:
-        storage = factory()
-    except Exception as exc:
-        raise StorageError(f"cannot open storage {uri}: {exc!r}") from exc
-    try:
-        return ZODB.DB(storage, **dbkw)
-    except Exception:
-        storage.close()
-        raise
+    for attempt in range(OPEN_RETRIES):
+        try:
+            storage = factory()
+        except Exception as exc:
+            raise StorageError(f"cannot open storage {uri}: {exc!r}") from exc
+        try:
+            return ZODB.DB(storage, **dbkw)
+        except ConflictError:
+            # Another process created the root of a new database at the same moment.
+            storage.close()
+            if attempt == OPEN_RETRIES - 1:
+                raise
+        except Exception:
+            storage.close()
+            raise
+    raise AssertionError("unreachable")
 
 
 def is_shared_storage(storage: Any) -> bool:
