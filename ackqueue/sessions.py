@@ -65,6 +65,10 @@ class SessionRecord(Persistent):
 class SessionLost(AckQueueError):
     """This process's session was reaped (it was stopped or cut off longer than its lease)."""
 
+    def __init__(self, sid: str, lease: float) -> None:
+        super().__init__(f"session {sid} was reaped: its lease of {lease}s lapsed")
+        self.sid = sid
+
 
 def server_time(tid: bytes) -> float:
     return float(TimeStamp(tid).timeTime())
@@ -94,6 +98,7 @@ class Session:
         self._stopped = False
         self._back_at = 0.0  # server time of the first renewal after a lost connection
         self._failing = False
+        self._restart_lock = threading.Lock()
         self._register()
         self._threads = [
             threading.Thread(target=self._keep_alive, name="ackqueue-session", daemon=True),
@@ -121,7 +126,7 @@ class Session:
         sessions, _ = shared_trees(self.store.root())
         record = sessions.get(self.sid)
         if record is None or record.reaped:
-            raise SessionLost(f"session {self.sid} was reaped: its lease of {self.lease}s lapsed")
+            raise SessionLost(self.sid, self.lease)
         return self.sid
 
     def renew(self) -> None:
@@ -131,7 +136,7 @@ class Session:
             sessions, _ = shared_trees(self.store.root())
             record = sessions.get(sid)
             if record is None or record.reaped:
-                raise SessionLost(f"session {sid} was reaped: its lease of {self.lease}s lapsed")
+                raise SessionLost(sid, self.lease)
             record.renewals += 1
 
         self.store.run(renew)
@@ -234,8 +239,8 @@ class Session:
                 if time.monotonic() >= next_renewal:
                     next_renewal = time.monotonic() + interval
                     self._beat()
-            except SessionLost:
-                self._start_over()
+            except SessionLost as lost:
+                self.start_over(lost.sid)
             except Exception as exc:  # the server is away (ZEO reconnects by itself), or a bug
                 if not self._failing:
                     log.warning("ackqueue: cannot renew session %s: %s", self.sid, exc)
@@ -250,8 +255,13 @@ class Session:
             log.warning("ackqueue: session %s renewed again", self.sid)
         self.reap()
 
-    def _start_over(self) -> None:
+    def start_over(self, lost_sid: str) -> None:
         """Our session was reaped: what we held is someone else's now. Take a new one."""
+        with self._restart_lock:
+            if self.sid == lost_sid:
+                self._start_over()
+
+    def _start_over(self) -> None:
         log.warning(
             "ackqueue: session %s was reaped (this process was stopped or cut off longer than "
             "its %ss lease); its held items were given to others and acking them will fail",

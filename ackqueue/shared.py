@@ -22,14 +22,18 @@ Ordering across processes is documented in README.rst ("Scaling out").
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from ZODB.POSException import ConflictError
+from ZODB.POSException import StorageError as ZODBStorageError
 
 from . import sessions
 from .claims import Claim, Retry
 from .deadletters import bury
-from .errors import LeaseExpiredError
+from .errors import LeaseExpiredError, StorageError
 from .holds import Hold, HoldTable
 from .reading import ReaderMixin
 from .sessions import HoldValue, SessionLost, shared_trees
@@ -45,6 +49,17 @@ SEQ_BLOCK = 64
 SEQ_BLOCK_SECONDS = 1.0
 
 _UNKNOWN = object()
+
+
+@contextlib.contextmanager
+def reading(where: str) -> Iterator[None]:
+    """ZODB's read failures (a ZEO server away: ClientDisconnected) as ackqueue's own error."""
+    try:
+        yield
+    except ConflictError:
+        raise
+    except ZODBStorageError as exc:
+        raise StorageError(f"cannot read queue storage {where}: {exc!r}") from exc
 
 
 def wants_shared(db: Any, shared: bool | None) -> bool:
@@ -147,7 +162,13 @@ class SharedQueue:
             return results
 
         try:
-            results = self.store.run(take)
+            try:
+                results = self.store.run(take)
+            except SessionLost as reaped:
+                # Our session lapsed (this process was stopped or cut off): what it held is
+                # void, but new work may go on under a new session.
+                self.session.start_over(reaped.sid)
+                results = self.store.run(take)
         except BaseException:
             # The hold may or may not have been committed: release it (fenced by its token)
             # rather than hand the key out again from here.
@@ -156,7 +177,8 @@ class SharedQueue:
                     self.taking.discard(claim.key)
                     value = (self.session.sid, int(claim.delivery_id or 0))
                     self.session.release_later(self.name, claim.key, value)
-                self.refresh_locked()
+                with contextlib.suppress(Exception):
+                    self.refresh_locked()
             raise
         kept = []
         with q.mutex:
@@ -340,7 +362,9 @@ class SharedReadyIndex:
     def refresh(self) -> None:
         """Move to the latest commit and start reading from the head again."""
         reader = self._reader
-        reader._reader_tm.begin()
+        self._stale = True
+        with reading(reader._store.where):
+            reader._reader_tm.begin()
         reader._reader_synced = reader._store.commits
 
         def estimate() -> int:
@@ -350,7 +374,8 @@ class SharedReadyIndex:
             n = rec.length() - (len(holds) if holds is not None else 0)
             return int(n - (len(delayed) if delayed is not None else 0))
 
-        self._estimate = reader._read_current(estimate)
+        with reading(reader._store.where):
+            self._estimate = reader._read_current(estimate)
         self._cursor, self._next, self._stale = None, _UNKNOWN, False
 
     def _scan(self, cursor: Any) -> Any:
@@ -372,7 +397,8 @@ class SharedReadyIndex:
                 return key
             return None
 
-        return reader._read_current(first)
+        with reading(reader._store.where):
+            return reader._read_current(first)
 
 
 class SharedMixin:
@@ -399,7 +425,8 @@ class SharedMixin:
         if self._shared is None:
             return super()._load(key)  # type: ignore[misc]
         try:
-            return super()._load(key)  # type: ignore[misc]
+            with reading(self._store.where):
+                return super()._load(key)  # type: ignore[misc]
         except KeyError:
             # Another process took and settled it since our snapshot: move on to the next.
             self._ready.vanished.add(key)

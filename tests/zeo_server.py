@@ -48,7 +48,8 @@ class ZEOServer:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"runzeo exited with {self.proc.returncode}; see {self.log.name}")
+                code = self.proc.returncode
+                raise RuntimeError(f"runzeo exited with {code}; see {self.log.name}")
             try:
                 socket.create_connection(self.addr, timeout=1).close()
                 return

@@ -3,7 +3,9 @@
 Every event is appended to a log file as one line written with one ``os.write`` on an
 ``O_APPEND`` descriptor, so a SIGKILL never leaves half a line and threads never interleave:
 ``P id`` a put returned (confirmed), ``D id`` a get returned it, ``A id`` its ack returned,
-``H id`` got and held on purpose (never acked), ``W t`` thread t waits to be killed, ``E what`` an error the worker rode out.
+``H id`` got and held on purpose (never acked), ``W t`` thread t waits to be killed,
+``L id`` its ack was fenced off because this process lost its session, ``E what`` an error the
+worker rode out.
 
 Usage: zeo_worker.py URI LOG ROLE THREADS ITERATIONS SESSION_TIMEOUT
 ROLE ``normal`` runs its iterations and exits; ``victim`` then gets one more item per thread,
@@ -17,7 +19,7 @@ import sys
 import threading
 
 import ackqueue
-from ackqueue import AckQueueError, Empty, NotHeldError, StorageError
+from ackqueue import AckQueueError, Empty, LeaseExpiredError, NotHeldError, StorageError
 
 
 def main() -> None:
@@ -61,6 +63,9 @@ def main() -> None:
             except StorageError as exc:
                 log("E", f"ack {exc!r}")
                 continue
+            except LeaseExpiredError:  # this process was cut off longer than its lease
+                log("L", item)
+                return
             except NotHeldError:
                 raise
             except AckQueueError as exc:  # an earlier try committed after all
