@@ -404,6 +404,11 @@ class SharedReadyIndex:
 class SharedMixin:
     """The queue hooks that behave differently in shared mode (``self._shared`` is set)."""
 
+    @property
+    def shared(self: Any) -> bool:
+        """True when other processes may use this queue too (its holds are stored)."""
+        return self._shared is not None
+
     def _open_shared(self: Any, shared: bool | None, session_timeout: float) -> None:
         if not session_timeout > 0:
             raise ValueError("session_timeout must be a positive number of seconds")
