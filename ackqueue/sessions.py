@@ -70,6 +70,28 @@ class SessionLost(AckQueueError):
         self.sid = sid
 
 
+def drop_hold(root: Any, holds: Any, name: str, key: Any) -> None:
+    """Delete hold ``key`` of queue ``name`` (inside a change), writing its entry too.
+
+    Every change to an item's hold also writes the item's :class:`~ackqueue.records.Entry`,
+    which has no conflict resolution: two processes changing what one item is doing at the
+    same time always conflict (and retry), even where their edits of the holds tree alone
+    would merge, or where one only read it (a hold taken while another process took the
+    entry away).
+    """
+    touch_entry(root, name, key)
+    del holds[key]
+
+
+def touch_entry(root: Any, name: str, key: Any) -> None:
+    queues = root.get("ackqueue")
+    record = queues.get(name) if queues is not None else None
+    entry = record.entries.get(key) if record is not None else None
+    if entry is not None:
+        entry._p_activate()
+        entry._p_changed = True
+
+
 def server_time(tid: bytes) -> float:
     return float(TimeStamp(tid).timeTime())
 
@@ -147,7 +169,8 @@ class Session:
         back_at, mine = self._back_at, self.sid
 
         def reap() -> list[str]:
-            sessions, holds_by_queue = shared_trees(self.store.root())
+            root = self.store.root()
+            sessions, holds_by_queue = shared_trees(root)
             dead = []
             for sid, record in list(sessions.items()):
                 if sid == mine:
@@ -159,10 +182,10 @@ class Session:
             for sid in dead:
                 sessions[sid].reaped = True  # conflicts with a renewal racing this reap
                 del sessions[sid]
-            for holds in holds_by_queue.values():
+            for name, holds in holds_by_queue.items():
                 for key, (owner, _token) in list(holds.items()):
                     if owner not in sessions:
-                        del holds[key]
+                        drop_hold(root, holds, name, key)
             return dead
 
         dead: list[str] = self.store.run(reap)
@@ -175,13 +198,14 @@ class Session:
         sid = self.sid
 
         def end() -> None:
-            sessions, holds_by_queue = shared_trees(self.store.root())
+            root = self.store.root()
+            sessions, holds_by_queue = shared_trees(root)
             if sid in sessions:
                 del sessions[sid]
-            for holds in holds_by_queue.values():
+            for name, holds in holds_by_queue.items():
                 for key, (owner, _token) in list(holds.items()):
                     if owner == sid:
-                        del holds[key]
+                        drop_hold(root, holds, name, key)
 
         self.store.run(end)
 
@@ -211,7 +235,7 @@ class Session:
             for name, key, value in batch:
                 holds = holds_by_queue.get(name)
                 if holds is not None and holds.get(key) == value:
-                    del holds[key]
+                    drop_hold(root(), holds, name, key)
 
         try:
             self.store.run(release)

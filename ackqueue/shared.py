@@ -36,7 +36,7 @@ from .deadletters import bury
 from .errors import LeaseExpiredError, StorageError
 from .holds import Hold, HoldTable
 from .reading import ReaderMixin
-from .sessions import HoldValue, SessionLost, shared_trees
+from .sessions import HoldValue, SessionLost, drop_hold, shared_trees
 from .transactions import current
 
 if TYPE_CHECKING:
@@ -149,6 +149,7 @@ class SharedQueue:
                 if entry is None or claim.key in holds:
                     results.append(None)  # another process got it first
                 elif remove:
+                    entry._p_changed = True  # see sessions.drop_hold
                     q._remove_entry(record, claim.key)
                     results.append((entry.attempts, None))
                 elif limit is not None and entry.attempts >= limit:
@@ -221,13 +222,13 @@ class SharedQueue:
         return check
 
     def unhold(self, keys: list[Any]) -> Callable[[], None]:
-        holds_of = self._holds
+        holds_of, root, name = self._holds, self.store.root, self.name
 
         def unhold() -> None:
             tree = holds_of()
             for key in keys:
                 if key in tree:
-                    del tree[key]
+                    drop_hold(root(), tree, name, key)
 
         return unhold
 
@@ -288,13 +289,13 @@ class SharedQueue:
         with self.q.mutex:
             values = dict(self.mine)
             self.mine.clear()
-        holds_of = self._holds
+        holds_of, root, name = self._holds, self.store.root, self.name
 
         def give_back() -> None:
             tree = holds_of()
             for key, value in values.items():
                 if tree.get(key) == value:
-                    del tree[key]
+                    drop_hold(root(), tree, name, key)
 
         try:
             if values:
@@ -457,9 +458,9 @@ class SharedMixin:
             check()
 
         def edit_and_unhold() -> None:
+            unhold()  # first: it writes the entries, which the edit may delete
             if edit is not None:
                 edit()
-            unhold()
 
         return edit_and_unhold, fenced_check
 

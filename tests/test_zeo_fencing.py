@@ -6,9 +6,10 @@ from __future__ import annotations
 import signal
 import subprocess
 
-import ackqueue
 from conftest import child_argv, child_env
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+
+import ackqueue
 
 LEASE = 1.0
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 import ZEO
+from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
-from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 
 def test_zeo_uri_opens_a_shared_queue_seen_by_a_db_opened_by_the_caller(
@@ -60,10 +60,12 @@ def test_shared_false_keeps_holds_in_memory_on_zeo(zeo_server: ZEOServer) -> Non
         assert q.get(timeout=1) == 1
 
 
-def two_clients(server: ZEOServer, **options: object) -> tuple[ackqueue.AckQueue, ...]:
+def two_clients(
+    server: ZEOServer, a_timeout: float | None = None, **options: object
+) -> tuple[ackqueue.AckQueue, ...]:
     """Two queues on one ZEO server in two ZODB clients: as two processes see it."""
     db = ZEO.DB(server.addr)
-    a = ackqueue.AckQueue(server.uri, **options)  # type: ignore[arg-type]
+    a = ackqueue.AckQueue(server.uri, ack_timeout=a_timeout, **options)  # type: ignore[arg-type]
     b = ackqueue.AckQueue(db=db, **options)  # type: ignore[arg-type]
     b._test_db = db  # type: ignore[attr-defined]
     return a, b
@@ -105,7 +107,7 @@ def test_a_get_blocked_in_one_client_wakes_when_another_puts(
 def test_items_given_back_in_one_client_are_delivered_by_the_other(
     zeo_server: ZEOServer,  # noqa: F811
 ) -> None:
-    a, b = two_clients(zeo_server, ack_timeout=0.5)
+    a, b = two_clients(zeo_server, a_timeout=0.5)
     try:
         a.put_many(["nacked", "closed", "timed out"])
         c = a.connect()
