@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import transaction
 from ZODB.POSException import ConflictError
+from ZODB.POSException import StorageError as POSStorageError
 
 log = logging.getLogger("ackqueue")
 
@@ -111,7 +112,7 @@ class GroupCommitter:
         for change in batch:
             try:
                 change.result = change.apply()
-            except ConflictError:
+            except (ConflictError, POSStorageError):  # the storage's fault (a ZEO server away)
                 raise
             except Exception as exc:  # the change's own fault: it fails alone
                 change.error = exc
