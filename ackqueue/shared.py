@@ -33,7 +33,7 @@ from ZODB.POSException import StorageError as ZODBStorageError
 from . import sessions
 from .claims import Claim, Retry
 from .deadletters import bury
-from .errors import LeaseExpiredError, StorageError
+from .errors import LeaseExpiredError, NotHeldError, StorageError
 from .holds import Hold, HoldTable
 from .reading import ReaderMixin
 from .sessions import HoldValue, SessionLost, drop_hold, shared_trees
@@ -206,12 +206,18 @@ class SharedQueue:
     def fence(self, holds: list[Hold]) -> Callable[[], None]:
         """A check (inside the commit) that every hold is still this session's, same token."""
         expected = [(hold.key, self.mine.get(hold.key), hold.delivery.id) for hold in holds]
-        holds_of, name = self._holds, self.name
+        holds_of, name, record = self._holds, self.name, self.q._wrec
 
         def check() -> None:
             tree = holds_of()
             for key, value, token in expected:
                 if value is None or value[1] != token or tree.get(key) != value:
+                    if key not in record.entries:
+                        raise NotHeldError(
+                            f"this item of queue {name!r} is no longer stored: it was acked "
+                            "already (by an earlier try whose commit outcome was lost with the "
+                            "connection, or by another consumer after this one lost its hold)"
+                        )
                     raise LeaseExpiredError(
                         f"the hold on this item of queue {name!r} was lost (this process was "
                         "stopped or cut off longer than its session lease, and the item went "

@@ -19,7 +19,7 @@ import sys
 import threading
 
 import ackqueue
-from ackqueue import AckQueueError, Empty, LeaseExpiredError, NotHeldError, StorageError
+from ackqueue import Empty, LeaseExpiredError, NotHeldError, StorageError
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
         return None
 
     def ack(c: ackqueue.Consumer, item: str) -> None:
-        for _ in range(100):
+        for attempt in range(100):
             try:
                 c.ack(item)
             except StorageError as exc:
@@ -66,10 +66,10 @@ def main() -> None:
             except LeaseExpiredError:  # this process was cut off longer than its lease
                 log("L", item)
                 return
-            except NotHeldError:
-                raise
-            except AckQueueError as exc:  # an earlier try committed after all
-                log("E", f"ack {exc!r}")
+            except NotHeldError as exc:
+                if not attempt:
+                    raise
+                log("E", f"ack {exc!r}")  # an earlier try committed after all
             log("A", item)
             return
 
