@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackqueue")
 
 SESSIONS_KEY = "ackqueue.sessions"
-HOLDS_KEY = "ackqueue.holds"
+HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
 POLL_INTERVAL = 0.01
 RENEWALS_PER_LEASE = 4
 
@@ -70,26 +70,58 @@ class SessionLost(AckQueueError):
         self.sid = sid
 
 
-def drop_hold(root: Any, holds: Any, name: str, key: Any) -> None:
-    """Delete hold ``key`` of queue ``name`` (inside a change), writing its entry too.
-
-    Every change to an item's hold also writes the item's :class:`~ackqueue.records.Entry`,
-    which has no conflict resolution: two processes changing what one item is doing at the
-    same time always conflict (and retry), even where their edits of the holds tree alone
-    would merge, or where one only read it (a hold taken while another process took the
-    entry away).
-    """
-    touch_entry(root, name, key)
-    del holds[key]
-
-
-def touch_entry(root: Any, name: str, key: Any) -> None:
+def entry_of(root: Any, name: str, key: Any) -> Any:
     queues = root.get("ackqueue")
     record = queues.get(name) if queues is not None else None
-    entry = record.entries.get(key) if record is not None else None
-    if entry is not None:
-        entry._p_activate()
-        entry._p_changed = True
+    return record.entries.get(key) if record is not None else None
+
+
+def holder(entry: Any) -> HoldValue | None:
+    """Who holds a stored entry in shared mode: ``(session id, token)``, or None."""
+    return getattr(entry, "holder", None)
+
+
+def set_hold(root: Any, name: str, key: Any, entry: Any, value: HoldValue) -> None:
+    """Mark ``entry`` held (inside a change) and list it under its session.
+
+    The mark is on the entry itself, which has no conflict resolution: two processes changing
+    what one item is doing at the same time always conflict (and one retries), while changes
+    to different items touch different objects. The per-session list (written by that session
+    only, or by whoever reaps it) is how a reaper finds a dead session's holds.
+    """
+    entry.holder = value
+    holds_by_session = root[HOLDS_KEY]
+    mine = holds_by_session.get(value[0])
+    if mine is None:
+        mine = holds_by_session[value[0]] = OOBTree()
+    mine[(name, key)] = value[1]
+
+
+def clear_hold(root: Any, name: str, key: Any, value: HoldValue | None = None) -> bool:
+    """Clear the hold on entry ``key`` (if it is still ``value``, when given)."""
+    entry = entry_of(root, name, key)
+    current = holder(entry) if entry is not None else None
+    if current is None or (value is not None and current != value):
+        return False
+    entry.holder = None
+    mine = root[HOLDS_KEY].get(current[0])
+    if mine is not None and (name, key) in mine:
+        del mine[(name, key)]
+    return True
+
+
+def drop_session_holds(root: Any, sid: str) -> None:
+    """Clear every hold of session ``sid`` (inside a change): its items are ready in place."""
+    holds_by_session = root[HOLDS_KEY]
+    mine = holds_by_session.get(sid)
+    if mine is None:
+        return
+    for name, key in list(mine.keys()):
+        entry = entry_of(root, name, key)
+        current = holder(entry) if entry is not None else None
+        if current is not None and current[0] == sid:
+            entry.holder = None
+    del holds_by_session[sid]
 
 
 def server_time(tid: bytes) -> float:
@@ -97,7 +129,7 @@ def server_time(tid: bytes) -> float:
 
 
 def shared_trees(root: Any) -> tuple[Any, Any]:
-    """The sessions tree and the per-queue holds trees (inside a change), made if missing."""
+    """The sessions tree and the per-session holds trees (inside a change), made if missing."""
     if SESSIONS_KEY not in root:
         root[SESSIONS_KEY] = OOBTree()
     if HOLDS_KEY not in root:
@@ -170,7 +202,7 @@ class Session:
 
         def reap() -> list[str]:
             root = self.store.root()
-            sessions, holds_by_queue = shared_trees(root)
+            sessions, holds_by_session = shared_trees(root)
             dead = []
             for sid, record in list(sessions.items()):
                 if sid == mine:
@@ -182,10 +214,8 @@ class Session:
             for sid in dead:
                 sessions[sid].reaped = True  # conflicts with a renewal racing this reap
                 del sessions[sid]
-            for name, holds in holds_by_queue.items():
-                for key, (owner, _token) in list(holds.items()):
-                    if owner not in sessions:
-                        drop_hold(root, holds, name, key)
+            for sid in [sid for sid in holds_by_session if sid not in sessions]:
+                drop_session_holds(root, sid)
             return dead
 
         dead: list[str] = self.store.run(reap)
@@ -199,13 +229,10 @@ class Session:
 
         def end() -> None:
             root = self.store.root()
-            sessions, holds_by_queue = shared_trees(root)
+            sessions, _ = shared_trees(root)
             if sid in sessions:
                 del sessions[sid]
-            for name, holds in holds_by_queue.items():
-                for key, (owner, _token) in list(holds.items()):
-                    if owner == sid:
-                        drop_hold(root, holds, name, key)
+            drop_session_holds(root, sid)
 
         self.store.run(end)
 
@@ -231,11 +258,9 @@ class Session:
         root = self.store.root
 
         def release() -> None:
-            _, holds_by_queue = shared_trees(root())
+            shared_trees(root())
             for name, key, value in batch:
-                holds = holds_by_queue.get(name)
-                if holds is not None and holds.get(key) == value:
-                    drop_hold(root(), holds, name, key)
+                clear_hold(root(), name, key, value)
 
         try:
             self.store.run(release)

@@ -36,7 +36,7 @@ from .deadletters import bury
 from .errors import LeaseExpiredError, NotHeldError, StorageError
 from .holds import Hold, HoldTable
 from .reading import ReaderMixin
-from .sessions import HoldValue, SessionLost, drop_hold, shared_trees
+from .sessions import HoldValue, SessionLost, clear_hold, holder, set_hold
 from .transactions import current
 
 if TYPE_CHECKING:
@@ -83,27 +83,11 @@ class SharedQueue:
         self._block_next = 0
         self._block_end = 0
         self._block_until = 0.0
-        name, kind, root = self.name, queue._kind, self.store.root
-
-        def make_holds() -> None:
-            _, holds_by_queue = shared_trees(root())
-            if name not in holds_by_queue:
-                holds_by_queue[name] = type(queue._wrec.entries)()
-
-        try:
-            self.store.run(make_holds)
-        except BaseException:
-            sessions.release(self.session)
-            raise
-        del kind
         self.session.add_queue(self)
 
-    def _holds(self) -> Any:
-        """The holds tree, inside a change."""
-        return shared_trees(self.store.root())[1][self.name]
-
-    def reader_holds(self) -> Any:
-        return self.q._reader.root().get(sessions.HOLDS_KEY, {}).get(self.name)
+    def reader_hold_count(self) -> int:
+        holds_by_session = self.q._reader.root().get(sessions.HOLDS_KEY, {})
+        return sum(len(mine) for mine in holds_by_session.values())
 
     # -- sequence numbers ---------------------------------------------------------------------
 
@@ -137,19 +121,18 @@ class SharedQueue:
             for claim in claims:
                 claim.delivery_id = next(q._delivery_ids)
         record, limit, reason = q._wrec, q.max_attempts, q._exhausted_reason()
-        session, holds_of = self.session, self._holds
+        session, root, name = self.session, self.store.root, self.name
 
         def take() -> list[tuple[int | None, HoldValue | None] | None]:
             sid = session.check_live()
-            holds = holds_of()
             now = q._clock()
             results: list[tuple[int | None, HoldValue | None] | None] = []
             for claim in claims:
                 entry = record.entries.get(claim.key)
-                if entry is None or claim.key in holds:
+                if entry is None or holder(entry) is not None:
                     results.append(None)  # another process got it first
                 elif remove:
-                    entry._p_changed = True  # see sessions.drop_hold
+                    entry._p_changed = True  # conflicts with a take racing it: see set_hold
                     q._remove_entry(record, claim.key)
                     results.append((entry.attempts, None))
                 elif limit is not None and entry.attempts >= limit:
@@ -158,7 +141,7 @@ class SharedQueue:
                 else:
                     entry.attempts += 1
                     value = (sid, int(claim.delivery_id or 0))
-                    holds[claim.key] = value
+                    set_hold(root(), name, claim.key, entry, value)
                     results.append((entry.attempts, value))
             return results
 
@@ -206,13 +189,13 @@ class SharedQueue:
     def fence(self, holds: list[Hold]) -> Callable[[], None]:
         """A check (inside the commit) that every hold is still this session's, same token."""
         expected = [(hold.key, self.mine.get(hold.key), hold.delivery.id) for hold in holds]
-        holds_of, name, record = self._holds, self.name, self.q._wrec
+        name, record = self.name, self.q._wrec
 
         def check() -> None:
-            tree = holds_of()
             for key, value, token in expected:
-                if value is None or value[1] != token or tree.get(key) != value:
-                    if key not in record.entries:
+                entry = record.entries.get(key)
+                if value is None or value[1] != token or entry is None or holder(entry) != value:
+                    if entry is None:
                         raise NotHeldError(
                             f"this item of queue {name!r} is no longer stored: it was acked "
                             "already (by an earlier try whose commit outcome was lost with the "
@@ -228,13 +211,11 @@ class SharedQueue:
         return check
 
     def unhold(self, keys: list[Any]) -> Callable[[], None]:
-        holds_of, root, name = self._holds, self.store.root, self.name
+        root, name = self.store.root, self.name
 
         def unhold() -> None:
-            tree = holds_of()
             for key in keys:
-                if key in tree:
-                    drop_hold(root(), tree, name, key)
+                clear_hold(root(), name, key)
 
         return unhold
 
@@ -295,13 +276,11 @@ class SharedQueue:
         with self.q.mutex:
             values = dict(self.mine)
             self.mine.clear()
-        holds_of, root, name = self._holds, self.store.root, self.name
+        root, name = self.store.root, self.name
 
         def give_back() -> None:
-            tree = holds_of()
             for key, value in values.items():
-                if tree.get(key) == value:
-                    drop_hold(root(), tree, name, key)
+                clear_hold(root(), name, key, value)
 
         try:
             if values:
@@ -376,9 +355,8 @@ class SharedReadyIndex:
 
         def estimate() -> int:
             rec = reader._reader_rec
-            holds = self._shared.reader_holds()
             delayed = rec.delayed
-            n = rec.length() - (len(holds) if holds is not None else 0)
+            n = rec.length() - self._shared.reader_hold_count()
             return int(n - (len(delayed) if delayed is not None else 0))
 
         with reading(reader._store.where):
@@ -390,14 +368,13 @@ class SharedReadyIndex:
 
         def first() -> Any:
             entries = reader._reader_rec.entries
-            holds = shared.reader_holds()
             delayed = reader._reader_rec.delayed
             now = reader._clock()
             keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
             for key in keys:
                 if key in shared.taking or key in shared.mine:
                     continue
-                if holds is not None and key in holds:
+                if holder(entries[key]) is not None:
                     continue
                 if delayed is not None and delayed.get(key, 0) > now:
                     continue
