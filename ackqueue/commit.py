@@ -90,7 +90,9 @@ class GroupCommitter:
                     self._tm.abort()
                     for change in batch:
                         change.error = None
-                    time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                    # Exponential, capped: over ZEO several processes meet at the queue's head,
+                    # and a round trip is milliseconds, so linear steps of 2 ms kept colliding.
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
                     log.debug("conflict on commit, retrying (attempt %d)", attempt + 1)
             else:
                 raise ConflictError("ackqueue: gave up after repeated write conflicts")
