@@ -28,6 +28,7 @@ from .errors import (
     UnpicklableItemError,
 )
 from .holds import Delivery
+from .pool import PoolStats, Retry, WorkerPool
 from .queue import AckQueue, LifoAckQueue, PriorityAckQueue
 from .transactions import TransactionError
 
@@ -45,13 +46,16 @@ __all__ = [
     "ManualClock",
     "NotAQueueFileError",
     "NotHeldError",
+    "PoolStats",
     "PriorityAckQueue",
     "QueueClosedError",
     "QueueLockedError",
     "ShutDown",
+    "Retry",
     "StorageError",
     "TransactionError",
     "UnloadableItem",
     "UnpicklableItemError",
+    "WorkerPool",
 ]
 __version__ = "0.1.0"

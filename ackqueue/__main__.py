@@ -1,22 +1,10 @@
-"""The ``ackqueue`` command line: ``python -m ackqueue demo``."""
+"""``python -m ackqueue``: the same as the ``ackqueue`` command (see :mod:`ackqueue.cli`)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ackqueue", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="a short tour: crashes and restarts lose nothing")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from .demo import run_demo
-
-        return run_demo()
-    return 2  # pragma: no cover - argparse rejects unknown commands
-
+from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

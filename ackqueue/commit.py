@@ -23,6 +23,8 @@ import transaction
 from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as POSStorageError
 
+from .errors import QueueClosedError
+
 log = logging.getLogger("ackqueue")
 
 T = TypeVar("T")
@@ -54,16 +56,21 @@ class GroupCommitter:
         self._idle = threading.Condition(self._lock)
         self._pending: list[_Change] = []
         self._busy = False
+        self._closed = False
         self.commits = 0
 
     def run(self, apply: Callable[[], T]) -> T:
         """Apply ``apply`` in a commit shared with concurrent callers; return its result."""
         change = _Change(apply)
         with self._lock:
+            self._check_open()
             self._pending.append(change)
             while self._busy and not change.done:
                 self._idle.wait()
             if not change.done:
+                if self._closed:
+                    self._pending.remove(change)
+                    self._check_open()
                 self._busy = True
                 batch, self._pending = self._pending, []
             else:
@@ -78,6 +85,22 @@ class GroupCommitter:
         if change.error is not None:
             raise change.error
         return change.result
+
+    def close(self) -> None:
+        """Let the commit in flight finish, then refuse every change still waiting or to come.
+
+        The connection is closed right after this; a commit still running on it, or one
+        started by a waiting caller, would fail halfway with ZODB's internal errors.
+        """
+        with self._lock:
+            self._closed = True
+            while self._busy:
+                self._idle.wait()
+            self._idle.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError("the queue's storage was closed before this change committed")
 
     def _commit(self, batch: list[_Change]) -> None:
         try:

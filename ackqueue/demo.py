@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from typing import Any
 
+from .inspection import QueueFile
+from .pool import Retry, WorkerPool
 from .queue import AckQueue
 
 CRASH_CHILD = """
@@ -82,5 +87,43 @@ def run_demo(say: Callable[[str], None] = print) -> int:
                     c.ack(job)
         say(f"   remaining jobs, in order: {left}")
         ok = sorted(done + left) == [f"job-{n}" for n in range(1, 7)]
-        say("Every job was done, and none was lost on the way." if ok else "LOST!")
+        say("   Every job was done, and none was lost on the way." if ok else "   LOST!")
+        ok = _poison_step(path, say) and ok
+        _stats_step(path, say)
         return 0 if ok else 1
+
+
+def _poison_step(path: str, say: Callable[[str], None]) -> bool:
+    if "max_attempts" not in inspect.signature(AckQueue).parameters:
+        say("6. (Poison jobs and dead letters need max_attempts, not in this version.)")
+        return True
+    say("6. A poison job fails every time: a WorkerPool retries it with backoff, then gives up.")
+
+    def handler(job: str) -> None:
+        if job == "poison":
+            raise ValueError("cannot parse this job")
+
+    quiet = logging.NullHandler()  # the pool's retry warnings would clutter the story
+    logger = logging.getLogger("ackqueue")
+    logger.addHandler(quiet)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        opener: Any = AckQueue  # Any: max_attempts= arrives with dead letters
+        with opener(path, max_attempts=3) as q:
+            q.put("poison")
+            q.put("job-7")
+            stats = WorkerPool(q, handler, threads=2, retry=Retry(base=0.02)).run_until_empty()
+            dead = q.dead_letters()
+    finally:
+        logger.removeHandler(quiet)
+        logger.propagate = propagate
+    say(f"   done: {stats.done}; failed attempts: {stats.failed}; dead letters: "
+        + ", ".join(f"{d.item!r} after {d.attempts} attempts ({d.reason})" for d in dead))
+    return [d.item for d in dead] == ["poison"] and stats.done == 1
+
+
+def _stats_step(path: str, say: Callable[[str], None]) -> None:
+    with QueueFile(path) as qf:
+        s = qf.stats("default")
+    say(f"7. `ackqueue stats {os.path.basename(path)}` would now say: ready {s.ready}, "
+        f"held {s.held}, delayed {s.delayed}, dead {s.dead}.")

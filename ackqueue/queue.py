@@ -20,6 +20,7 @@ from typing import Any
 
 import ZODB
 
+from . import status
 from .batches import BatchMixin
 from .claims import Claim, Retry, Staged, pickle_item, unpickle_item
 from .clock import Clock
@@ -40,6 +41,7 @@ from .shutdown import ShutdownMixin, as_our_shutdown
 from .storage import Store
 from .timers import Timers
 from .transactions import Transaction, current, transaction
+
 
 
 class AckQueue(
@@ -97,7 +99,7 @@ class AckQueue(
         self._drained = False
         self._store = Store.acquire(path, db)
         try:
-            self._store.claim_name(name)
+            self._store.claim_name(name, self)
         except BaseException:
             self._store.release()
             raise
@@ -128,6 +130,7 @@ class AckQueue(
         with self.mutex:
             for key, when in self._delays.pending.items():
                 self._timers.at(when, self._fall_due_callback(key))
+        status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
 
     # -- the standard library's hooks ------------------------------------------------------
 
@@ -310,6 +313,7 @@ class AckQueue(
         self._close_shared()
         self._reader_tm.abort()
         self._reader.close()
+        status.beacon.detach(self)
         self._store.release(self.name)
 
     @property

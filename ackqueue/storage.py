@@ -8,9 +8,11 @@ writer connection of its database; all writes go through its :class:`GroupCommit
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,6 +37,10 @@ _by_path: dict[str, Store] = {}
 _by_db: dict[int, Store] = {}
 
 
+def _strong_claim() -> object:
+    return True  # a claim made without an owner object: never considered dropped
+
+
 def _lock_owner(path: str) -> str:
     try:
         with open(path + ".lock") as f:
@@ -44,13 +50,39 @@ def _lock_owner(path: str) -> str:
     return f" (pid {pid})" if pid else ""
 
 
+class _FileStorage(FileStorage):
+    """FileStorage that lets go of its lock and files when opening fails.
+
+    ZODB's constructor takes the ``.lock`` file first and raises later (for example on a file
+    that is not a FileStorage) without releasing it; the lock then lives as long as the
+    half-built object, which the exception's traceback keeps alive, and every later open of
+    the same path in this process is refused as "open in another process".
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            self._release_half_open()
+            raise
+
+    def _release_half_open(self) -> None:
+        for name in ("_file", "_tfile", "_files", "_lock_file"):
+            thing = self.__dict__.get(name)
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # pragma: no cover - already failing; keep the first error
+                    log.debug("closing %s of a failed open", name, exc_info=True)
+
+
 def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
     """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     try:
-        return FileStorage(path, read_only=read_only, pack_keep_old=False)
+        return _FileStorage(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
             f"queue file {path} is open in another process{_lock_owner(path)}; "
@@ -72,7 +104,7 @@ class Store:
         self.where = where
         self.owns_db = owns_db
         self._refs = 0
-        self._names: set[str] = set()
+        self._names: dict[str, Callable[[], object | None]] = {}
         self._tm = transaction.TransactionManager()
         self.writer: Connection = db.open(transaction_manager=self._tm)
         self._committer = GroupCommitter(self._tm, self._describe_failure)
@@ -109,19 +141,35 @@ class Store:
             store._refs += 1
             return store
 
-    def claim_name(self, name: str) -> None:
+    def claim_name(self, name: str, owner: object | None = None) -> None:
+        """Reserve ``name`` for ``owner``, one open queue per name and database.
+
+        A claim whose owner was garbage-collected without ``close()`` (as ``queue.Queue`` code
+        never closes) is taken over, with the store reference that owner left behind.
+        """
+        if self._try_claim(name, owner):
+            return
+        gc.collect()  # a dropped queue in a reference cycle is freed only by the collector
+        if not self._try_claim(name, owner):
+            raise StorageError(
+                f"queue {name!r} in {self.where} is already open in this process; "
+                "share that AckQueue object between threads instead"
+            )
+
+    def _try_claim(self, name: str, owner: object | None) -> bool:
         with _registry_lock:
-            if name in self._names:
-                raise StorageError(
-                    f"queue {name!r} in {self.where} is already open in this process; "
-                    "share that AckQueue object between threads instead"
-                )
-            self._names.add(name)
+            holder = self._names.get(name)
+            if holder is not None:
+                if holder() is not None:
+                    return False
+                self._refs -= 1  # the reference its dropped owner never released
+            self._names[name] = weakref.ref(owner) if owner is not None else _strong_claim
+            return True
 
     def release(self, name: str | None = None) -> None:
         with _registry_lock:
             if name is not None:
-                self._names.discard(name)
+                self._names.pop(name, None)
             self._refs -= 1
             if self._refs > 0:
                 return
@@ -132,6 +180,7 @@ class Store:
         self._close()
 
     def _close(self) -> None:
+        self._committer.close()
         try:
             self._tm.abort()
             self.writer.close()

@@ -5,19 +5,9 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 
 from conftest import child_argv, child_env
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
-    """Return once ``predicate()`` is true; fail if it is not within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.002)
+from polling import wait_until  # noqa: F401 - re-exported for the semantics tests
 
 
 def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

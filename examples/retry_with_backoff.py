@@ -1,0 +1,50 @@
+"""Retry with exponential backoff, and dead letters for the job that never succeeds.
+
+A WorkerPool acks a job when its handler returns and nacks it with a growing delay when the
+handler raises. A job that fails ``max_attempts`` times goes to the dead letters, where it
+can be read, requeued or purged (``ackqueue dead PATH``), instead of looping forever.
+
+    python examples/retry_with_backoff.py /tmp/retry.fs
+"""
+
+import logging
+import sys
+import threading
+from inspect import signature
+
+import ackqueue
+
+path = sys.argv[1] if len(sys.argv) > 1 else "retry.fs"
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+has_dead_letters = "max_attempts" in signature(ackqueue.AckQueue).parameters
+
+options = {"max_attempts": 4} if has_dead_letters else {}
+q = ackqueue.AckQueue(path, **options)
+jobs = ["ok-1", "flaky-1", "ok-2", "flaky-2", "ok-3"]
+if has_dead_letters:
+    jobs.append("poison")  # without dead letters it would be retried forever
+for job in jobs:
+    q.put(job)
+
+failures: dict[str, int] = {}
+lock = threading.Lock()
+
+
+def handle(job):
+    with lock:
+        tries = failures.get(job, 0)
+        if job.startswith("flaky") and tries < 2 or job == "poison":
+            failures[job] = tries + 1
+            raise ConnectionError(f"{job}: the remote end is not answering")
+
+
+retry = ackqueue.Retry(base=0.05, factor=2.0, max_delay=1.0)  # 0.05 s, 0.1 s, 0.2 s, ...
+stats = ackqueue.WorkerPool(q, handle, threads=3, retry=retry).run_until_empty()
+print(f"done {stats.done}, failed attempts {stats.failed}, dead {stats.dead}")
+if has_dead_letters:
+    for letter in q.dead_letters():
+        print(f"dead letter: {letter.item!r} after {letter.attempts} attempts ({letter.reason})")
+else:
+    print("(this ackqueue has no max_attempts yet: no dead letters shown)")
+q.close()
+sys.exit(0 if stats.done == 5 and stats.dead == (1 if has_dead_letters else 0) else 1)

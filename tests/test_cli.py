@@ -1,0 +1,306 @@
+"""The ``ackqueue`` command line: reading live and closed files, changing closed ones, errors."""
+
+import inspect
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import child_argv, child_env
+
+import ackqueue
+from ackqueue.cli import main
+
+HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters") and hasattr(
+    ackqueue.Consumer, "reject"
+)
+HAS_DELAYS = "delay" in inspect.signature(ackqueue.AckQueue.put).parameters
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def fill(path, items, name="default"):
+    with ackqueue.AckQueue(path, name=name) as q:
+        for item in items:
+            q.put(item)
+
+
+def test_stats_counts_a_closed_queue(qpath, capsys):
+    fill(qpath, range(7))
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["live_pid"] is None and report["holds_known"]
+    (queue,) = report["queues"]
+    assert (queue["name"], queue["ready"], queue["held"], queue["stored"]) == ("default", 7, 0, 7)
+    assert queue["oldest_ready_age"] >= 0
+    assert 0 < report["live_size"] <= report["file_size"]
+    code, out, _ = run(capsys, "stats", qpath)
+    assert code == 0 and "not open in any process" in out and "ready   7" in out
+
+
+def test_stats_on_a_big_queue_reads_a_bounded_part_and_says_so(qpath, capsys, monkeypatch):
+    from ackqueue import inspection
+
+    fill(qpath, range(40))
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    exact = json.loads(out)
+    monkeypatch.setattr(inspection, "OLDEST_SCAN", 10)
+    monkeypatch.setattr(inspection, "LIVE_SAMPLE", 8)
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    bounded = json.loads(out)
+    assert exact["live_size_exact"] and exact["queues"][0]["oldest_ready_exact"]
+    assert not bounded["live_size_exact"] and not bounded["queues"][0]["oldest_ready_exact"]
+    assert bounded["queues"][0]["ready"] == 40  # counts never come from the sample
+    assert 0.3 < bounded["live_size"] / exact["live_size"] < 3
+    code, out, _ = run(capsys, "stats", qpath)
+    assert "live data about" in out and "among the first" in out
+
+
+def test_peek_shows_the_next_items_in_delivery_order(qpath, capsys):
+    fill(qpath, [{"n": n} for n in range(5)])
+    code, out, _ = run(capsys, "peek", qpath, "-n", 2, "--json")
+    assert code == 0
+    assert [p["item"] for p in json.loads(out)] == ["{'n': 0}", "{'n': 1}"]
+    code, out, _ = run(capsys, "peek", qpath, "-n", 3)
+    assert out.splitlines()[0].startswith("   1. {'n': 0}") and len(out.splitlines()) == 3
+
+
+def test_name_selects_one_of_several_queues(qpath, capsys):
+    fill(qpath, ["a1"], name="a")
+    fill(qpath, ["b1", "b2"], name="b")
+    code, _, err = run(capsys, "peek", qpath)
+    assert code == 1 and "--name" in err and "'a'" in err
+    code, out, _ = run(capsys, "peek", qpath, "--name", "b", "--json")
+    assert [p["item"] for p in json.loads(out)] == ["'b1'", "'b2'"]
+    code, _, err = run(capsys, "stats", qpath, "--name", "zz")
+    assert code == 1 and "no queue named 'zz'" in err
+
+
+def test_stats_on_a_file_a_live_process_holds_shows_its_holds(qpath, capsys):
+    fill(qpath, range(5))
+    holder = subprocess.Popen(
+        child_argv(
+            "import sys, threading, ackqueue\n"
+            "q = ackqueue.AckQueue(sys.argv[1])\n"
+            "c = q.connect()\n"
+            "c.get(); c.get()\n"
+            "print('holding', flush=True)\n"
+            "sys.stdin.read()\n",
+            qpath,
+        ),
+        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        deadline = time.monotonic() + 10
+        while True:  # the holder writes its status file within a second or so
+            code, out, _ = run(capsys, "stats", qpath, "--json")
+            report = json.loads(out)
+            if report["queues"][0]["held"] == 2 or time.monotonic() > deadline:
+                break
+        assert code == 0 and report["live_pid"] == holder.pid
+        queue = report["queues"][0]
+        assert (queue["ready"], queue["held"], queue["stored"]) == (3, 2, 5)
+        assert [h["owner"] for h in queue["held_items"]] == ["MainThread", "MainThread"]
+        assert all(h["attempts"] >= 1 and h["age"] >= 0 for h in queue["held_items"])
+        code, out, _ = run(capsys, "stats", qpath)
+        assert f"open in process {holder.pid}; reading it read-only" in out
+        code, out, _ = run(capsys, "peek", qpath, "--json")
+        assert [p["state"] for p in json.loads(out)] == ["held", "held", "ready", "ready", "ready"]
+        code, _, err = run(capsys, "purge", qpath, "--ready", "--yes")
+        assert code == 1 and "open in another process" in err
+    finally:
+        holder.communicate("", timeout=30)
+    assert not os.path.exists(qpath + ".status"), "the status file outlived its queue"
+
+
+def test_a_killed_holders_leftover_status_file_is_ignored(qpath, capsys):
+    fill(qpath, range(4))
+    holder = subprocess.Popen(
+        child_argv(
+            "import sys, ackqueue\n"
+            "q = ackqueue.AckQueue(sys.argv[1])\n"
+            "c = q.connect()\n"
+            "c.get(); c.get(); c.get()\n"
+            "print('holding', flush=True)\n"
+            "sys.stdin.read()\n",
+            qpath,
+        ),
+        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline() == "holding\n"
+    deadline = time.monotonic() + 10
+    while not os.path.exists(qpath + ".status"):
+        assert time.monotonic() < deadline, "the holder never wrote its status file"
+        time.sleep(0.02)
+    holder.kill()
+    holder.wait(30)
+    assert os.path.exists(qpath + ".status")  # SIGKILL left it behind
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["live_pid"] is None and report["holds_age"] is None
+    queue = report["queues"][0]
+    assert (queue["ready"], queue["held"], queue["held_items"]) == (4, 0, [])
+
+
+def test_stats_reads_a_file_while_a_live_process_keeps_committing(qpath, capsys):
+    writer = subprocess.Popen(
+        child_argv(
+            "import sys, threading, ackqueue\n"
+            "q = ackqueue.AckQueue(sys.argv[1])\n"
+            "stop = threading.Event()\n"
+            "threading.Thread(target=lambda: (sys.stdin.read(), stop.set())).start()\n"
+            "n = 0\n"
+            "while not stop.is_set():\n"
+            "    q.put('x' * 100); n += 1\n"
+            "    if n == 50: print('writing', flush=True)\n",
+            qpath,
+        ),
+        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        counts = []
+        for _ in range(4):
+            code, out, err = run(capsys, "stats", qpath, "--json")
+            assert code == 0, err
+            counts.append(json.loads(out)["queues"][0]["stored"])
+        assert counts == sorted(counts) and counts[0] >= 50 and counts[-1] > counts[0]
+    finally:
+        writer.communicate("", timeout=30)
+
+
+def test_purge_needs_yes_then_removes_every_ready_item(qpath, capsys):
+    fill(qpath, range(300))
+    code, _, err = run(capsys, "purge", qpath, "--ready")
+    assert code == 1 and "would delete 300 ready item(s)" in err and "--yes" in err
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 300
+    code, out, _ = run(capsys, "purge", qpath, "--ready", "--yes")
+    assert code == 0 and "purged 300" in out
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 0
+
+
+def test_long_operations_report_progress_at_most_once_a_second(capsys, monkeypatch):
+    from ackqueue import cli
+
+    clock = iter([0.0, 0.5, 1.2, 1.4, 2.5])
+    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    progress = cli.Progress("purged")
+    for done in (100, 200, 300, 400):
+        progress(done, 1000)
+    assert capsys.readouterr().err.splitlines() == ["  purged: 200/1000", "  purged: 400/1000"]
+
+
+def test_pack_shrinks_a_churned_file_and_keeps_the_items(qpath, capsys):
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(300):
+            q.put(n)
+            if n % 3:
+                q.get()
+    before = os.path.getsize(qpath)
+    code, out, _ = run(capsys, "pack", qpath)
+    assert code == 0 and "packed" in out
+    assert os.path.getsize(qpath) < before
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 100
+
+
+def test_requeue_held_explains_that_a_closed_file_holds_nothing(qpath, capsys):
+    fill(qpath, range(3))
+    code, out, _ = run(capsys, "requeue", qpath, "--held")
+    assert code == 0 and "nothing is held" in out and "3 stored item(s) are ready" in out
+
+
+@pytest.mark.skipif(
+    not HAS_DEAD_LETTERS, reason="needs max_attempts, dead_letters() and reject() (issue 4)"
+)
+def test_dead_letters_can_be_listed_requeued_and_purged(qpath, capsys):
+    with ackqueue.AckQueue(qpath, max_attempts=2) as q:
+        for item in ("bad-1", "bad-2"):
+            q.put(item)
+        with q.connect() as c:
+            for _ in range(2):
+                c.reject(c.get(), reason="unparseable")
+    code, out, _ = run(capsys, "dead", qpath, "--json")
+    letters = json.loads(out)
+    assert code == 0 and sorted(d["item"] for d in letters) == ["'bad-1'", "'bad-2'"]
+    assert all(d["reason"] == "unparseable" for d in letters)
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    assert json.loads(out)["queues"][0]["dead"] == 2
+    code, _, err = run(capsys, "requeue", qpath, "--dead")
+    assert code == 1 and "--yes" in err
+    code, out, _ = run(capsys, "requeue", qpath, "--dead", "--yes")
+    assert code == 0 and "requeued 2" in out
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 2 and q.dead_letters() == []
+        with q.connect() as c:
+            c.reject(c.get(), reason="again")
+    code, out, _ = run(capsys, "purge", qpath, "--dead", "--yes")
+    assert code == 0 and "purged 1 dead letter" in out
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.dead_letters() == [] and q.qsize() == 1
+
+
+@pytest.mark.skipif(not HAS_DELAYS, reason="needs put(item, delay=) (issue 4)")
+def test_delayed_items_are_counted_apart_from_ready_ones(qpath, capsys):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("now")
+        q.put("in an hour", delay=3600)
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    queue = json.loads(out)["queues"][0]
+    assert (queue["ready"], queue["delayed"], queue["stored"]) == (1, 1, 2)
+    code, out, _ = run(capsys, "peek", qpath, "--json")
+    assert [(p["item"], p["state"]) for p in json.loads(out)] == [
+        ("'now'", "ready"), ("'in an hour'", "delayed"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: None, "no such queue file"),
+        (lambda p: pathlib.Path(p).write_text("not a database"), "is not a ZODB FileStorage file"),
+        (lambda p: os.mkdir(p), "is a directory"),
+    ],
+    ids=["missing", "not-a-filestorage", "directory"],
+)
+def test_bad_paths_give_one_clear_line_and_a_nonzero_exit(qpath, capsys, make, message):
+    make(qpath)
+    for command in (["stats", qpath], ["peek", qpath], ["pack", qpath],
+                    ["purge", qpath, "--ready", "--yes"]):
+        code, out, err = run(capsys, *command)
+        assert code == 1 and out == ""
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_zodb_file_without_queues_is_not_a_queue(qpath, capsys):
+    import ZODB
+    import ZODB.FileStorage
+
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(qpath))
+    with db.transaction() as conn:
+        conn.root()["something"] = 1
+    db.close()
+    code, _, err = run(capsys, "stats", qpath)
+    assert code == 1 and "holds no ackqueue queues" in err
+
+
+def test_python_dash_m_and_the_console_script_entry_run_the_same_cli(qpath):
+    fill(qpath, ["x"])
+    result = subprocess.run(
+        [sys.executable, "-m", "ackqueue", "peek", qpath, "--json"],
+        env=child_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0 and json.loads(result.stdout)[0]["item"] == "'x'"
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "setup.cfg")) as f:
+        assert "ackqueue = ackqueue.cli:main" in f.read()

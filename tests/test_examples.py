@@ -1,0 +1,43 @@
+"""The examples run as a user would run them, in a fresh interpreter, and say what they did."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT, child_env
+
+EXAMPLES = os.path.join(REPO_ROOT, "examples")
+
+
+def run_example(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, name), *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_drop_in_squares_twenty_numbers_and_finds_nothing_left_over(tmp_path):
+    path = str(tmp_path / "drop_in.fs")
+    first = run_example("drop_in.py", path)
+    assert first.returncode == 0, first.stderr
+    squares = sum(n * n for n in range(20))
+    assert first.stdout.splitlines() == [
+        "found 0 items left by an earlier run; squared 20 numbers:",
+        str(squares),
+    ]
+    second = run_example("drop_in.py", path)  # the first run drained its queue
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[0].startswith("found 0 items")
+
+
+def test_thread_pool_finishes_every_job_although_a_worker_dies(tmp_path):
+    done = run_example("thread_pool.py", str(tmp_path / "pool.fs"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "worker died: this worker dies holding job 42" in lines
+    assert lines[-1] == "100 of 100 jobs done; job 42 done: True"

@@ -1,0 +1,268 @@
+"""WorkerPool: ack on success, retry with backoff, dead letters, graceful and forced stops."""
+
+import inspect
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import child_argv, child_env
+
+import ackqueue
+from ackqueue.pool import Retry, WorkerPool
+
+HAS_DELAYED_NACK = "delay" in inspect.signature(ackqueue.Consumer.nack).parameters
+HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters") and hasattr(
+    ackqueue.Consumer, "reject"
+)
+FAST = Retry(base=0.01, factor=2.0, jitter=0.0)
+
+
+def test_every_item_is_handled_once_and_acked(qpath):
+    seen = []
+    lock = threading.Lock()
+
+    def handler(item):
+        with lock:
+            seen.append(item)
+
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(60):
+            q.put(n)
+        stats = WorkerPool(q, handler, threads=4, retry=FAST).run_until_empty()
+        assert sorted(seen) == list(range(60))
+        assert stats.done == 60 and stats.failed == 0
+        assert q.qsize() == 0 and q.unacked_count() == 0
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 0  # the acks were durable
+
+
+def test_a_failing_item_is_retried_until_its_handler_succeeds(qpath):
+    calls = []
+
+    def handler(item):
+        calls.append(item)
+        if len(calls) < 3:
+            raise RuntimeError("flaky")
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("flaky-job")
+        stats = WorkerPool(q, handler, threads=2, retry=FAST).run_until_empty()
+        assert calls == ["flaky-job"] * 3
+        assert (stats.done, stats.failed) == (1, 2)
+        assert q.qsize() == 0 and q.unacked_count() == 0
+
+
+def test_backoff_grows_exponentially_and_is_capped():
+    retry = Retry(base=0.5, factor=3.0, max_delay=10.0, jitter=0.0)
+    assert [retry.delay(n) for n in (1, 2, 3, 4)] == [0.5, 1.5, 4.5, 10.0]
+    spread = Retry(base=1.0, jitter=0.2)
+    assert all(0.8 <= spread.delay(1) <= 1.2 for _ in range(100))
+
+
+@pytest.mark.skipif(not HAS_DELAYED_NACK, reason="needs Consumer.nack(item, delay=) (issue 4)")
+def test_a_failed_item_is_not_redelivered_before_its_backoff_delay(qpath):
+    delivered_at = []
+
+    def handler(item):
+        delivered_at.append(time.monotonic())
+        if len(delivered_at) == 1:
+            raise RuntimeError("fail once")
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("job")
+        pool = WorkerPool(q, handler, threads=1, retry=Retry(base=0.3, jitter=0.0))
+        pool.run_until_empty()
+    assert len(delivered_at) == 2
+    assert delivered_at[1] - delivered_at[0] >= 0.3
+
+
+@pytest.mark.skipif(
+    not HAS_DEAD_LETTERS, reason="needs max_attempts, dead_letters() and reject() (issue 4)"
+)
+def test_a_poison_item_lands_in_the_dead_letters_after_max_attempts(qpath):
+    def handler(item):
+        if item == "poison":
+            raise ValueError("cannot parse")
+
+    with ackqueue.AckQueue(qpath, max_attempts=3) as q:
+        for item in ("a", "poison", "b"):
+            q.put(item)
+        stats = WorkerPool(q, handler, threads=2, retry=FAST).run_until_empty()
+        assert (stats.done, stats.dead) == (2, 1)
+        dead = q.dead_letters()
+        assert [d.item for d in dead] == ["poison"]
+        assert dead[0].attempts == 3 and "cannot parse" in dead[0].reason
+        assert q.qsize() == 0
+
+
+def test_stop_lets_the_running_handler_finish_and_ack(qpath):
+    entered, release = threading.Event(), threading.Event()
+    finished = []
+
+    def handler(item):
+        entered.set()
+        assert release.wait(10)
+        finished.append(item)
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("slow")
+        q.put("never-started")
+        pool = WorkerPool(q, handler, threads=1, retry=FAST)
+        runner = threading.Thread(target=pool.run)
+        runner.start()
+        assert entered.wait(10)
+        pool.stop()
+        release.set()
+        runner.join(10)
+        assert not runner.is_alive()
+        assert finished == ["slow"]
+        assert q.qsize() == 1 and q.unacked_count() == 0  # the other item is still there
+
+
+def test_a_handler_outliving_stop_timeout_gives_its_item_back(qpath):
+    entered, release = threading.Event(), threading.Event()
+
+    def handler(item):
+        entered.set()
+        release.wait(10)
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("stuck")
+        pool = WorkerPool(q, handler, threads=1, stop_timeout=0.2)
+        runner = threading.Thread(target=pool.run)
+        runner.start()
+        assert entered.wait(10)
+        pool.stop()
+        runner.join(10)
+        assert not runner.is_alive(), "run() waited past stop_timeout"
+        assert (q.qsize(), q.unacked_count()) == (1, 0)  # back, though the handler still runs
+        release.set()  # its late ack is refused, so the item is not lost
+        deadline = time.monotonic() + 10
+        while any(t.name.startswith("ackqueue-worker") for t in threading.enumerate()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert (q.qsize(), pool.stats.done) == (1, 0)
+
+
+@pytest.mark.skipif(not hasattr(ackqueue, "ShutDown"), reason="needs q.shutdown() (issue 4)")
+def test_run_returns_once_the_queue_is_shut_down_and_drained(qpath):
+    handled = []
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(5):
+            q.put(n)
+        q.shutdown()
+        stats = WorkerPool(q, handled.append, threads=2).run()
+        assert sorted(handled) == list(range(5)) and stats.done == 5
+
+
+def test_progress_is_logged(qpath, caplog):
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(5):
+            q.put(n)
+        with caplog.at_level(logging.INFO, logger="ackqueue"):
+            WorkerPool(q, lambda item: None, threads=2, log_interval=0.0).run_until_empty()
+    assert any("finished: 5 done" in r.getMessage() for r in caplog.records)
+
+
+POOL_CHILD = """
+import logging, os, sys, threading, time
+import ackqueue
+from ackqueue.pool import WorkerPool
+
+path, log_path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+logging.basicConfig(level=logging.INFO)
+q = ackqueue.AckQueue(path)
+if q.qsize() == 0:
+    for n in range(40):
+        q.put(n)
+done_log = open(log_path, "a")
+never = threading.Event()
+
+say = threading.Lock()  # two workers printing at once would interleave their lines
+
+def handler(item):
+    with say:
+        print(f"start {item}", flush=True)
+    if mode == "hang":
+        never.wait()
+    time.sleep(0.02)
+    done_log.write(f"{item}\\n")
+    done_log.flush()
+    os.fsync(done_log.fileno())
+
+WorkerPool(q, handler, threads=2, stop_timeout=60).run()
+q.close()
+print("stopped cleanly", flush=True)
+"""
+
+
+def _start_pool_child(tmp_path, mode):
+    path, log_path = str(tmp_path / "pool.fs"), str(tmp_path / "done.log")
+    child = subprocess.Popen(
+        child_argv(POOL_CHILD, path, log_path, mode),
+        env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # A watchdog: if the test waits on a line that never comes, the child's end ends the wait.
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    return child, path, log_path
+
+
+def _wait_for_starts(child, count):
+    started = 0
+    while started < count:
+        line = child.stdout.readline()
+        assert line, f"child ended early: {child.stderr.read()}"
+        started += line.startswith("start ")
+
+
+def _remaining_items(path):
+    with ackqueue.AckQueue(path) as q:
+        items = []
+        with q.connect() as c:
+            while True:
+                try:
+                    items.append(c.get_nowait())
+                except ackqueue.Empty:
+                    return items
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_gracefully_and_loses_nothing(tmp_path, signum):
+    child, path, log_path = _start_pool_child(tmp_path, "work")
+    _wait_for_starts(child, 5)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert "stopped cleanly" in out and "Ctrl-C again" in err
+    with open(log_path) as f:
+        done = [int(line) for line in f]
+    left = _remaining_items(path)
+    assert len(done) < 40, "the pool finished before the signal; the test proved nothing"
+    assert sorted(done + left) == list(range(40))  # each item done once or still queued
+
+
+def test_a_second_sigint_stops_at_once_and_loses_nothing(tmp_path):
+    child, path, log_path = _start_pool_child(tmp_path, "hang")
+    _wait_for_starts(child, 2)  # both workers are stuck in their handlers
+    child.send_signal(signal.SIGINT)
+    _wait_for_line(child.stderr, "Ctrl-C again")
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    child.communicate(timeout=60)
+    assert time.monotonic() - sent < 10, "the second Ctrl-C did not stop the pool at once"
+    assert child.returncode != 0
+    assert not os.path.exists(log_path) or os.path.getsize(log_path) == 0
+    assert sorted(_remaining_items(path)) == list(range(40))
+
+
+def _wait_for_line(stream, text):
+    for line in stream:
+        if text in line:
+            return
+    raise AssertionError(f"never saw {text!r}")

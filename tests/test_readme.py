@@ -1,0 +1,134 @@
+"""Every snippet in README.rst runs as shown, in order, in one fresh directory.
+
+Python blocks run in this interpreter, each in a fresh namespace; console blocks run each
+``$`` command as a child process (``ackqueue`` as ``python -m ackqueue``). A block preceded by
+``.. requires: FEATURE ...`` is skipped, naming the feature, until this tree has it.
+"""
+
+import contextlib
+import inspect
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import REPO_ROOT, child_env
+
+import ackqueue
+
+README = os.path.join(REPO_ROOT, "README.rst")
+
+FEATURES = {
+    "transaction": hasattr(ackqueue.Consumer, "transaction"),
+    "dead-letters": hasattr(ackqueue.AckQueue, "dead_letters"),
+    "delay": "delay" in inspect.signature(ackqueue.AckQueue.put).parameters,
+    "ack_timeout": "ack_timeout" in inspect.signature(ackqueue.AckQueue).parameters,
+    "batches": hasattr(ackqueue.AckQueue, "put_many") and hasattr(ackqueue.Consumer, "ack_many"),
+}
+
+
+def snippets():
+    """(line number, language, code, required features) for each code block of README.rst."""
+    with open(README) as f:
+        lines = f.read().splitlines()
+    found = []
+    for n, line in enumerate(lines):
+        match = re.fullmatch(r"\.\. code-block:: (\w+)", line)
+        if not match:
+            continue
+        requires = []
+        for before in reversed(lines[max(0, n - 3):n]):
+            if before.startswith(".. requires:"):
+                requires = before.split(":", 1)[1].split()
+        body = []
+        for follow in lines[n + 1:]:
+            if follow and not follow.startswith(" "):
+                break
+            body.append(follow)
+        indent = min(len(b) - len(b.lstrip()) for b in body if b.strip())
+        # Blank lines in front keep tracebacks' line numbers those of README.rst.
+        code = "\n" * (n + 1) + "\n".join(b[indent:] for b in body) + "\n"
+        found.append((n + 1, match.group(1), code, requires))
+    return found
+
+
+SNIPPETS = snippets()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("readme")
+    os.symlink(os.path.join(REPO_ROOT, "examples"), path / "examples")
+    return path
+
+
+def test_readme_starts_with_the_two_commands():
+    with open(README) as f:
+        head = f.read().split("\n\n", 3)
+    assert head[2].splitlines() == [
+        "    python3 -m pip install -e '.[test]' && python3 -m ackqueue demo",
+        "    python3 -m pip install -e '.[test]' && python3 -m pytest",
+    ]
+
+
+def test_readme_is_valid_restructuredtext():
+    docutils_core = pytest.importorskip("docutils.core")
+    with open(README) as f:
+        text = f.read()
+    warnings = []
+    docutils_core.publish_doctree(
+        text, settings_overrides={"report_level": 2, "halt_level": 5,
+                                  "warning_stream": _Collect(warnings)},
+    )
+    assert not warnings, "".join(warnings)
+
+
+class _Collect:
+    def __init__(self, into):
+        self.into = into
+
+    def write(self, text):
+        self.into.append(text)
+
+
+@pytest.mark.parametrize(
+    "line, language, code, requires", SNIPPETS, ids=[f"line-{s[0]}" for s in SNIPPETS]
+)
+def test_readme_snippet_runs(workdir, monkeypatch, line, language, code, requires):
+    missing = [feature for feature in requires if not FEATURES.get(feature, False)]
+    if missing:
+        pytest.skip(f"README line {line} needs {', '.join(missing)} (issues 3-4)")
+    monkeypatch.chdir(workdir)
+    if language == "python":
+        run_python(code)
+    elif language == "console":
+        for command in (c[2:] for c in code.splitlines() if c.startswith("$ ")):
+            run_command(command, workdir)
+    else:
+        pytest.fail(f"README line {line}: no runner for {language} blocks")
+
+
+def run_python(code):
+    hook = threading.excepthook
+    try:
+        with contextlib.redirect_stdout(open(os.devnull, "w")) as sink:
+            try:
+                exec(compile(code, README, "exec"), {"__name__": "__readme__"})
+            finally:
+                sink.close()
+    finally:
+        threading.excepthook = hook
+
+
+def run_command(command, cwd):
+    argv = shlex.split(command)
+    if argv[0] == "ackqueue":
+        argv = [sys.executable, "-m", "ackqueue", *argv[1:]]
+    elif argv[0] == "python3":
+        argv = [sys.executable, *argv[1:]]
+    result = subprocess.run(argv, cwd=cwd, env=child_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, f"$ {command}\n{result.stdout}{result.stderr}"

@@ -1,0 +1,37 @@
+"""examples/retry_with_backoff.py: flaky jobs retried with backoff, the poison one dead-lettered.
+
+(drop_in.py and thread_pool.py are run by tests/test_examples.py.)
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT, child_env
+
+import ackqueue
+
+HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters")
+
+
+def run_example(name, *args):
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "examples", name), *map(str, args)],
+        env=child_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_retry_with_backoff_retries_flaky_jobs_until_done(qpath):
+    out = run_example("retry_with_backoff.py", qpath)
+    # two flaky jobs fail twice each; the poison job (with dead letters) four times
+    failed = 2 * 2 + (4 if HAS_DEAD_LETTERS else 0)
+    assert out.startswith(f"done 5, failed attempts {failed}")
+
+
+@pytest.mark.skipif(not HAS_DEAD_LETTERS, reason="needs max_attempts and dead letters (issue 4)")
+def test_retry_with_backoff_sends_the_poison_job_to_the_dead_letters(qpath):
+    out = run_example("retry_with_backoff.py", qpath)
+    assert "dead 1" in out and "dead letter: 'poison' after 4 attempts" in out
