@@ -43,7 +43,6 @@ from .timers import Timers
 from .transactions import Transaction, current, transaction
 
 
-
 class AckQueue(
     SharedMixin,
     SeqMixin,

@@ -141,7 +141,7 @@ def wake_latency(uri: str, rounds: int) -> list[float]:
         for n in range(rounds):
             got = threading.Event()
 
-            def blocked() -> None:
+            def blocked(got: threading.Event = got) -> None:
                 consumer.get(timeout=30)
                 got.set()
 
