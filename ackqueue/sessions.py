@@ -46,6 +46,9 @@ log = logging.getLogger("ackqueue")
 SESSIONS_KEY = "ackqueue.sessions"
 HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
 POLL_INTERVAL = 0.01
+# Storages that learn of other clients' commits only when a connection polls (RelStorage) never
+# move lastTransaction() by themselves: refresh that often anyway.
+REFRESH_AT_LEAST_EVERY = 0.5
 RENEWALS_PER_LEASE = 4
 
 HoldValue = tuple[str, int]  # (session id, delivery token)
@@ -325,7 +328,7 @@ class Session:
         self._register()
 
     def _watch(self) -> None:
-        last = None
+        last, refreshed = None, time.monotonic()
         while True:
             with self._cond:
                 if self._stopped:
@@ -337,8 +340,8 @@ class Session:
                 tid = self.store.db.lastTransaction()
             except Exception:  # pragma: no cover - a closing storage
                 continue
-            if tid != last:
-                last = tid
+            if tid != last or time.monotonic() - refreshed > REFRESH_AT_LEAST_EVERY:
+                last, refreshed = tid, time.monotonic()
                 for queue in list(self._queues):
                     try:
                         queue.refresh()

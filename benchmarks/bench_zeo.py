@@ -4,8 +4,9 @@ much); and how fast a get blocked in one process wakes when another process puts
 
     python benchmarks/bench_zeo.py [--items 2000] [--threads 4] [--processes 1,2,4]
 
-Each consumer thread does ``c.get()`` then ``c.ack()``: on ZEO that is two commits per item
-(the hold, then the ack), on a FileStorage one (a get commits nothing in a single process).
+Each consumer thread does ``c.get()`` then ``c.ack()`` (and, in a second table, ``get_many``
+and ``ack_many`` of ``--batch`` items): on ZEO that is two commits per get and ack (the hold,
+then the ack), on a FileStorage one (a get commits nothing in a single process).
 Items are put beforehand with ``put_many``; the clock runs from "go" to the last ack.
 A ZEO server (``runzeo``) on 127.0.0.1 is started and stopped by the script.
 """
@@ -39,7 +40,7 @@ log = logging.getLogger("ackqueue")
 log.setLevel(logging.DEBUG)
 log.addHandler(Conflicts())
 log.propagate = False
-where, threads = sys.argv[1], int(sys.argv[2])
+where, threads, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 q = ackqueue.AckQueue(where)
 consumers = [q.connect() for _ in range(threads)]
 print("ready", flush=True)
@@ -50,11 +51,11 @@ last = [0.0] * threads
 def work(n, c):
     while True:
         try:
-            item = c.get(timeout=1.0)
+            items = c.get_many(batch, timeout=1.0)
         except ackqueue.Empty:
             return
-        c.ack(item)
-        done[n] += 1
+        c.ack_many(items)
+        done[n] += len(items)
         last[n] = time.time()
 
 ts = [threading.Thread(target=work, args=(n, c)) for n, c in enumerate(consumers)]
@@ -101,11 +102,13 @@ def fill(where: str, items: int) -> None:
                         range(start, min(items, start + 500))])
 
 
-def consume(where: str, processes: int, threads: int, items: int) -> dict[str, float]:
+def consume(
+    where: str, processes: int, threads: int, items: int, batch: int = 1
+) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
         "PYTHONPATH")])))
     procs = [
-        subprocess.Popen([sys.executable, "-c", CONSUMER, where, str(threads)], env=env,
+        subprocess.Popen([sys.executable, "-c", CONSUMER, where, str(threads), str(batch)], env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for _ in range(processes)
     ]
@@ -165,6 +168,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--processes", default="1,2,4")
+    parser.add_argument("--batch", type=int, default=10, help="get_many/ack_many size, 2nd table")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     counts = [int(n) for n in args.processes.split(",")]
@@ -177,16 +181,16 @@ def main() -> None:
               f"{single['items/s']:8.0f} items/s (get+ack; a get commits nothing)")
         server, uri = start_zeo(tmp)
         try:
-            base = None
-            for n in counts:
-                name_uri = uri  # one queue, drained by each run in turn
-                fill(name_uri, args.items)
-                r = consume(name_uri, n, args.threads, args.items)
-                base = base or r["items/s"]
-                print(f"ZEO, {n} process(es) x {args.threads} threads: {r['items/s']:8.0f} items/s"
-                      f"  x{r['items/s'] / base:4.2f} of 1 process,"
-                      f" x{r['items/s'] / single['items/s']:4.2f} of FileStorage;"
-                      f" {r['conflicts']} conflicts retried")
+            for batch in (1, args.batch):
+                base = None
+                for n in counts:
+                    fill(uri, args.items)  # one queue, drained by each run in turn
+                    r = consume(uri, n, args.threads, args.items, batch)
+                    base = base or r["items/s"]
+                    print(f"ZEO, {n} process(es) x {args.threads} threads, batch {batch}:"
+                          f" {r['items/s']:6.0f} items/s  x{r['items/s'] / base:4.2f} of 1 process,"
+                          f" x{r['items/s'] / single['items/s']:4.2f} of FileStorage;"
+                          f" {r['conflicts']} conflicts retried")
             waits = wake_latency(uri, 20)
             print(f"wake-up across ZEO clients: median {statistics.median(waits) * 1000:.0f} ms,"
                   f" max {max(waits) * 1000:.0f} ms over {len(waits)} puts")
