@@ -24,17 +24,22 @@ import atexit
 import contextlib
 import logging
 import os
+import random
 import socket
 import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import transaction
 from BTrees.OOBTree import OOBTree
 from persistent import Persistent
 from persistent.TimeStamp import TimeStamp
+from ZODB.POSException import ConflictError
 
+from . import storage as _storage  # noqa: F401 - its atexit hook must run after ours
 from .errors import AckQueueError, StorageError
 
 if TYPE_CHECKING:
@@ -46,6 +51,8 @@ log = logging.getLogger("ackqueue")
 SESSIONS_KEY = "ackqueue.sessions"
 HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
 POLL_INTERVAL = 0.01
+RUN_RETRIES = 100
+T = TypeVar("T")
 # Storages that learn of other clients' commits only when a connection polls (RelStorage) never
 # move lastTransaction() by themselves: refresh that often anyway.
 REFRESH_AT_LEAST_EVERY = 0.5
@@ -156,6 +163,11 @@ class Session:
         self._back_at = 0.0  # server time of the first renewal after a lost connection
         self._failing = False
         self._restart_lock = threading.Lock()
+        # Renewals, reaping and releases commit on a connection of their own, so that a lease
+        # is renewed on time even while the queue's writer is busy retrying conflicts.
+        self._run_lock = threading.Lock()
+        self._tm = transaction.TransactionManager()
+        self._conn = store.db.open(transaction_manager=self._tm)
         self._register()
         self._threads = [
             threading.Thread(target=self._keep_alive, name="ackqueue-session", daemon=True),
@@ -166,15 +178,35 @@ class Session:
 
     # -- the session record -------------------------------------------------------------
 
+    def _run(self, change: Callable[[], T]) -> T:
+        """Commit ``change`` on the session's own connection, retrying conflicts."""
+        with self._run_lock:
+            for attempt in range(RUN_RETRIES):
+                try:
+                    self._tm.begin()
+                    result = change()
+                    self._tm.commit()
+                    return result
+                except ConflictError:
+                    self._tm.abort()
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                except BaseException:
+                    self._tm.abort()
+                    raise
+            raise StorageError(f"{self.store.where}: session commits kept conflicting")
+
+    def _root(self) -> Any:
+        return self._conn.root()
+
     def _register(self) -> None:
         sid = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        root, lease = self.store.root, self.lease
+        root, lease = self._root, self.lease
 
         def register() -> None:
             sessions, _ = shared_trees(root())
             sessions[sid] = SessionRecord(socket.gethostname(), os.getpid(), lease)
 
-        self.store.run(register)
+        self._run(register)
         self.sid = sid
         self._back_at = server_time(self.store.db.lastTransaction())
 
@@ -190,13 +222,13 @@ class Session:
         sid = self.sid
 
         def renew() -> None:
-            sessions, _ = shared_trees(self.store.root())
+            sessions, _ = shared_trees(self._root())
             record = sessions.get(sid)
             if record is None or record.reaped:
                 raise SessionLost(sid, self.lease)
             record.renewals += 1
 
-        self.store.run(renew)
+        self._run(renew)
 
     def reap(self) -> list[str]:
         """End the sessions whose lease lapsed and delete their holds; return their ids."""
@@ -204,7 +236,7 @@ class Session:
         back_at, mine = self._back_at, self.sid
 
         def reap() -> list[str]:
-            root = self.store.root()
+            root = self._root()
             sessions, holds_by_session = shared_trees(root)
             dead = []
             for sid, record in list(sessions.items()):
@@ -221,7 +253,7 @@ class Session:
                 drop_session_holds(root, sid)
             return dead
 
-        dead: list[str] = self.store.run(reap)
+        dead: list[str] = self._run(reap)
         for sid in dead:
             log.warning("ackqueue: session %s lapsed; its held items are ready again", sid)
         return dead
@@ -231,13 +263,13 @@ class Session:
         sid = self.sid
 
         def end() -> None:
-            root = self.store.root()
+            root = self._root()
             sessions, _ = shared_trees(root)
             if sid in sessions:
                 del sessions[sid]
             drop_session_holds(root, sid)
 
-        self.store.run(end)
+        self._run(end)
 
     # -- queues using this session --------------------------------------------------------
 
@@ -258,7 +290,7 @@ class Session:
             batch, self._releases = self._releases, []
         if not batch:
             return
-        root = self.store.root
+        root = self._root
 
         def release() -> None:
             shared_trees(root())
@@ -266,7 +298,7 @@ class Session:
                 clear_hold(root(), name, key, value)
 
         try:
-            self.store.run(release)
+            self._run(release)
         except Exception:
             with self._cond:
                 self._releases[:0] = batch  # try again on the next round
@@ -348,6 +380,11 @@ class Session:
                     except Exception:  # pragma: no cover - a bug; keep watching the others
                         log.exception("ackqueue: refreshing queue %r failed", queue.name)
 
+    def close(self) -> None:
+        with self._run_lock:
+            self._tm.abort()
+            self._conn.close()
+
     def stop(self) -> None:
         with self._cond:
             self._stopped = True
@@ -388,6 +425,8 @@ def release(session: Session) -> None:
         session.end()
     except Exception as exc:  # it will be reaped when its lease lapses
         log.warning("ackqueue: could not end session %s: %s", session.sid, exc)
+    finally:
+        session.close()
 
 
 def _end_all_at_exit() -> None:
@@ -398,6 +437,8 @@ def _end_all_at_exit() -> None:
         session.stop()
         with contextlib.suppress(Exception):  # best effort; the lease covers it
             session.end()
+        with contextlib.suppress(Exception):
+            session.close()
 
 
 atexit.register(_end_all_at_exit)

@@ -24,7 +24,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zeo_worker.py
 PROCESSES = 4
 THREADS = 4
 ITERATIONS = 15
-SESSION_TIMEOUT = 1.5
+SESSION_TIMEOUT = 2.0
 RESTART_SESSION_TIMEOUT = 6.0
 DEADLINE = 90.0
 
