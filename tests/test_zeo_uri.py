@@ -145,3 +145,45 @@ def test_max_attempts_counts_deliveries_in_every_client(
         assert [d.item for d in a.dead_letters()] == ["poison"]
     finally:
         close_clients(a, b)
+
+
+def test_consumers_and_plain_gets_in_two_clients_deliver_each_item_once(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    a, b = two_clients(zeo_server)
+    items = list(range(200))
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def consume_with_acks() -> None:
+        with a.connect() as c:
+            while True:
+                try:
+                    item = c.get(timeout=1)
+                except ackqueue.Empty:
+                    return
+                with lock:
+                    got.append(item)
+                c.ack(item)
+
+    def consume_plainly() -> None:
+        while True:
+            try:
+                item = b.get(timeout=1)
+            except ackqueue.Empty:
+                return
+            with lock:
+                got.append(item)
+
+    try:
+        a.put_many(items)
+        threads = [threading.Thread(target=f) for f in [consume_with_acks, consume_plainly] * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # None lost, none twice: a take and a removal of one item always conflict, although
+        # the removal only reads the take's mark (without the entry write they both commit).
+        assert sorted(got) == items
+    finally:
+        close_clients(a, b)
