@@ -470,14 +470,13 @@ class SharedMixin:
                 with self.mutex:
                     self._forget_locked(claim.key)
                 return claim.item
-            key, table = claim.key, HoldTable(owner="get")
+            table = HoldTable(owner="get")
             self._hold(table, kept)
             hold = table.by_id[claim.delivery_id]
             hold.settling = True
             self._settle(table, [hold], "ack")
             with self.mutex:  # a plain get is no ack: the caller calls task_done
                 self.unfinished_tasks += 1
-            del key
             return claim.item
 
     def _close_shared(self: Any) -> None:

@@ -187,3 +187,22 @@ def test_consumers_and_plain_gets_in_two_clients_deliver_each_item_once(
         assert sorted(got) == items
     finally:
         close_clients(a, b)
+
+
+def test_a_plain_get_in_a_rolled_back_transaction_leaves_the_item_for_every_client(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    a, b = two_clients(zeo_server)
+    try:
+        a.put("job")
+        with pytest.raises(RuntimeError), a.transaction():
+            assert a.get(timeout=10) == "job"
+            raise RuntimeError("roll back")
+        with b.transaction():  # given back durably: the other client gets it
+            assert b.get(timeout=10) == "job"
+        # Committed: gone for good, in every client.
+        for q in (a, b):
+            with pytest.raises(ackqueue.Empty):
+                q.get(timeout=0.3)
+    finally:
+        close_clients(a, b)
