@@ -17,7 +17,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 import transaction
 from ZODB.POSException import ConflictError
@@ -31,70 +32,100 @@ T = TypeVar("T")
 
 MAX_CONFLICT_RETRIES = 50
 
+# How long a leader waits for the callers of the previous group to come back before it
+# commits. A thread that just returned from a commit usually comes back with its next change
+# within a fraction of a millisecond (a consumer acks, a producer puts again); committing
+# without them would split one group into several small commits, each paying its own fsync
+# and its own rewrite of the same tree nodes. Only waited when the previous group had more
+# than one change, so a lone caller never waits.
+GATHER_SECONDS = 0.001
+
+
+class Syncer(Protocol):
+    """A storage whose commits can leave their fsync for later (see durability.py)."""
+
+    def deferring_sync(self) -> AbstractContextManager[None]: ...
+
+    def flushed(self) -> int: ...
+
+    def sync_through(self, mark: int) -> None: ...
+
 
 class _Change:
-    __slots__ = ("apply", "done", "error", "result")
+    __slots__ = ("apply", "done", "error", "result", "taken")
 
     def __init__(self, apply: Callable[[], Any]) -> None:
         self.apply = apply
-        self.done = False
+        self.taken = False  # in a group being committed
+        self.done = False  # durable, or failed
         self.error: BaseException | None = None
         self.result: Any = None
 
 
 class GroupCommitter:
-    """Serialises changes to one connection and commits them in groups."""
+    """Serialises changes to one connection and commits them in groups.
+
+    With a :class:`Syncer` storage, a group's fsync runs after the commit lock is released:
+    the next group commits while this one is being fsynced, and each caller still returns
+    only once its change is on disk.
+    """
 
     def __init__(
         self,
         transaction_manager: transaction.TransactionManager,
         describe_failure: Callable[[BaseException], BaseException],
+        syncer: Syncer | None = None,
     ) -> None:
         self._tm = transaction_manager
         self._describe_failure = describe_failure
+        self._syncer = syncer
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._arrived = threading.Condition(self._lock)
         self._pending: list[_Change] = []
         self._busy = False
+        self._syncing = 0  # groups committed, being fsynced
         self._closed = False
+        self._gathering = False
+        self._last_batch = 1
         self.commits = 0
 
     def run(self, apply: Callable[[], T]) -> T:
         """Apply ``apply`` in a commit shared with concurrent callers; return its result."""
         change = _Change(apply)
+        batch: list[_Change] = []
         with self._lock:
             self._check_open()
             self._pending.append(change)
-            while self._busy and not change.done:
+            if self._gathering and len(self._pending) >= self._last_batch:
+                self._arrived.notify()
+            while not change.taken:
+                if not self._busy:
+                    if self._closed:
+                        self._pending.remove(change)
+                        self._check_open()
+                    batch = self._lead()
+                    break
                 self._idle.wait()
-            if not change.done:
-                if self._closed:
-                    self._pending.remove(change)
-                    self._check_open()
-                self._busy = True
-                batch, self._pending = self._pending, []
-            else:
-                batch = []
+            if not batch:
+                while not change.done:
+                    self._idle.wait()
         if batch:
-            try:
-                self._commit(batch)
-            finally:
-                with self._lock:
-                    self._busy = False
-                    self._idle.notify_all()
+            self._commit_group(batch)
         if change.error is not None:
             raise change.error
         return change.result
 
     def close(self) -> None:
-        """Let the commit in flight finish, then refuse every change still waiting or to come.
+        """Let the commits in flight finish (fsync included), then refuse every change still
+        waiting or to come.
 
         The connection is closed right after this; a commit still running on it, or one
         started by a waiting caller, would fail halfway with ZODB's internal errors.
         """
         with self._lock:
             self._closed = True
-            while self._busy:
+            while self._busy or self._syncing:
                 self._idle.wait()
             self._idle.notify_all()
 
@@ -102,13 +133,57 @@ class GroupCommitter:
         if self._closed:
             raise QueueClosedError("the queue's storage was closed before this change committed")
 
-    def _commit(self, batch: list[_Change]) -> None:
+    def _lead(self) -> list[_Change]:
+        """Take the pending changes as the next group (the lock is held)."""
+        self._busy = True
+        if self._last_batch > 1 and len(self._pending) < self._last_batch:
+            self._gathering = True
+            self._arrived.wait(GATHER_SECONDS)
+            self._gathering = False
+        batch, self._pending = self._pending, []
+        for change in batch:
+            change.taken = True
+        self._last_batch = len(batch)
+        return batch
+
+    def _commit_group(self, batch: list[_Change]) -> None:
+        mark = None
+        interrupted: BaseException | None = None
+        try:
+            mark = self._commit(batch)
+        except BaseException as exc:  # KeyboardInterrupt and such: errors are set already
+            interrupted = exc
+        finally:
+            with self._lock:
+                self._busy = False  # the next group may commit while this one is fsynced
+                self._syncing += 1
+                self._idle.notify_all()
+        if mark is not None and self._syncer is not None and interrupted is None:
+            try:
+                self._syncer.sync_through(mark)
+            except BaseException as exc:
+                failure = self._describe_failure(exc)
+                for change in batch:
+                    if change.error is None:
+                        change.error = failure
+                if not isinstance(exc, Exception):
+                    interrupted = exc
+        with self._lock:
+            for change in batch:
+                change.done = True
+            self._syncing -= 1
+            self._idle.notify_all()
+        if interrupted is not None:
+            raise interrupted
+
+    def _commit(self, batch: list[_Change]) -> int | None:
+        """Commit the group (retrying conflicts); the sync mark, or None if it failed."""
         try:
             for attempt in range(MAX_CONFLICT_RETRIES):
                 try:
-                    self._apply_and_commit(batch)
+                    mark = self._apply_and_commit(batch)
                     self.commits += 1
-                    break
+                    return mark
                 except ConflictError:
                     self._tm.abort()
                     for change in batch:
@@ -117,8 +192,7 @@ class GroupCommitter:
                     # and a round trip is milliseconds, so linear steps of 2 ms kept colliding.
                     time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
                     log.debug("conflict on commit, retrying (attempt %d)", attempt + 1)
-            else:
-                raise ConflictError("ackqueue: gave up after repeated write conflicts")
+            raise ConflictError("ackqueue: gave up after repeated write conflicts")
         except BaseException as exc:
             self._tm.abort()
             failure = self._describe_failure(exc)
@@ -126,13 +200,10 @@ class GroupCommitter:
                 if change.error is None:
                     change.error = failure
             if not isinstance(exc, Exception):
-                for change in batch:
-                    change.done = True
                 raise
-        for change in batch:
-            change.done = True
+            return None
 
-    def _apply_and_commit(self, batch: list[_Change]) -> None:
+    def _apply_and_commit(self, batch: list[_Change]) -> int | None:
         self._tm.begin()
         for change in batch:
             try:
@@ -141,4 +212,9 @@ class GroupCommitter:
                 raise
             except Exception as exc:  # the change's own fault: it fails alone
                 change.error = exc
-        self._tm.commit()
+        if self._syncer is None:
+            self._tm.commit()
+            return None
+        with self._syncer.deferring_sync():
+            self._tm.commit()
+        return self._syncer.flushed()

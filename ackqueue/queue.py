@@ -32,6 +32,7 @@ from .edits import StoredEditsMixin
 from .errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
 from .holds import Delivery, HoldTable
 from .leases import LeaseMixin
+from .prefetch import ItemCache
 from .reading import ReaderMixin
 from .records import ROOT_KEY, QueueRecord
 from .recovery import ThreadExitWatch
@@ -69,6 +70,11 @@ class AckQueue(
     before it goes back to the queue. ``clock``: a ``time.time``-like callable (for tests).
     ``path`` may be a URI (``zeo://host:port``, ``file://``, ``memory://``); on a storage
     processes share (or ``shared=True``), see :mod:`ackqueue.shared` and ``session_timeout``.
+
+    ``durability="relaxed"`` makes ``put``/``ack`` return once the commit is handed to the
+    operating system (it survives ``kill -9``) and fsyncs once a second, so a power loss may
+    lose the last second; the default ``"strict"`` fsyncs every commit. ``autopack`` (on by
+    default) packs the file in the background as it grows, so disk use stays bounded.
     """
 
     _kind = "fifo"
@@ -83,6 +89,8 @@ class AckQueue(
         max_attempts: int | None = None,
         ack_timeout: float | None = None,
         clock: Clock | None = None,
+        durability: str = "strict",
+        autopack: bool = True,
         shared: bool | None = None,
         session_timeout: float = 10.0,
     ) -> None:
@@ -96,7 +104,7 @@ class AckQueue(
         self._clock: Clock = clock or time.time
         self._closed = False
         self._drained = False
-        self._store = Store.acquire(path, db)
+        self._store = Store.acquire(path, db, durability=durability, autopack=autopack)
         try:
             self._store.claim_name(name, self)
         except BaseException:
@@ -113,6 +121,7 @@ class AckQueue(
         self._reader_synced = self._store.commits
         self._session_seq = self._next_seq = self._reader_rec.seq_reserved
         self._delays = Delays(self._reader_rec.delayed, self._clock())
+        self._items = ItemCache()
         super().__init__(maxsize)
         self.is_shutdown: bool = False
         self.unfinished_tasks: int
@@ -419,6 +428,11 @@ class AckQueue(
         self._check_open()
         if self.is_shutdown:
             raise self._shut_down_error()
+
+    def _land_locked(self, staged: Staged) -> None:
+        if not staged.not_before:  # ready at once: keep its pickle for the get (prefetch.py)
+            self._items.add(staged.seq, staged.data, 0)
+        super()._land_locked(staged)
 
     def _check_priority(self, priority: int) -> None:
         if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:

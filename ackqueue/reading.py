@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from ZODB.POSException import ReadConflictError
 
+from .prefetch import READ_AHEAD
 from .ready import ReadyIndex
 from .records import Entry
 
@@ -42,11 +43,36 @@ class ReaderMixin:
         raise AssertionError("unreachable")
 
     def _load(self: Any, key: Any) -> tuple[bytes, int]:
+        """The stored pickle and attempts of ``key``, from the item cache when it has them
+        (see prefetch.py), else read, with the next few backlog entries read ahead."""
+        known = self._items.take(self._key_seq(key))
+        if known is not None:
+            return known
+
         def read() -> tuple[bytes, int]:
             entry: Entry = self._reader_rec.entries[key]
             return entry.data, entry.attempts
 
-        return self._read_current(read)
+        loaded = self._read_current(read)
+        cursor = self._ready.cursor
+        if cursor is not None and self._is_from_backlog(key):
+            self._read_ahead(cursor)
+        return loaded
+
+    def _read_ahead(self: Any, cursor: Any) -> None:
+        """Keep the next backlog entries after the backlog cursor: undelivered, untouched."""
+        try:
+            entries = self._reader_rec.entries.items(min=cursor, excludemin=True)
+            for n, (later, entry) in enumerate(entries):
+                seq = self._key_seq(later)
+                if n >= READ_AHEAD or seq in self._items:
+                    break
+                if self._is_from_backlog(later) and not self._items.add(
+                    seq, entry.data, entry.attempts
+                ):
+                    break
+        except ReadConflictError:
+            pass  # a pack meanwhile: those entries are read one by one instead
 
     def _new_ready_index(self: Any, backlog: int) -> ReadyIndex:
         return ReadyIndex(
@@ -68,4 +94,8 @@ class ReaderMixin:
 
     def _is_from_backlog(self: Any, key: Any) -> bool:
         """Stored before this session and not in the delay index at open."""
-        return self._key_seq(key) < self._session_seq and key not in self._delays.at_open
+        if self._key_seq(key) >= self._session_seq:
+            return False
+        # Only look keys up when there is something to find: a PriorityAckQueue key holds the
+        # item, which need not be hashable.
+        return not self._delays.at_open or key not in self._delays.at_open

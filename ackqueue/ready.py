@@ -31,6 +31,12 @@ class ReadyIndex:
         self._next_backlog: Any = _NOTHING
         self._heap: list[Key] = []
 
+    @property
+    def cursor(self) -> Any:
+        """The last key taken from the backlog (None before the first): every backlog key
+        after it is still undelivered."""
+        return self._cursor
+
     def __len__(self) -> int:
         return self._backlog + len(self._heap)
 

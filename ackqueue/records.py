@@ -20,6 +20,24 @@ ROOT_KEY = "ackqueue"
 SEQ_BLOCK = 1024
 
 
+class EntryTree(LOBTree):
+    """The entries of a FIFO or LIFO queue, in small nodes.
+
+    Every commit rewrites each tree node it changes whole, so small nodes keep both the bytes
+    appended per put/ack and the pickling work small (LOBTree's defaults are 60 and 500).
+    """
+
+    max_leaf_size = 16
+    max_internal_size = 32
+
+
+class PriorityEntryTree(OOBTree):
+    """The entries of a PriorityAckQueue, in small nodes (see :class:`EntryTree`)."""
+
+    max_leaf_size = 16
+    max_internal_size = 32
+
+
 class Entry(Persistent):
     """One stored item: its pickle, when it was put, deliveries so far, and when it is due.
 
@@ -65,7 +83,7 @@ class QueueRecord(Persistent):
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.entries: Any = OOBTree() if kind == "priority" else LOBTree()
+        self.entries: Any = PriorityEntryTree() if kind == "priority" else EntryTree()
         self.length = Length()
         self.seq_reserved = 0
 

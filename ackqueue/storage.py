@@ -8,6 +8,7 @@ writer connection of its database; all writes go through its :class:`GroupCommit
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import logging
 import os
@@ -25,12 +26,19 @@ from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
 from .commit import GroupCommitter
+from .durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
+from .packing import PACK_STATE_KEY, AutoPacker
+from .records import ROOT_KEY
 from .uri import as_path, is_uri, open_db
 
 log = logging.getLogger("ackqueue")
 
 T = TypeVar("T")
+
+# Each connection's object cache is bounded by count (ZODB's default, 400 objects) and, so
+# that big items cannot make 400 objects huge, by their pickled size.
+CACHE_BYTES = 32 * 1024 * 1024
 
 _registry_lock = threading.Lock()
 _by_path: dict[str, Store] = {}
@@ -50,39 +58,18 @@ def _lock_owner(path: str) -> str:
     return f" (pid {pid})" if pid else ""
 
 
-class _FileStorage(FileStorage):
-    """FileStorage that lets go of its lock and files when opening fails.
-
-    ZODB's constructor takes the ``.lock`` file first and raises later (for example on a file
-    that is not a FileStorage) without releasing it; the lock then lives as long as the
-    half-built object, which the exception's traceback keeps alive, and every later open of
-    the same path in this process is refused as "open in another process".
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().__init__(*args, **kwargs)
-        except BaseException:
-            self._release_half_open()
-            raise
-
-    def _release_half_open(self) -> None:
-        for name in ("_file", "_tfile", "_files", "_lock_file"):
-            thing = self.__dict__.get(name)
-            if thing is not None:
-                try:
-                    thing.close()
-                except Exception:  # pragma: no cover - already failing; keep the first error
-                    log.debug("closing %s of a failed open", name, exc_info=True)
-
-
-def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
+def open_file_storage(
+    path: str, read_only: bool = False, durability: str = "strict"
+) -> FileStorage:
     """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
+    kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
+    if not read_only:
+        finish_interrupted_pack(path)
     try:
-        return _FileStorage(path, read_only=read_only, pack_keep_old=False)
+        return kind(path, read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError:
         raise QueueLockedError(
             f"queue file {path} is open in another process{_lock_owner(path)}; "
@@ -96,25 +83,59 @@ def open_file_storage(path: str, read_only: bool = False) -> FileStorage:
         raise StorageError(f"cannot open queue file {path}: {exc}") from None
 
 
+def finish_interrupted_pack(path: str) -> None:
+    """Complete a pack killed between its two renames, which left no data file.
+
+    FileStorage's pack renames the data file to ``.old``, then the finished ``.pack`` file to
+    the data file. Killed in between, FileStorage would next create an empty file in its
+    place; the packed copy is complete by then, so put it where it belongs.
+    """
+    if os.path.exists(path) or not os.path.exists(path + ".pack"):
+        return
+    if not os.path.exists(path + ".old"):
+        return  # not the state a pack leaves: touch nothing
+    log.warning("completing the pack of %s that was interrupted by a crash", path)
+    os.rename(path + ".pack", path)
+    with contextlib.suppress(OSError):
+        os.remove(path + ".index")  # it describes the old file, not the packed one
+
+
 class Store:
     """One database as ackqueue uses it: a writer connection with group commit."""
 
-    def __init__(self, db: ZODB.DB, owns_db: bool, where: str) -> None:
+    def __init__(
+        self, db: ZODB.DB, owns_db: bool, where: str, durability: str = "strict"
+    ) -> None:
         self.db = db
         self.where = where
         self.owns_db = owns_db
+        self.durability = durability
+        self.packer: AutoPacker | None = None
         self._refs = 0
         self._names: dict[str, Callable[[], object | None]] = {}
         self._tm = transaction.TransactionManager()
         self.writer: Connection = db.open(transaction_manager=self._tm)
-        self._committer = GroupCommitter(self._tm, self._describe_failure)
+        storage = db.storage
+        syncer = storage if getattr(storage, "sync_each_commit", False) else None
+        self._committer = GroupCommitter(self._tm, self._describe_failure, syncer)
 
     # -- opening and closing ------------------------------------------------------------
 
     @classmethod
-    def acquire(cls, path: str | os.PathLike[str] | None, db: ZODB.DB | None) -> Store:
+    def acquire(
+        cls,
+        path: str | os.PathLike[str] | None,
+        db: ZODB.DB | None,
+        durability: str = "strict",
+        autopack: bool = True,
+    ) -> Store:
         """The store for a file path or storage URI, a caller's database, or (both None) a new
-        in-memory one."""
+        in-memory one.
+
+        ``durability`` and ``autopack`` apply to a file path only (see ``durability.py`` and
+        ``packing.py``); a caller's database or a URI's storage is used as it is.
+        """
+        check_durability(durability)
         path = as_path(path)
         with _registry_lock:
             if db is not None:
@@ -131,13 +152,21 @@ class Store:
                 key = os.path.realpath(os.fspath(path))
                 store = _by_path.get(key)
                 if store is None:
-                    storage = open_file_storage(key)
+                    storage = open_file_storage(key, durability=durability)
                     try:
-                        zdb = ZODB.DB(storage)
+                        zdb = ZODB.DB(storage, cache_size_bytes=CACHE_BYTES)
                     except Exception:
                         storage.close()
                         raise
-                    store = _by_path[key] = cls(zdb, owns_db=True, where=key)
+                    store = cls(zdb, owns_db=True, where=key, durability=durability)
+                    if autopack:
+                        store._start_autopack()
+                    _by_path[key] = store
+                elif store.durability != durability:
+                    raise StorageError(
+                        f"queue file {key} is already open in this process with "
+                        f"durability={store.durability!r}, not {durability!r}"
+                    )
             store._refs += 1
             return store
 
@@ -179,8 +208,25 @@ class Store:
                 del _by_db[db_key]
         self._close()
 
+    def _start_autopack(self) -> None:
+        state = self.writer.root().get(PACK_STATE_KEY)
+        self._tm.abort()
+        self.packer = AutoPacker(self.db, self._record_pack_state, state)
+
+    def _record_pack_state(self, state: tuple[int, int, int]) -> None:
+        def record() -> None:
+            root = self.root()
+            if ROOT_KEY in root:  # only in a queue file, never as its first content
+                root[PACK_STATE_KEY] = state
+
+        self._committer.run(record)
+
     def _close(self) -> None:
-        self._committer.close()
+        try:
+            if self.packer is not None:
+                self.packer.close()  # records the garbage estimate: before the committer closes
+        finally:
+            self._committer.close()
         try:
             self._tm.abort()
             self.writer.close()
@@ -202,14 +248,20 @@ class Store:
 
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
-        return self._committer.run(change)
+        result = self._committer.run(change)
+        if self.packer is not None:
+            self.packer.after_commit()
+        return result
 
     def root(self) -> Any:
         """The writer connection's root; touch it only inside a change."""
         return self.writer.root()
 
     def pack(self) -> None:
-        self.db.pack()
+        if self.packer is not None:
+            self.packer.pack()
+        else:
+            self.db.pack()
 
     def _describe_failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StorageError):

@@ -1,0 +1,85 @@
+"""Shared helpers for the benchmark scripts: items, timing, medians, temporary files, tables."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+
+# Run from a checkout without installing: the benchmarks measure the tree they sit in.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+ITEM_SIZE = 100
+
+
+def item(i: int) -> bytes:
+    """The i-th benchmark item: 100 distinct bytes, the same for every implementation."""
+    head = b"item-%012d-" % i
+    return head + b"x" * (ITEM_SIZE - len(head))
+
+
+@contextlib.contextmanager
+def tmpdir() -> Iterator[str]:
+    d = tempfile.mkdtemp(prefix="ackqueue-bench-")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            total += os.path.getsize(full)
+    return total
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (
+        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({cpu}), "
+        f"Python {platform.python_version()}"
+    )
+
+
+def header(title: str) -> None:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "python3 " + " ".join(sys.argv)
+    print(f"{title}\n  date: {now}\n  machine: {machine()}\n  command: {command}")
+
+
+def rst_table(rows: list[list[str]], head: list[str]) -> str:
+    """A reStructuredText simple table."""
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    rule = "  ".join("=" * w for w in widths)
+    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), rule]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines.append(rule)
+    return "\n".join(lines)

@@ -1,0 +1,177 @@
+"""Automatic packing keeps a churning queue file small; packs never lose or repeat items;
+index checkpoints make reopening after kill -9 read only the tail."""
+
+import os
+import signal
+import subprocess
+import threading
+
+from conftest import child_argv, child_env
+from ZODB.FileStorage import FileStorage
+
+import ackqueue
+from ackqueue.packing import PACK_STATE_KEY
+
+
+def files_total(directory):
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
+
+
+def test_churning_queue_stays_small_without_anyone_packing(tmp_path):
+    path = os.path.join(tmp_path, "q.fs")
+    with ackqueue.AckQueue(path, durability="relaxed") as q:
+        q._store.packer.min_bytes = 256 * 1024  # the default is larger; this is quicker
+        for i in range(100):
+            q.put(i)
+        c = q.connect()
+        largest = 0
+        for i in range(2500):  # ~2.9 MB written in all
+            q.put(i)
+            c.ack(c.get())
+            if i % 200 == 0:
+                largest = max(largest, files_total(tmp_path))
+        assert q._store.packer.packs >= 1
+        assert q.qsize() == 100
+    # Unpacked, the file would hold all ~2.9 MB written; packing keeps it near the floor.
+    # (A relaxed producer never waits for the disk: it would starve a packer that did not
+    # get the GIL back when it falls behind.)
+    assert largest <= 1_200_000
+    assert files_total(tmp_path) <= 1_200_000
+    assert not any(n.endswith(".old") for n in os.listdir(tmp_path))
+
+
+def test_without_autopack_the_same_churn_grows_the_file(tmp_path):
+    # The measurement above means something only if the file does grow without packing.
+    path = os.path.join(tmp_path, "q.fs")
+    with ackqueue.AckQueue(path, durability="relaxed", autopack=False) as q:
+        c = q.connect()
+        for i in range(1500):
+            q.put(i)
+            c.ack(c.get())
+        assert q._store.packer is None
+    assert os.path.getsize(path) > 700_000
+
+
+def test_explicit_pack_shrinks_the_file_and_keeps_no_old_copy(tmp_path):
+    path = os.path.join(tmp_path, "q.fs")
+    with ackqueue.AckQueue(path, durability="relaxed", autopack=False) as q:
+        for i in range(500):
+            q.put(i)
+        for _ in range(490):
+            q.get()
+        before = os.path.getsize(path)
+        q.pack()
+        assert os.path.getsize(path) < before / 5
+        assert not os.path.exists(path + ".old")
+        assert [q.get() for _ in range(10)] == list(range(490, 500))
+
+
+def test_packs_while_threads_put_and_ack_lose_and_repeat_nothing(tmp_path):
+    path = os.path.join(tmp_path, "q.fs")
+    n = 1500
+    got: list[int] = []
+    with ackqueue.AckQueue(path, durability="relaxed") as q:
+        packer = q._store.packer
+        packer.min_bytes = 64 * 1024  # pack often, in the background
+
+        def produce():
+            for i in range(n):
+                q.put(i)
+
+        def consume():
+            c = q.connect()
+            while len(got) < n:
+                try:
+                    x = c.get(timeout=0.05)
+                except ackqueue.Empty:
+                    continue
+                c.ack(x)
+                got.append(x)
+
+        threads = [threading.Thread(target=produce)]
+        threads += [threading.Thread(target=consume) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for _ in range(3):
+            q.pack()  # explicit packs on top of the automatic ones
+        for t in threads:
+            t.join(timeout=120)
+        assert packer.packs >= 3
+    assert sorted(got) == list(range(n))
+
+
+def test_garbage_estimate_is_carried_to_the_next_session(qpath):
+    with ackqueue.AckQueue(qpath, durability="relaxed") as q:
+        c = q.connect()
+        for i in range(300):
+            q.put(i)
+            c.ack(c.get())
+        garbage = q._store.packer.garbage()
+        assert garbage > 0
+    with ackqueue.AckQueue(qpath) as q:
+        packed, recorded, _size = q._store.root()[PACK_STATE_KEY]
+        assert recorded >= garbage
+        # (plus half the bytes of the commit that recorded it, written after it was measured)
+        assert recorded <= q._store.packer.garbage() <= recorded + 1000
+
+
+CHILD_WRITES_THEN_DIES = """
+import os, signal, sys, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], durability="relaxed")
+q._store.packer.index_every = 128 * 1024
+for i in range(2000):
+    q.put(i)
+print(os.path.getsize(sys.argv[1]), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_index_is_saved_as_the_file_grows_so_reopen_after_kill_reads_only_the_tail(qpath):
+    out = subprocess.run(
+        child_argv(CHILD_WRITES_THEN_DIES, qpath), env=child_env(), capture_output=True, text=True
+    )
+    assert out.returncode == -signal.SIGKILL
+    size = int(out.stdout)
+    assert size > 500_000
+    # FileStorage starts from the saved index when it is sane, and scans only past its end.
+    storage = FileStorage(qpath, read_only=True)
+    try:
+        assert storage._used_index == 1
+    finally:
+        storage.close()
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 2000
+
+
+def test_a_pack_killed_between_its_renames_is_completed_at_the_next_open(qpath):
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        for i in range(20):
+            q.put(i)
+    # What FileStorage.pack leaves when killed between renaming the data file to .old and
+    # renaming the finished .pack file to the data file.
+    with open(qpath, "rb") as src, open(qpath + ".pack", "wb") as dst:
+        dst.write(src.read())
+    os.rename(qpath, qpath + ".old")
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.qsize() == 20
+        assert [q.get_nowait() for _ in range(20)] == list(range(20))
+
+
+def test_backlog_read_after_a_pack_that_dropped_the_readers_snapshot(qpath):
+    # The reader's snapshot predates the acks; a pack then drops the tree nodes it saw. The
+    # next gets must move to a newer snapshot rather than fail.
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        for i in range(200):
+            q.put(i)
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        c = q.connect()
+        got = []
+        for _ in range(5):
+            for _ in range(20):
+                x = c.get()
+                c.ack(x)
+                got.append(x)
+            q.pack()
+            q._reader.cacheMinimize()  # as if evicted: the next reads must load
+            q._items = type(q._items)()  # and nothing read ahead
+        assert got == list(range(100))
