@@ -345,6 +345,13 @@ class SharedReadyIndex:
     def discard(self, key: Any) -> bool:
         return False
 
+    @property
+    def cursor(self) -> None:
+        """No backlog read-ahead in shared mode (see prefetch.py): other processes take
+        entries ahead of us. Pickles of our own puts are still served from the item cache;
+        a take re-reads the attempts from the store anyway."""
+        return None
+
     def refresh(self) -> None:
         """Move to the latest commit and start reading from the head again."""
         reader = self._reader
