@@ -3,15 +3,16 @@
 In a single process, holds live in memory and a get commits nothing. When other processes use
 the same queue, a hold must be visible to them, so in shared mode:
 
-* a consumer get commits a *hold*: the entry's key goes into the queue's holds tree with this
-  process's session id and a delivery token; every process skips held keys. Two processes
-  taking the same key conflict, and the loser takes the next one (a ConflictError never
-  reaches the caller: the group committer retries, and the retried take finds the key held);
-* ack, nack, reject and extend... check inside their commit that the hold is still this
+* a consumer get commits a *hold*: the entry is marked with this process's session id and a
+  delivery token (and listed under the session, so a reaper finds it); every process skips
+  held entries. Two processes taking the same entry conflict on it, and the loser takes the
+  next one (a ConflictError never reaches the caller: the group committer retries, and the
+  retried take finds the entry held);
+* ack, nack, reject and extend check inside their commit that the hold is still this
   session's with this token (fencing): a process that was stopped past its session lease gets
   :class:`~ackqueue.LeaseExpiredError` and changes nothing;
-* giving an item back (nack, consumer closed, thread ended, ``ack_timeout``) deletes the hold,
-  so the item is ready again in place for every process; a dead process's holds are deleted by
+* giving an item back (nack, consumer closed, thread ended, ``ack_timeout``) clears the hold,
+  so the item is ready again in place for every process; a dead process's holds are cleared by
   whoever reaps its session (:mod:`ackqueue.sessions`);
 * the ready order comes from the stored tree, read after a sync (:class:`SharedReadyIndex`),
   instead of the in-memory index that assumes one process;
