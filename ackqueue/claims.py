@@ -32,6 +32,7 @@ class Claim:
     key: Any
     item: Any
     attempts: int
+    delivery_id: int | None = None  # chosen before the hold is stored (shared mode)
 
 
 def pickle_item(item: Any) -> bytes:

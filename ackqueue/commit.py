@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import transaction
 from ZODB.POSException import ConflictError
+from ZODB.POSException import StorageError as POSStorageError
 
 from .errors import QueueClosedError
 
@@ -187,7 +188,9 @@ class GroupCommitter:
                     self._tm.abort()
                     for change in batch:
                         change.error = None
-                    time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                    # Exponential, capped: over ZEO several processes meet at the queue's head,
+                    # and a round trip is milliseconds, so linear steps of 2 ms kept colliding.
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
                     log.debug("conflict on commit, retrying (attempt %d)", attempt + 1)
             raise ConflictError("ackqueue: gave up after repeated write conflicts")
         except BaseException as exc:
@@ -205,7 +208,7 @@ class GroupCommitter:
         for change in batch:
             try:
                 change.result = change.apply()
-            except ConflictError:
+            except (ConflictError, POSStorageError):  # the storage's fault (a ZEO server away)
                 raise
             except Exception as exc:  # the change's own fault: it fails alone
                 change.error = exc

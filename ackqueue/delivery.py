@@ -76,7 +76,8 @@ class DeliveryMixin:
                 raise QueueClosedError("this consumer is closed")
             now = time.time()
             for claim in claims:
-                delivery = Delivery(next(self._delivery_ids), claim.item, claim.attempts, now)
+                delivery_id = claim.delivery_id or next(self._delivery_ids)
+                delivery = Delivery(delivery_id, claim.item, claim.attempts, now)
                 hold = table.add(claim.key, delivery)
                 holds.append(hold)
                 if self.ack_timeout is not None:
@@ -100,9 +101,7 @@ class DeliveryMixin:
         now = self._clock()
         due = now + delay if delay else 0.0
         plan = [(hold, self._action(hold, outcome, due)) for hold in holds]
-        stored = [hold.key for hold, action in plan if action != "return"]
-        edit = self._settlement_edit(plan, due, reason, now) if stored else None
-        check = self._require_stored(stored)
+        edit, check = self._settlement(plan, due, reason, now)
 
         def finish() -> None:
             self._finish_settle(table, plan, due)
@@ -121,6 +120,14 @@ class DeliveryMixin:
                 undo()
                 raise
         finish()
+
+    def _settlement(
+        self: Any, plan: list[tuple[Hold, str]], due: float, reason: str | None, now: float
+    ) -> tuple[Callable[[], None] | None, Callable[[], None]]:
+        """The stored edit of a settlement (None if it stores nothing) and its check."""
+        stored = [hold.key for hold, action in plan if action != "return"]
+        edit = self._settlement_edit(plan, due, reason, now) if stored else None
+        return edit, self._require_stored(stored)
 
     def _action(self: Any, hold: Hold, outcome: str, due: float) -> str:
         if outcome == "ack":

@@ -61,9 +61,10 @@ class StoredEditsMixin:
         return delete
 
     def _require_stored(self: Any, keys: list[Any]) -> Callable[[], None]:
-        entries = self._wrec.entries
+        record = self._wrec  # its attributes are read inside the change, by the committer
 
         def require() -> None:
+            entries = record.entries
             for key in keys:
                 if key not in entries:
                     raise AckQueueError(f"entry {key!r} of queue {self.name!r} is not stored")

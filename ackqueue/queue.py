@@ -37,18 +37,17 @@ from .prefetch import ItemCache
 from .reading import ReaderMixin
 from .records import ROOT_KEY, QueueRecord
 from .recovery import ThreadExitWatch
+from .seqs import PRIORITY_LIMIT, SEQ_BITS, SEQ_MASK, SeqMixin
+from .shared import SharedMixin
 from .shutdown import ShutdownMixin, as_our_shutdown
 from .storage import Store
 from .timers import Timers
 from .transactions import Transaction, current, transaction
 
-SEQ_BITS = 40
-SEQ_MASK = (1 << SEQ_BITS) - 1
-PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
-
-
 
 class AckQueue(
+    SharedMixin,
+    SeqMixin,
     DeliveryMixin,
     ReaderMixin,
     DelayMixin,
@@ -70,6 +69,8 @@ class AckQueue(
     letters instead of being delivered again; each consumer get then records the delivery
     durably before handing the item out. ``ack_timeout``: seconds a consumer may hold an item
     before it goes back to the queue. ``clock``: a ``time.time``-like callable (for tests).
+    ``path`` may be a URI (``zeo://host:port``, ``file://``, ``memory://``); on a storage
+    processes share (or ``shared=True``), see :mod:`ackqueue.shared` and ``session_timeout``.
 
     ``durability="relaxed"`` makes ``put``/``ack`` return once the commit is handed to the
     operating system (it survives ``kill -9``) and fsyncs once a second, so a power loss may
@@ -91,6 +92,8 @@ class AckQueue(
         clock: Clock | None = None,
         durability: str = "strict",
         autopack: bool = True,
+        shared: bool | None = None,
+        session_timeout: float = 10.0,
     ) -> None:
         if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
             raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
@@ -111,6 +114,7 @@ class AckQueue(
         try:
             self._wrec: QueueRecord = self._store.run(self._find_or_create_record)
             self._reader, self._reader_tm = self._store.open_reader()
+            self._open_shared(shared, session_timeout)
         except BaseException:
             self._store.release(name)
             raise
@@ -259,6 +263,8 @@ class AckQueue(
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return the next item; the removal is durable when this returns."""
         with Shield():
+            if self._shared is not None:
+                return self._shared_get(block, timeout)
             return self._get_shielded(block, timeout)
 
     def _get_shielded(self, block: bool, timeout: float | None) -> Any:
@@ -328,6 +334,7 @@ class AckQueue(
                 self.not_empty.notify_all()
                 self.not_full.notify_all()
                 self._landed.notify_all()
+            self._close_shared()
             self._reader_tm.abort()
             self._reader.close()
             status.beacon.detach(self)
@@ -346,8 +353,6 @@ class AckQueue(
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._ready)} ready, {self._held} held"
         return f"<{type(self).__name__} {self.name!r} in {self._store.where}: {state}>"
-
-    # -- what consumers call ---------------------------------------------------------------
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -418,13 +423,6 @@ class AckQueue(
         data = pickle_item(item)
         seq = self._alloc_seq()
         return Staged(self._make_key(seq, priority, item), seq, data)
-
-    def _alloc_seq(self) -> int:
-        seq = self._next_seq
-        if seq > SEQ_MASK:
-            raise AckQueueError(f"queue {self.name!r} has used up its sequence numbers")
-        self._next_seq += 1
-        return seq
 
     def _unstage(self, counted: bool, staged: Staged | None = None) -> None:
         staged = staged or self._tls.staged

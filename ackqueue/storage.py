@@ -31,6 +31,7 @@ from .errors import NotAQueueFileError, QueueLockedError, StorageError
 from .interrupts import Shield
 from .packing import PACK_STATE_KEY, AutoPacker
 from .records import ROOT_KEY
+from .uri import as_path, is_uri, open_db
 
 log = logging.getLogger("ackqueue")
 
@@ -114,12 +115,14 @@ class Store:
         durability: str = "strict",
         autopack: bool = True,
     ) -> Store:
-        """The store for a file path, a caller's database, or (both None) a new in-memory one.
+        """The store for a file path or storage URI, a caller's database, or (both None) a new
+        in-memory one.
 
         ``durability`` and ``autopack`` apply to a file path only (see ``durability.py`` and
-        ``packing.py``); a caller's database is used as it is.
+        ``packing.py``); a caller's database or a URI's storage is used as it is.
         """
         check_durability(durability)
+        path = as_path(path)
         with _registry_lock:
             if db is not None:
                 store = _by_db.get(id(db))
@@ -127,6 +130,10 @@ class Store:
                     store = _by_db[id(db)] = cls(db, owns_db=False, where=repr(db))
             elif path is None:
                 store = cls(ZODB.DB(MappingStorage()), owns_db=True, where="memory")
+            elif isinstance(path, str) and is_uri(path):  # one database per URI, as per file
+                store = _by_path.get(path)
+                if store is None:
+                    store = _by_path[path] = cls(open_db(path), owns_db=True, where=path)
             else:
                 key = os.path.realpath(os.fspath(path))
                 store = _by_path.get(key)

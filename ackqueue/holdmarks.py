@@ -1,0 +1,70 @@
+"""Hold marks in shared mode: which session holds which stored entry.
+
+A hold is marked on the entry itself, ``entry.holder = (session id, delivery token)``, and
+listed under its session in ``root[HOLDS_KEY][session id]`` so that a reaper finds a dead
+session's holds without reading every entry. Every function here runs inside a change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from BTrees.OOBTree import OOBTree
+
+HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
+
+HoldValue = tuple[str, int]  # (session id, delivery token)
+
+
+def entry_of(root: Any, name: str, key: Any) -> Any:
+    queues = root.get("ackqueue")
+    record = queues.get(name) if queues is not None else None
+    return record.entries.get(key) if record is not None else None
+
+
+def holder(entry: Any) -> HoldValue | None:
+    """Who holds a stored entry in shared mode: ``(session id, token)``, or None."""
+    return getattr(entry, "holder", None)
+
+
+def set_hold(root: Any, name: str, key: Any, entry: Any, value: HoldValue) -> None:
+    """Mark ``entry`` held (inside a change) and list it under its session.
+
+    The mark is on the entry itself, which has no conflict resolution: two processes changing
+    what one item is doing at the same time always conflict (and one retries), while changes
+    to different items touch different objects. The per-session list (written by that session
+    only, or by whoever reaps it) is how a reaper finds a dead session's holds.
+    """
+    entry.holder = value
+    holds_by_session = root[HOLDS_KEY]
+    mine = holds_by_session.get(value[0])
+    if mine is None:
+        mine = holds_by_session[value[0]] = OOBTree()
+    mine[(name, key)] = value[1]
+
+
+def clear_hold(root: Any, name: str, key: Any, value: HoldValue | None = None) -> bool:
+    """Clear the hold on entry ``key`` (if it is still ``value``, when given)."""
+    entry = entry_of(root, name, key)
+    current = holder(entry) if entry is not None else None
+    if current is None or (value is not None and current != value):
+        return False
+    entry.holder = None
+    mine = root[HOLDS_KEY].get(current[0])
+    if mine is not None and (name, key) in mine:
+        del mine[(name, key)]
+    return True
+
+
+def drop_session_holds(root: Any, sid: str) -> None:
+    """Clear every hold of session ``sid`` (inside a change): its items are ready in place."""
+    holds_by_session = root[HOLDS_KEY]
+    mine = holds_by_session.get(sid)
+    if mine is None:
+        return
+    for name, key in list(mine.keys()):
+        entry = entry_of(root, name, key)
+        current = holder(entry) if entry is not None else None
+        if current is not None and current[0] == sid:
+            entry.holder = None
+    del holds_by_session[sid]

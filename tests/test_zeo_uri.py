@@ -1,0 +1,208 @@
+"""Opening queues by storage URI (zeo://, file://, memory://) and on a caller's ZEO database,
+and the shared-mode behaviour two ZEO clients see: wake-ups, give-backs, dead letters."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import ZEO
+from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+
+import ackqueue
+
+
+def test_zeo_uri_opens_a_shared_queue_seen_by_a_db_opened_by_the_caller(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    db = ZEO.DB(zeo_server.addr)
+    try:
+        with ackqueue.AckQueue(zeo_server.uri) as by_uri, ackqueue.AckQueue(db=db) as by_db:
+            assert by_uri.shared and by_db.shared
+            by_uri.put({"url": "http://example.org/"})
+            with by_db.connect() as c:
+                item = c.get(timeout=10)
+                assert item == {"url": "http://example.org/"}
+                with pytest.raises(ackqueue.Empty):
+                    by_uri.get(timeout=0.2)  # held by the other client, not ready
+                c.ack(item)
+    finally:
+        db.close()
+
+
+def test_file_uri_is_the_same_file_as_its_path(tmp_path) -> None:
+    path = os.path.join(tmp_path, "q.fs")
+    with ackqueue.AckQueue(f"file://{path}") as q:
+        assert not q.shared
+        q.put("a")
+    with ackqueue.AckQueue(path) as q:
+        assert q.get(timeout=1) == "a"
+
+
+def test_memory_uri_is_a_private_in_memory_queue() -> None:
+    with ackqueue.AckQueue("memory://") as q:
+        assert not q.shared
+        q.put(1)
+        assert q.get(timeout=1) == 1
+
+
+def test_an_unknown_scheme_is_a_clear_storage_error() -> None:
+    with pytest.raises(ackqueue.StorageError, match="nosuch://x"):
+        ackqueue.AckQueue("nosuch://x")
+
+
+def test_shared_false_keeps_holds_in_memory_on_zeo(zeo_server: ZEOServer) -> None:  # noqa: F811
+    with ackqueue.AckQueue(zeo_server.uri, shared=False) as q:
+        assert not q.shared
+        q.put(1)
+        assert q.get(timeout=1) == 1
+
+
+def two_clients(
+    server: ZEOServer, a_timeout: float | None = None, **options: object
+) -> tuple[ackqueue.AckQueue, ...]:
+    """Two queues on one ZEO server in two ZODB clients: as two processes see it."""
+    db = ZEO.DB(server.addr)
+    a = ackqueue.AckQueue(server.uri, ack_timeout=a_timeout, **options)  # type: ignore[arg-type]
+    b = ackqueue.AckQueue(db=db, **options)  # type: ignore[arg-type]
+    b._test_db = db  # type: ignore[attr-defined]
+    return a, b
+
+
+def close_clients(*queues: ackqueue.AckQueue) -> None:
+    for q in queues:
+        q.close()
+        db = getattr(q, "_test_db", None)
+        if db is not None:
+            db.close()
+
+
+def test_a_get_blocked_in_one_client_wakes_when_another_puts(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    a, b = two_clients(zeo_server)
+    try:
+        got: list[object] = []
+        started = threading.Event()
+
+        def consume() -> None:
+            started.set()
+            got.append(b.get(timeout=30))
+
+        t = threading.Thread(target=consume)
+        t.start()
+        started.wait()
+        put_at = time.monotonic()
+        a.put("wake up")
+        t.join(timeout=30)
+        woke_after = time.monotonic() - put_at
+        assert got == ["wake up"]
+        assert woke_after < 1.0, woke_after  # measured: tens of ms (see bench_zeo.py)
+    finally:
+        close_clients(a, b)
+
+
+def test_items_given_back_in_one_client_are_delivered_by_the_other(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    a, b = two_clients(zeo_server, a_timeout=0.5)
+    try:
+        a.put_many(["nacked", "closed", "timed out"])
+        c = a.connect()
+        first, second, third = c.get(timeout=10), c.get(timeout=10), c.get(timeout=10)
+        assert (first, second, third) == ("nacked", "closed", "timed out")
+        c.extend(second, 60)  # only the third's lease runs out
+        other = b.connect()
+        c.nack(first)
+        assert other.get(timeout=10) == "nacked"
+        assert other.get(timeout=10) == "timed out"
+        with pytest.raises(ackqueue.LeaseExpiredError):
+            c.ack(third)
+        c.close()
+        assert other.get(timeout=10) == "closed"
+        assert b.unacked_count() == 3
+        other.close()
+    finally:
+        close_clients(a, b)
+
+
+def test_max_attempts_counts_deliveries_in_every_client(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    a, b = two_clients(zeo_server, max_attempts=2)
+    try:
+        a.put("poison")
+        with a.connect() as c:
+            c.nack(c.get(timeout=10))
+        with b.connect() as c:
+            item = c.get(timeout=10)
+            assert c.delivery(item).attempts == 2
+            c.nack(item)
+            with pytest.raises(ackqueue.Empty):
+                c.get(timeout=0.3)
+        assert [d.item for d in a.dead_letters()] == ["poison"]
+    finally:
+        close_clients(a, b)
+
+
+def test_consumers_and_plain_gets_in_two_clients_deliver_each_item_once(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    a, b = two_clients(zeo_server)
+    items = list(range(200))
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def consume_with_acks() -> None:
+        with a.connect() as c:
+            while True:
+                try:
+                    item = c.get(timeout=1)
+                except ackqueue.Empty:
+                    return
+                with lock:
+                    got.append(item)
+                c.ack(item)
+
+    def consume_plainly() -> None:
+        while True:
+            try:
+                item = b.get(timeout=1)
+            except ackqueue.Empty:
+                return
+            with lock:
+                got.append(item)
+
+    try:
+        a.put_many(items)
+        threads = [threading.Thread(target=f) for f in [consume_with_acks, consume_plainly] * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # None lost, none twice: a take and a removal of one item always conflict, although
+        # the removal only reads the take's mark (without the entry write they both commit).
+        assert sorted(got) == items
+    finally:
+        close_clients(a, b)
+
+
+def test_a_plain_get_in_a_rolled_back_transaction_leaves_the_item_for_every_client(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    a, b = two_clients(zeo_server)
+    try:
+        a.put("job")
+        with pytest.raises(RuntimeError), a.transaction():
+            assert a.get(timeout=10) == "job"
+            raise RuntimeError("roll back")
+        with b.transaction():  # given back durably: the other client gets it
+            assert b.get(timeout=10) == "job"
+        # Committed: gone for good, in every client.
+        for q in (a, b):
+            with pytest.raises(ackqueue.Empty):
+                q.get(timeout=0.3)
+    finally:
+        close_clients(a, b)

@@ -1,0 +1,84 @@
+"""A real ZEO server for tests: ``runzeo`` on 127.0.0.1 in a child process, restartable.
+
+Restarting keeps the port and the FileStorage, so clients see a server that went away and came
+back, which is what ZEO's reconnection is for.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ZEOServer:
+    """``runzeo -a 127.0.0.1:PORT -f FILE`` as a subprocess."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "zeo.fs")
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = open(os.path.join(directory, "zeo.log"), "ab")  # noqa: SIM115
+
+    @property
+    def addr(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    @property
+    def uri(self) -> str:
+        return f"zeo://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "ZEO.runzeo", "-a", f"127.0.0.1:{self.port}", "-f", self.path]
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                raise RuntimeError(f"runzeo exited with {code}; see {self.log.name}")
+            try:
+                socket.create_connection(self.addr, timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the ZEO server did not start listening") from None
+                time.sleep(0.02)  # polling for the port, not synchronising the test
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        self.log.close()
+
+
+@pytest.fixture
+def zeo_server(tmp_path) -> Iterator[ZEOServer]:
+    """A running ZEO server on 127.0.0.1 with a fresh FileStorage, stopped afterwards."""
+    server = ZEOServer(str(tmp_path))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
