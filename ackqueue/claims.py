@@ -11,7 +11,7 @@ from typing import Any
 from .errors import ItemLoadError, UnpicklableItemError
 
 
-class Retry(Exception):
+class GetAgain(Exception):
     """Every staged put that ``_get`` waited for failed: wait again for a real item."""
 
 

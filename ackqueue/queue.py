@@ -22,14 +22,15 @@ import ZODB
 
 from . import status
 from .batches import BatchMixin
-from .claims import Claim, Retry, Staged, pickle_item, unpickle_item
+from .claiming import ClaimingMixin
+from .claims import Claim, GetAgain, Staged, unpickle_item
 from .clock import Clock
 from .consumer import Consumer
 from .deadletters import DeadLetterMixin
 from .delays import DelayMixin, Delays
 from .delivery import DeliveryMixin
 from .edits import StoredEditsMixin
-from .errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
+from .errors import ItemLoadError, QueueClosedError
 from .holds import Delivery, HoldTable
 from .interrupts import Shield, checkpoint, hold_back
 from .leases import LeaseMixin
@@ -46,6 +47,7 @@ from .transactions import Transaction, current, transaction
 
 
 class AckQueue(
+    ClaimingMixin,
     SharedMixin,
     SeqMixin,
     DeliveryMixin,
@@ -174,7 +176,7 @@ class AckQueue(
             if not self._staged:
                 if self.is_shutdown:
                     raise self._shut_down_error()
-                raise Retry
+                raise GetAgain
             # The queue only looked non-empty because of puts still committing: wait for them
             # to land, but no longer than the caller's own timeout (not at all for a nowait).
             deadline = getattr(self._tls, "deadline", None)
@@ -182,7 +184,7 @@ class AckQueue(
             if deadline is None:
                 self._landed.wait()
             elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
-                raise Retry
+                raise GetAgain
         self._check_open()
         if self._drained:
             raise self._shut_down_error()
@@ -355,86 +357,6 @@ class AckQueue(
         return f"<{type(self).__name__} {self.name!r} in {self._store.where}: {state}>"
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _claim_next(self, block: bool, timeout: float | None) -> Claim:
-        deadline = None if timeout is None or not block else time.monotonic() + timeout
-        self._tls.deadline = time.monotonic() if not block else deadline
-        while True:
-            self._tls.claim = None
-            self._tls.unloadable = None
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._tls.op = "get"
-            try:
-                item = queue.Queue.get(self, block, remaining)
-            except Retry:
-                if not block or (deadline is not None and time.monotonic() >= deadline):
-                    raise Empty from None
-                continue
-            except ItemLoadError as exc:
-                raise self._bury_unloadable(exc) from exc
-            except BaseException as exc:
-                claim = self._tls.claim
-                if claim is not None:
-                    self._unclaim(claim.key)
-                ours = as_our_shutdown(exc)
-                if ours is not exc:
-                    raise ours from None
-                raise
-            finally:
-                self._tls.op = None
-            claim = self._tls.claim
-            self._tls.claim = None
-            if claim is None:
-                raise AckQueueError("a subclass's _get did not call AckQueue._get")
-            claim.item = item
-            return claim
-
-    def _unclaim(self, key: Any) -> None:
-        with self.mutex:
-            self._unclaim_locked(key)
-
-    def _unclaim_locked(self, key: Any) -> None:
-        self._make_ready_locked(key)
-
-    def _make_ready_locked(self, key: Any) -> None:
-        if self._drained:
-            return  # an immediate shutdown: it stays stored for the next start
-        self._ready.push(key)
-        self.not_empty.notify()
-
-    def _forget(self, key: Any) -> None:
-        with self.mutex:
-            self._forget_locked(key)
-
-    def _forget_locked(self, key: Any, finished: int = 0) -> None:
-        self._session_attempts.pop(key, None)
-        if finished:
-            self._task_finished_locked(finished)
-
-    def _task_finished_locked(self, n: int) -> None:
-        """``task_done`` for ``n`` items that left the queue for good (acked, dead-lettered)."""
-        if not n:
-            return
-        self.unfinished_tasks = max(0, self.unfinished_tasks - n)
-        if self.unfinished_tasks == 0:
-            self.all_tasks_done.notify_all()
-
-    def _stage(self, item: Any, priority: int) -> Staged:
-        data = pickle_item(item)
-        seq = self._alloc_seq()
-        return Staged(self._make_key(seq, priority, item), seq, data)
-
-    def _unstage(self, counted: bool, staged: Staged | None = None) -> None:
-        staged = staged or self._tls.staged
-        self._tls.staged = None
-        if staged is None:
-            return
-        with self.mutex:
-            self._staged -= 1
-            if counted:
-                self.unfinished_tasks -= 1
-            self._landed.notify_all()
-            self.not_full.notify()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import sessions
-from .claims import Claim, Retry
+from .claims import Claim, GetAgain
 from .deadletters import bury
 from .errors import LeaseExpiredError, NotHeldError
 from .holdmarks import HOLDS_KEY, HoldValue, clear_hold, holder, set_hold
@@ -309,7 +309,7 @@ class SharedMixin:
             # Another process took and settled it since our snapshot: move on to the next.
             self._ready.vanished.add(key)
             self._ready.refresh()
-            raise Retry from None
+            raise GetAgain from None
 
     def _count_attempts(self: Any, claims: list[Claim]) -> list[Claim]:
         if self._shared is None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as ZODBStorageError
 
-from .claims import Retry
+from .claims import GetAgain
 from .errors import StorageError
 from .holdmarks import holder
 from .reading import ReaderMixin
@@ -63,7 +63,7 @@ class SharedReadyIndex:
 
     def peek(self) -> Any:
         if not len(self):
-            raise Retry
+            raise GetAgain
         return self._next
 
     def pop(self) -> Any:
