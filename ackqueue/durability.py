@@ -87,8 +87,12 @@ class QueueFileStorage(FileStorage):
     """
 
     replaced_bytes = 0
-    """Bytes of object revisions stored over an older revision since the count was reset:
-    about as many bytes of the file became garbage (what a pack reclaims)."""
+    """Bytes of the file that became garbage (what a pack reclaims) since the count was reset:
+    object revisions stored over an older revision, and records whose object was dropped
+    (see :meth:`note_dropped`)."""
+
+    _new_bytes = 0  # bytes of records of objects stored for the first time, and their count:
+    _new_records = 0  # their average is the size of a typical dropped record (a queue entry)
 
     sync_each_commit = True  # False: only sync_through() and close() fsync (relaxed mode)
     _flushed = 0  # commits handed to the OS
@@ -126,7 +130,18 @@ class QueueFileStorage(FileStorage):
         result = super().store(oid, oldserial, data, version, transaction)
         if oldserial != z64:  # the old revision and its record header become garbage
             self.replaced_bytes += len(data) + DATA_HDR_LEN
+        else:
+            self._new_bytes += len(data) + DATA_HDR_LEN
+            self._new_records += 1
         return result
+
+    def note_dropped(self, records: int) -> None:
+        """Count ``records`` objects that became unreachable (acked or removed entries) as
+        garbage. Nothing is stored over them, so :meth:`store` cannot see them; without this
+        the estimate misses each item's own record, and a churning queue never looks worth
+        packing. Each is taken to be as large as an average new record."""
+        if self._new_records:
+            self.replaced_bytes += records * self._new_bytes // self._new_records
 
     def _finish_finish(self, tid: bytes) -> None:
         self._file.flush()  # the commit is now the kernel's: it survives kill -9

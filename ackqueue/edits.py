@@ -71,9 +71,9 @@ class StoredEditsMixin:
 
         return require
 
-    @staticmethod
-    def _remove_entry(record: QueueRecord, key: Any) -> None:
+    def _remove_entry(self: Any, record: QueueRecord, key: Any) -> None:
         del record.entries[key]
         record.length.change(-1)
+        self._store.note_dropped(1)  # the entry's own record is garbage now
         if record.delayed is not None and key in record.delayed:
             del record.delayed[key]

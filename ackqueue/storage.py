@@ -251,6 +251,13 @@ class Store:
             self.packer.after_commit()
         return result
 
+    def note_dropped(self, records: int) -> None:
+        """``records`` stored objects were just made unreachable: a hint for automatic packing.
+        Call it only inside a change (the committer's thread)."""
+        note = getattr(self.db.storage, "note_dropped", None)
+        if note is not None:
+            note(records)
+
     def root(self) -> Any:
         """The writer connection's root; touch it only inside a change."""
         return self.writer.root()

@@ -175,3 +175,21 @@ def test_backlog_read_after_a_pack_that_dropped_the_readers_snapshot(qpath):
             q._reader.cacheMinimize()  # as if evicted: the next reads must load
             q._items = type(q._items)()  # and nothing read ahead
         assert got == list(range(100))
+
+
+def test_churn_of_larger_items_is_packed_too(tmp_path):
+    # Each acked item leaves its own record behind as garbage, and nothing is stored over it;
+    # with items larger than the tree nodes they churn, missing those records made the
+    # estimate stay under half the file, so no pack ever started and the file grew for good.
+    path = os.path.join(tmp_path, "q.fs")
+    with ackqueue.AckQueue(path, durability="relaxed") as q:
+        q._store.packer.min_bytes = 256 * 1024
+        payload = "x" * 600
+        for i in range(100):
+            q.put({"n": i, "payload": payload})
+        c = q.connect()
+        for i in range(3000):  # ~3.5 MB written in all
+            q.put({"n": i, "payload": payload})
+            c.ack(c.get())
+        assert q._store.packer.packs >= 1
+    assert files_total(tmp_path) <= 1_500_000
