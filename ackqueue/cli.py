@@ -187,9 +187,7 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     if args.held:
         return _requeue_held(args)
     with _open_for_change(args.path, args.name) as q:
-        if not hasattr(q, "requeue_dead"):
-            raise CommandError("this ackqueue version keeps no dead letters")
-        count = len(q.dead_letters())
+        count = q.dead_count()
         if not _confirm(args, f"move {count} dead letter(s) of {q.name!r} back to the queue"):
             return 1
         q.requeue_dead()
@@ -214,9 +212,7 @@ def _requeue_held(args: argparse.Namespace) -> int:
 def cmd_purge(args: argparse.Namespace) -> int:
     with _open_for_change(args.path, args.name) as q:
         if args.dead:
-            if not hasattr(q, "purge_dead"):
-                raise CommandError("this ackqueue version keeps no dead letters")
-            count = len(q.dead_letters())
+            count = q.dead_count()
             if not _confirm(args, f"delete {count} dead letter(s) of {q.name!r} for good"):
                 return 1
             q.purge_dead()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import subprocess
@@ -94,9 +93,6 @@ def run_demo(say: Callable[[str], None] = print) -> int:
 
 
 def _poison_step(path: str, say: Callable[[str], None]) -> bool:
-    if "max_attempts" not in inspect.signature(AckQueue).parameters:
-        say("6. (Poison jobs and dead letters need max_attempts, not in this version.)")
-        return True
     say("6. A poison job fails every time: a WorkerPool retries it with backoff, then gives up.")
 
     def handler(job: str) -> None:

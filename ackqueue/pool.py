@@ -10,7 +10,6 @@ the next open if the process is gone).
 
 from __future__ import annotations
 
-import inspect
 import logging
 import random
 import signal
@@ -63,14 +62,6 @@ class PoolStats:
     done: int = 0
     failed: int = 0
     dead: int = 0
-
-
-def _accepts_keyword(func: Callable[..., Any], name: str) -> bool:
-    try:
-        params = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class WorkerPool:
@@ -247,10 +238,9 @@ class WorkerPool:
             self.stats.done += 1
 
     def _failed(self, consumer: Consumer, item: Any, attempts: int, exc: Exception) -> None:
-        limit = self.retry.max_attempts or getattr(self.queue, "max_attempts", None)
-        reject = getattr(consumer, "reject", None)
-        if limit and attempts >= limit and reject is not None:
-            reject(item, reason=f"{type(exc).__name__}: {exc}")
+        limit = self.retry.max_attempts or self.queue.max_attempts
+        if limit and attempts >= limit:
+            consumer.reject(item, reason=f"{type(exc).__name__}: {exc}")
             with self._lock:
                 self.stats.failed += 1
                 self.stats.dead += 1
@@ -258,18 +248,12 @@ class WorkerPool:
                       item, attempts, exc, exc_info=exc)
             return
         delay = self.retry.delay(attempts)
-        nack: Any = consumer.nack  # Any: the delay= form arrives with delayed delivery
-        if _accepts_keyword(nack, "delay"):
-            nack(item, delay=delay)
-            with self._lock:
-                self._retry_due = max(self._retry_due, time.time() + delay)
-            when = f"retry in {delay:.2f} s"
-        else:
-            consumer.nack(item)  # this ackqueue has no delayed nack: retried at once
-            when = "retry now"
+        consumer.nack(item, delay=delay)
         with self._lock:
+            self._retry_due = max(self._retry_due, time.time() + delay)
             self.stats.failed += 1
-        log.warning("item %r failed (attempt %d), %s: %s", item, attempts, when, exc)
+        log.warning("item %r failed (attempt %d), retry in %.2f s: %s",
+                    item, attempts, delay, exc)
 
     # -- signals and progress ------------------------------------------------------------------
 

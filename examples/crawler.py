@@ -15,7 +15,6 @@ run had finished was fetched again.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import signal
@@ -102,7 +101,6 @@ class Crawler:
             self.frontier.put("/page/0")
             self.seen.add("/page/0")
         self.site = Site(site_pages, delay, finished)
-        self.atomic = hasattr(ackqueue.Consumer, "transaction")
 
     def step(self, c: ackqueue.Consumer, path: str) -> None:
         """Fetch one page, then store it, put its new links and ack it: all or nothing."""
@@ -113,7 +111,7 @@ class Crawler:
             new = [link for link in dict.fromkeys(links) if link not in self.seen]
             self.seen.update(new)
         try:
-            with c.transaction() if self.atomic else contextlib.nullcontext():
+            with c.transaction():
                 for link in new:
                     self.frontier.put(link)
                 self.pages.put({"path": path, "links": len(links), "bytes": len(html)})
@@ -182,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: crawler.stop.set())
     signal.signal(signal.SIGTERM, lambda *_: crawler.stop.set())
     print(("resuming" if crawler.resumed else "starting") + f" a crawl of {crawler.site.base} "
-          f"with {args.threads} threads" + ("" if crawler.atomic else
-                                            " (no transactions in this ackqueue: a crash may "
-                                            "store a page twice)"), flush=True)
+          f"with {args.threads} threads", flush=True)
     complete = crawler.run()
     if not complete:
         crawler.close()

@@ -10,19 +10,13 @@ can be read, requeued or purged (``ackqueue dead PATH``), instead of looping for
 import logging
 import sys
 import threading
-from inspect import signature
 
 import ackqueue
 
 path = sys.argv[1] if len(sys.argv) > 1 else "retry.fs"
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-has_dead_letters = "max_attempts" in signature(ackqueue.AckQueue).parameters
-
-options = {"max_attempts": 4} if has_dead_letters else {}
-q = ackqueue.AckQueue(path, **options)
-jobs = ["ok-1", "flaky-1", "ok-2", "flaky-2", "ok-3"]
-if has_dead_letters:
-    jobs.append("poison")  # without dead letters it would be retried forever
+q = ackqueue.AckQueue(path, max_attempts=4)
+jobs = ["ok-1", "flaky-1", "ok-2", "flaky-2", "ok-3", "poison"]
 for job in jobs:
     q.put(job)
 
@@ -41,10 +35,7 @@ def handle(job):
 retry = ackqueue.Retry(base=0.05, factor=2.0, max_delay=1.0)  # 0.05 s, 0.1 s, 0.2 s, ...
 stats = ackqueue.WorkerPool(q, handle, threads=3, retry=retry).run_until_empty()
 print(f"done {stats.done}, failed attempts {stats.failed}, dead {stats.dead}")
-if has_dead_letters:
-    for letter in q.dead_letters():
-        print(f"dead letter: {letter.item!r} after {letter.attempts} attempts ({letter.reason})")
-else:
-    print("(this ackqueue has no max_attempts yet: no dead letters shown)")
+for letter in q.dead_letters():
+    print(f"dead letter: {letter.item!r} after {letter.attempts} attempts ({letter.reason})")
 q.close()
-sys.exit(0 if stats.done == 5 and stats.dead == (1 if has_dead_letters else 0) else 1)
+sys.exit(0 if stats.done == 5 and stats.dead == 1 else 1)

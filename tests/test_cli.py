@@ -1,6 +1,5 @@
 """The ``ackqueue`` command line: reading live and closed files, changing closed ones, errors."""
 
-import inspect
 import json
 import os
 import pathlib
@@ -13,11 +12,6 @@ from conftest import child_argv, child_env
 
 import ackqueue
 from ackqueue.cli import main
-
-HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters") and hasattr(
-    ackqueue.Consumer, "reject"
-)
-HAS_DELAYS = "delay" in inspect.signature(ackqueue.AckQueue.put).parameters
 
 
 def run(capsys, *argv):
@@ -221,9 +215,6 @@ def test_requeue_held_explains_that_a_closed_file_holds_nothing(qpath, capsys):
     assert code == 0 and "nothing is held" in out and "3 stored item(s) are ready" in out
 
 
-@pytest.mark.skipif(
-    not HAS_DEAD_LETTERS, reason="needs max_attempts, dead_letters() and reject() (issue 4)"
-)
 def test_dead_letters_can_be_listed_requeued_and_purged(qpath, capsys):
     with ackqueue.AckQueue(qpath, max_attempts=2) as q:
         for item in ("bad-1", "bad-2"):
@@ -251,7 +242,6 @@ def test_dead_letters_can_be_listed_requeued_and_purged(qpath, capsys):
         assert q.dead_letters() == [] and q.qsize() == 1
 
 
-@pytest.mark.skipif(not HAS_DELAYS, reason="needs put(item, delay=) (issue 4)")
 def test_delayed_items_are_counted_apart_from_ready_ones(qpath, capsys):
     with ackqueue.AckQueue(qpath) as q:
         q.put("now")

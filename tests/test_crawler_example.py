@@ -6,13 +6,9 @@ import subprocess
 import sys
 import threading
 
-import pytest
 from conftest import REPO_ROOT, child_env
 
-import ackqueue
-
 CRAWLER = os.path.join(REPO_ROOT, "examples", "crawler.py")
-HAS_TRANSACTIONS = hasattr(ackqueue.Consumer, "transaction")
 
 
 def start(state_dir, pages):
@@ -63,7 +59,6 @@ def test_ctrl_c_then_rerun_resumes_without_fetching_finished_pages(tmp_path):
     assert fetched_now < 120 - 25, "the rerun fetched pages the first run had finished"
 
 
-@pytest.mark.skipif(not HAS_TRANSACTIONS, reason="needs Consumer.transaction() (issue 4)")
 def test_sigkill_at_random_moments_then_rerun_ends_with_every_page_once(tmp_path):
     for kill_after in (15, 30, 10):
         child = start(tmp_path, 150)

@@ -1,6 +1,5 @@
 """WorkerPool: ack on success, retry with backoff, dead letters, graceful and forced stops."""
 
-import inspect
 import logging
 import os
 import signal
@@ -14,10 +13,6 @@ from conftest import child_argv, child_env
 import ackqueue
 from ackqueue.pool import Retry, WorkerPool
 
-HAS_DELAYED_NACK = "delay" in inspect.signature(ackqueue.Consumer.nack).parameters
-HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters") and hasattr(
-    ackqueue.Consumer, "reject"
-)
 FAST = Retry(base=0.01, factor=2.0, jitter=0.0)
 
 
@@ -63,7 +58,6 @@ def test_backoff_grows_exponentially_and_is_capped():
     assert all(0.8 <= spread.delay(1) <= 1.2 for _ in range(100))
 
 
-@pytest.mark.skipif(not HAS_DELAYED_NACK, reason="needs Consumer.nack(item, delay=) (issue 4)")
 def test_a_failed_item_is_not_redelivered_before_its_backoff_delay(qpath):
     delivered_at = []
 
@@ -80,9 +74,6 @@ def test_a_failed_item_is_not_redelivered_before_its_backoff_delay(qpath):
     assert delivered_at[1] - delivered_at[0] >= 0.3
 
 
-@pytest.mark.skipif(
-    not HAS_DEAD_LETTERS, reason="needs max_attempts, dead_letters() and reject() (issue 4)"
-)
 def test_a_poison_item_lands_in_the_dead_letters_after_max_attempts(qpath):
     def handler(item):
         if item == "poison":
@@ -148,7 +139,6 @@ def test_a_handler_outliving_stop_timeout_gives_its_item_back(qpath):
         assert (q.qsize(), pool.stats.done) == (1, 0)
 
 
-@pytest.mark.skipif(not hasattr(ackqueue, "ShutDown"), reason="needs q.shutdown() (issue 4)")
 def test_run_returns_once_the_queue_is_shut_down_and_drained(qpath):
     handled = []
     with ackqueue.AckQueue(qpath) as q:

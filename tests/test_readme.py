@@ -1,12 +1,10 @@
 """Every snippet in README.rst runs as shown, in order, in one fresh directory.
 
 Python blocks run in this interpreter, each in a fresh namespace; console blocks run each
-``$`` command as a child process (``ackqueue`` as ``python -m ackqueue``). A block preceded by
-``.. requires: FEATURE ...`` is skipped, naming the feature, until this tree has it.
+``$`` command as a child process (``ackqueue`` as ``python -m ackqueue``).
 """
 
 import contextlib
-import inspect
 import os
 import re
 import shlex
@@ -17,21 +15,10 @@ import threading
 import pytest
 from conftest import REPO_ROOT, child_env
 
-import ackqueue
-
 README = os.path.join(REPO_ROOT, "README.rst")
 
-FEATURES = {
-    "transaction": hasattr(ackqueue.Consumer, "transaction"),
-    "dead-letters": hasattr(ackqueue.AckQueue, "dead_letters"),
-    "delay": "delay" in inspect.signature(ackqueue.AckQueue.put).parameters,
-    "ack_timeout": "ack_timeout" in inspect.signature(ackqueue.AckQueue).parameters,
-    "batches": hasattr(ackqueue.AckQueue, "put_many") and hasattr(ackqueue.Consumer, "ack_many"),
-}
-
-
 def snippets():
-    """(line number, language, code, required features) for each code block of README.rst."""
+    """(line number, language, code) for each code block of README.rst."""
     with open(README) as f:
         lines = f.read().splitlines()
     found = []
@@ -39,10 +26,6 @@ def snippets():
         match = re.fullmatch(r"\.\. code-block:: (\w+)", line)
         if not match:
             continue
-        requires = []
-        for before in reversed(lines[max(0, n - 3):n]):
-            if before.startswith(".. requires:"):
-                requires = before.split(":", 1)[1].split()
         body = []
         for follow in lines[n + 1:]:
             if follow and not follow.startswith(" "):
@@ -51,7 +34,7 @@ def snippets():
         indent = min(len(b) - len(b.lstrip()) for b in body if b.strip())
         # Blank lines in front keep tracebacks' line numbers those of README.rst.
         code = "\n" * (n + 1) + "\n".join(b[indent:] for b in body) + "\n"
-        found.append((n + 1, match.group(1), code, requires))
+        found.append((n + 1, match.group(1), code))
     return found
 
 
@@ -95,12 +78,9 @@ class _Collect:
 
 
 @pytest.mark.parametrize(
-    "line, language, code, requires", SNIPPETS, ids=[f"line-{s[0]}" for s in SNIPPETS]
+    "line, language, code", SNIPPETS, ids=[f"line-{s[0]}" for s in SNIPPETS]
 )
-def test_readme_snippet_runs(workdir, monkeypatch, line, language, code, requires):
-    missing = [feature for feature in requires if not FEATURES.get(feature, False)]
-    if missing:
-        pytest.skip(f"README line {line} needs {', '.join(missing)} (issues 3-4)")
+def test_readme_snippet_runs(workdir, monkeypatch, line, language, code):
     monkeypatch.chdir(workdir)
     if language == "python":
         run_python(code)

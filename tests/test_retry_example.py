@@ -7,12 +7,7 @@ import os
 import subprocess
 import sys
 
-import pytest
 from conftest import REPO_ROOT, child_env
-
-import ackqueue
-
-HAS_DEAD_LETTERS = hasattr(ackqueue.AckQueue, "dead_letters")
 
 
 def run_example(name, *args):
@@ -26,12 +21,11 @@ def run_example(name, *args):
 
 def test_retry_with_backoff_retries_flaky_jobs_until_done(qpath):
     out = run_example("retry_with_backoff.py", qpath)
-    # two flaky jobs fail twice each; the poison job (with dead letters) four times
-    failed = 2 * 2 + (4 if HAS_DEAD_LETTERS else 0)
+    # two flaky jobs fail twice each; the poison job four times, then it is a dead letter
+    failed = 2 * 2 + 4
     assert out.startswith(f"done 5, failed attempts {failed}")
 
 
-@pytest.mark.skipif(not HAS_DEAD_LETTERS, reason="needs max_attempts and dead letters (issue 4)")
 def test_retry_with_backoff_sends_the_poison_job_to_the_dead_letters(qpath):
     out = run_example("retry_with_backoff.py", qpath)
     assert "dead 1" in out and "dead letter: 'poison' after 4 attempts" in out
