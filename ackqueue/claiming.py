@@ -15,7 +15,7 @@ from typing import Any
 
 from .claims import Claim, GetAgain, Staged, pickle_item
 from .errors import AckQueueError, Empty, ItemLoadError
-from .shutdown import as_our_shutdown
+from .shutdown import calling_stdlib
 
 
 class ClaimingMixin:
@@ -26,31 +26,28 @@ class ClaimingMixin:
             self._tls.claim = None
             self._tls.unloadable = None
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._tls.op = "get"
             try:
-                item = queue.Queue.get(self, block, remaining)
+                # Neither GetAgain nor ItemLoadError leaves a claim: undoing first changes nothing.
+                with calling_stdlib(self._tls, "get", undo=self._give_back_claim):
+                    item = queue.Queue.get(self, block, remaining)
             except GetAgain:
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     raise Empty from None
                 continue
             except ItemLoadError as exc:
                 raise self._bury_unloadable(exc) from exc
-            except BaseException as exc:
-                claim = self._tls.claim
-                if claim is not None:
-                    self._unclaim(claim.key)
-                ours = as_our_shutdown(exc)
-                if ours is not exc:
-                    raise ours from None
-                raise
-            finally:
-                self._tls.op = None
             claim = self._tls.claim
             self._tls.claim = None
             if claim is None:
                 raise AckQueueError("a subclass's _get did not call AckQueue._get")
             claim.item = item
             return claim
+
+    def _give_back_claim(self: Any) -> None:
+        """Give back what this thread's ``_get`` claimed, if anything (its get failed after)."""
+        claim = self._tls.claim
+        if claim is not None:
+            self._unclaim(claim.key)
 
     def _unclaim(self: Any, key: Any) -> None:
         with self.mutex:

@@ -40,7 +40,7 @@ from .records import ROOT_KEY, QueueRecord
 from .recovery import ThreadExitWatch
 from .seqs import PRIORITY_LIMIT, SEQ_BITS, SEQ_MASK, SeqMixin
 from .shared import SharedMixin
-from .shutdown import ShutdownMixin, as_our_shutdown
+from .shutdown import ShutdownMixin, calling_stdlib
 from .storage import Store
 from .timers import Timers
 from .transactions import Transaction, current, transaction
@@ -233,17 +233,8 @@ class AckQueue(
             return
         self._tls.priority = priority
         self._tls.staged = None
-        self._tls.op = "put"
-        try:
+        with calling_stdlib(self._tls, "put", undo=lambda: self._unstage(counted=False)):
             super().put(item, block, timeout)
-        except BaseException as exc:
-            self._unstage(counted=False)
-            ours = as_our_shutdown(exc)
-            if ours is not exc:
-                raise ours from None
-            raise
-        finally:
-            self._tls.op = None
         staged = self._tls.staged
         self._tls.staged = None
         if staged is None:

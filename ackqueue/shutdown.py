@@ -10,7 +10,9 @@ keep working after a graceful shutdown.
 
 from __future__ import annotations
 
+import contextlib
 import queue
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import ShutDown
@@ -24,6 +26,27 @@ def as_our_shutdown(exc: BaseException) -> BaseException:
     if _StdShutDown is not None and isinstance(exc, _StdShutDown) and not isinstance(exc, ShutDown):
         return ShutDown(str(exc) or "the queue was shut down")
     return exc
+
+
+@contextlib.contextmanager
+def calling_stdlib(tls: Any, op: str, undo: Callable[[], None]) -> Iterator[None]:
+    """Run the standard library's ``put`` or ``get`` (``op``) for this thread.
+
+    While it runs, ``_qsize`` knows which one is asking (a closed or shut-down queue lets each
+    through to the hook that raises). If it fails, ``undo`` gives back what our hook had already
+    taken or staged, and the standard library's own ShutDown comes out as ackqueue's.
+    """
+    tls.op = op
+    try:
+        yield
+    except BaseException as exc:
+        undo()
+        ours = as_our_shutdown(exc)
+        if ours is not exc:
+            raise ours from None
+        raise
+    finally:
+        tls.op = None
 
 
 class ShutdownMixin:
