@@ -49,11 +49,11 @@ class DelayMixin:
             self._delays.pending[key] = due
             self._timers.at(due, self._fall_due_callback(key))
         else:
-            self._make_ready_locked(key)
+            self._offer_locked(key)
 
     def _fall_due_callback(self: Any, key: Any) -> Callable[[], None]:
         def fall_due() -> None:
             if self._delays.pending.pop(key, None) is not None:
-                self._make_ready_locked(key)
+                self._offer_locked(key)
 
         return fall_due
