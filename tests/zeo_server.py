@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
 
 
 def free_port() -> int:
@@ -61,7 +62,13 @@ class ZEOServer:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                # runzeo's SIGTERM handler raises SystemExit wherever the server is; inside
+                # conflict resolution that is caught and logged, and the server runs on.
+                self.proc.kill()
+                self.proc.wait()
         self.proc = None
 
     def restart(self) -> None:
