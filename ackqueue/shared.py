@@ -167,6 +167,8 @@ class SharedQueue:
                 kept.append(claim)
             if lost:
                 self.refresh_locked()
+                if isinstance(q._ready, SharedReadyIndex):
+                    q._ready.lost_race()
         return kept
 
     # -- settling: fencing and deleting holds -------------------------------------------------

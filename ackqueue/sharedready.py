@@ -8,6 +8,8 @@ which the session's watcher moves to the latest commit whenever another process 
 from __future__ import annotations
 
 import contextlib
+import random
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +20,17 @@ from .claims import GetAgain
 from .errors import StorageError
 from .holdmarks import holder
 from .reading import ReaderMixin
+from .sessions import SESSIONS_KEY
 
 if TYPE_CHECKING:
     from .shared import SharedQueue
 
 _UNKNOWN = object()
+# Processes that all take the head item conflict, and all but one retry. After losing such a
+# race, for CONTENDED_SECONDS a scan from the head passes over a random number of ready keys,
+# below SPREAD for each other process with a session; uncontended, gets keep key order.
+SPREAD = 8
+CONTENDED_SECONDS = 1.0
 
 
 @contextlib.contextmanager
@@ -51,6 +59,8 @@ class SharedReadyIndex:
         self._cursor: Any = None
         self._next: Any = _UNKNOWN
         self._estimate = 0
+        self._others = 0  # how many other processes have a session on this database
+        self._contended_until = 0.0
         self._stale = True
         self.vanished: set[Any] = set()  # popped keys whose entry was gone when loaded
 
@@ -103,6 +113,15 @@ class SharedReadyIndex:
     def discard(self, key: Any) -> bool:
         return False
 
+    def lost_race(self) -> None:
+        """Another process took a key we claimed: spread our next takes for a while."""
+        self._contended_until = time.monotonic() + CONTENDED_SECONDS
+
+    def _spread(self, cursor: Any) -> int:
+        if cursor is not None or time.monotonic() > self._contended_until:
+            return 0
+        return random.randrange(SPREAD * max(1, self._others))
+
     @property
     def cursor(self) -> None:
         """No backlog read-ahead in shared mode (see prefetch.py): other processes take
@@ -122,6 +141,7 @@ class SharedReadyIndex:
             rec = reader._reader_rec
             delayed = rec.delayed
             n = rec.length() - self._shared.reader_hold_count()
+            self._others = max(0, len(reader._reader.root().get(SESSIONS_KEY, ())) - 1)
             return int(n - (len(delayed) if delayed is not None else 0))
 
         with reading(reader._store.where):
@@ -130,8 +150,10 @@ class SharedReadyIndex:
 
     def _scan(self, cursor: Any) -> Any:
         reader, shared = self._reader, self._shared
+        spread = self._spread(cursor)
 
         def first() -> Any:
+            skip, found = spread, None
             entries = reader._reader_rec.entries
             delayed = reader._reader_rec.delayed
             now = reader._clock()
@@ -143,8 +165,11 @@ class SharedReadyIndex:
                     continue
                 if delayed is not None and delayed.get(key, 0) > now:
                     continue
-                return key
-            return None
+                found = key
+                if not skip:
+                    break
+                skip -= 1
+            return found
 
         with reading(reader._store.where):
             return reader._read_current(first)
