@@ -160,7 +160,10 @@ class AckQueue(
                 return 0
             if op == "get":
                 return max(1, len(self._ready))
-        return len(self._ready) + self._staged
+        n = len(self._ready) + self._staged
+        if not n and self._getter_closed_locked():
+            return 1  # about to wait for a consumer closed meanwhile: on to _get, which raises
+        return n
 
     def _put(self, item: Any) -> None:
         hold_back()  # staging takes a place in the queue: see interrupts.py
@@ -170,7 +173,7 @@ class AckQueue(
 
     def _get(self) -> Any:
         while not len(self._ready):
-            self._check_open()
+            self._check_getter_open()
             if self._drained:
                 raise self._shut_down_error()
             if not self._staged:
@@ -185,7 +188,7 @@ class AckQueue(
                 self._landed.wait()
             elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
                 raise GetAgain
-        self._check_open()
+        self._check_getter_open()
         if self._drained:
             raise self._shut_down_error()
         hold_back()  # the claim takes an item: Ctrl-C waits until it is handed out or back
@@ -352,6 +355,14 @@ class AckQueue(
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosedError(f"queue {self.name!r} is closed")
+
+    def _check_getter_open(self) -> None:
+        """The queue, and the consumer this thread is getting for, are both still open."""
+        self._check_open()
+        if self._getter_closed_locked():
+            if self.is_shutdown:  # closed by an immediate shutdown
+                raise self._shut_down_error()
+            raise QueueClosedError("this consumer was closed while its get was waiting")
 
     def _check_can_put(self) -> None:
         self._check_open()
