@@ -86,7 +86,7 @@ class ClaimingMixin:
             self._forget_locked(key)
 
     def _forget_locked(self: Any, key: Any, finished: int = 0) -> None:
-        self._session_attempts.pop(key, None)
+        self._session_attempts.pop(self._key_id(key), None)
         if finished:
             self._task_finished_locked(finished)
 

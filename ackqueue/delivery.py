@@ -44,8 +44,9 @@ class DeliveryMixin:
         if self.max_attempts is None:
             with self.mutex:
                 for claim in claims:
-                    n = self._session_attempts.get(claim.key, 0) + 1
-                    self._session_attempts[claim.key] = n
+                    key_id = self._key_id(claim.key)
+                    n = self._session_attempts.get(key_id, 0) + 1
+                    self._session_attempts[key_id] = n
                     claim.attempts += n
             return claims
         try:

@@ -123,7 +123,7 @@ class AckQueue(
         self._reader_rec: QueueRecord = self._reader.root()[ROOT_KEY][name]
         self._reader_synced = self._store.commits
         self._session_seq = self._next_seq = self._reader_rec.seq_reserved
-        self._delays = Delays(self._reader_rec.delayed, self._clock())
+        self._delays = Delays(self._reader_rec.delayed, self._clock(), self._key_id)
         self._items = ItemCache()
         super().__init__(maxsize)
         self.is_shutdown: bool = False
@@ -139,7 +139,7 @@ class AckQueue(
         self._thread_watch = ThreadExitWatch(self._release_table)
         self._timers = Timers(self.mutex, self._clock, name)
         with self.mutex:
-            for key, when in self._delays.pending.items():
+            for key, when in self._delays.pending.values():
                 self._timers.at(when, self._fall_due_callback(key))
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
 
@@ -391,6 +391,10 @@ class AckQueue(
     def _key_seq(self, key: Any) -> int:
         return key & SEQ_MASK
 
+    def _key_id(self, key: Any) -> Any:
+        """A hashable id of an entry's key, unique in this queue, for in-memory lookups."""
+        return key
+
 
 class LifoAckQueue(AckQueue):
     """Like ``queue.LifoQueue``: the most recently put item is delivered first."""
@@ -429,3 +433,6 @@ class PriorityAckQueue(AckQueue):
 
     def _key_seq(self, key: Any) -> int:
         return key[1]
+
+    def _key_id(self, key: Any) -> Any:
+        return key[1]  # the item need not be hashable; its sequence number is unique
