@@ -20,7 +20,7 @@ from typing import Any
 
 import ZODB
 
-from . import status
+from . import dropping, status
 from .batches import BatchMixin
 from .claiming import ClaimingMixin
 from .claims import Claim, GetAgain, Staged, unpickle_item
@@ -109,7 +109,7 @@ class AckQueue(
         self._drained = False
         self._store = Store.acquire(path, db, durability=durability, autopack=autopack)
         try:
-            self._store.claim_name(name, self)
+            claim = self._store.claim_name(name, self)
         except BaseException:
             self._store.release()
             raise
@@ -142,6 +142,7 @@ class AckQueue(
             for key, when in self._delays.pending.values():
                 self._timers.at(when, self._fall_due_callback(key))
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
+        self._dropped = dropping.watch(self, claim)  # collected unclosed: release the file
 
     # -- the standard library's hooks ------------------------------------------------------
 
@@ -326,6 +327,7 @@ class AckQueue(
                 for table in list(self._tables):
                     self._release_locked(table)
                 self._closed = True
+                self._dropped.detach()
                 self._timers.stop()
                 self.not_empty.notify_all()
                 self.not_full.notify_all()

@@ -95,6 +95,20 @@ class StatusBeacon:
             with contextlib.suppress(OSError):
                 os.unlink(status_path(path))
 
+    def forget_dropped(self, path: str) -> None:
+        """A queue on ``path`` was collected without close(): if none is left, remove the file."""
+        with self._lock:
+            queues = self._queues.get(path)
+            # Iterate rather than len(): the dropped queue's own weak reference may not have
+            # been swept from the set yet, but it no longer yields the queue.
+            last = queues is not None and next(iter(queues), None) is None
+            if last:
+                self._queues.pop(path, None)
+                self._written.pop(path, None)
+        if last:
+            with contextlib.suppress(OSError):
+                os.unlink(status_path(path))
+
     def _loop(self) -> None:
         while True:
             time.sleep(INTERVAL)  # at most one write per file per interval

@@ -156,43 +156,69 @@ class Store:
             store._refs += 1
             return store
 
-    def claim_name(self, name: str, owner: object | None = None) -> None:
-        """Reserve ``name`` for ``owner``, one open queue per name and database.
+    def claim_name(self, name: str, owner: object | None = None) -> object:
+        """Reserve ``name`` for ``owner``, one open queue per name and database; return the
+        claim, which :meth:`release_dropped` takes.
 
         A claim whose owner was garbage-collected without ``close()`` (as ``queue.Queue`` code
         never closes) is taken over, with the store reference that owner left behind.
         """
-        if self._try_claim(name, owner):
-            return
+        claim = self._try_claim(name, owner)
+        if claim is not None:
+            return claim
         gc.collect()  # a dropped queue in a reference cycle is freed only by the collector
-        if not self._try_claim(name, owner):
+        claim = self._try_claim(name, owner)
+        if claim is None:
             raise StorageError(
                 f"queue {name!r} in {self.where} is already open in this process; "
                 "share that AckQueue object between threads instead"
             )
+        return claim
 
-    def _try_claim(self, name: str, owner: object | None) -> bool:
+    def _try_claim(self, name: str, owner: object | None) -> object | None:
         with _registry_lock:
             holder = self._names.get(name)
             if holder is not None:
                 if holder() is not None:
-                    return False
-                self._refs -= 1  # the reference its dropped owner never released
-            self._names[name] = weakref.ref(owner) if owner is not None else _strong_claim
-            return True
+                    return None
+                self._refs -= 1  # the reference its dropped owner has not released yet
+            claim = weakref.ref(owner) if owner is not None else _strong_claim
+            self._names[name] = claim
+            return claim
+
+    def registry_free(self) -> bool:
+        """Whether no thread holds the registry lock right now (without waiting for it)."""
+        if not _registry_lock.acquire(blocking=False):
+            return False
+        _registry_lock.release()
+        return True
+
+    def release_dropped(self, name: str, claim: object) -> None:
+        """Release the reference of a queue collected without ``close()`` (see dropping.py),
+        unless a new queue took its name over (and with it that reference) meanwhile."""
+        with _registry_lock:
+            if self._names.get(name) is not claim or not self._release_locked(name):
+                return
+        self._close()
 
     def release(self, name: str | None = None) -> None:
         with _registry_lock:
-            if name is not None:
-                self._names.pop(name, None)
-            self._refs -= 1
-            if self._refs > 0:
+            if not self._release_locked(name):
                 return
-            for path_key in [k for k, v in _by_path.items() if v is self]:
-                del _by_path[path_key]
-            for db_key in [k for k, v in _by_db.items() if v is self]:
-                del _by_db[db_key]
         self._close()
+
+    def _release_locked(self, name: str | None) -> bool:
+        """Drop one reference (and ``name``'s claim); True if it was the last one."""
+        if name is not None:
+            self._names.pop(name, None)
+        self._refs -= 1
+        if self._refs > 0:
+            return False
+        for path_key in [k for k, v in _by_path.items() if v is self]:
+            del _by_path[path_key]
+        for db_key in [k for k, v in _by_db.items() if v is self]:
+            del _by_db[db_key]
+        return True
 
     def _start_autopack(self) -> None:
         state = self.writer.root().get(PACK_STATE_KEY)
