@@ -24,7 +24,7 @@ from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
-from . import repair
+from . import leftovers, repair
 from .commit import GroupCommitter
 from .durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
@@ -68,9 +68,13 @@ def open_file_storage(
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
     try:
-        if not read_only:
-            repair.before_open(path)
-        return kind(path, read_only=read_only, pack_keep_old=False)
+        if read_only:
+            return kind(path, read_only=True, pack_keep_old=False)
+        repair.before_open(path)
+        copies = leftovers.truncation_copies(path)
+        storage = kind(path, read_only=False, pack_keep_old=False)
+        leftovers.remove_new_truncation_copies(path, copies)
+        return storage
     except zc.lockfile.LockError:
         raise QueueLockedError(
             f"queue file {path} is open in another process{_lock_owner(path)}; "
@@ -104,6 +108,9 @@ class Store:
         syncer = storage if getattr(storage, "sync_each_commit", False) else None
         self._committer = GroupCommitter(self._tm, self._describe_failure, syncer)
         self._needs_repair = False
+        name = getattr(storage, "_file_name", None)  # a writable FileStorage's file
+        writable = not getattr(storage, "_is_read_only", True)
+        self.file_path: str | None = name if isinstance(name, str) and writable else None
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -246,6 +253,8 @@ class Store:
             if self.owns_db:
                 try:
                     self.db.close()
+                    if self.file_path is not None:
+                        leftovers.remove_commit_scratch(self.file_path)
                 except OSError as exc:
                     # Everything committed is already on disk; only the index or the
                     # temporary file could not be written out (a full disk, say).
