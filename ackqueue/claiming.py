@@ -3,8 +3,10 @@
 ``_claim_next`` runs the standard library's blocking ``get`` (whose ``_get`` hook claims the
 first ready key) and gives the claim back if anything fails before the caller has it; ``_stage``
 and ``_unstage`` pickle and key a put, and undo one whose commit failed. Keys that come back
-(nacks, releases, failed gets) go through ``_make_ready_locked``; keys that leave for good go
-through ``_forget_locked``, which also settles ``join()``'s count.
+(nacks, releases, failed gets) go through ``_make_ready_locked``; keys that become ready without
+having been held here (puts landing, delays falling due, dead letters requeued) go through
+``_offer_locked``; keys that leave for good go through ``_forget_locked``, which also settles
+``join()``'s count.
 """
 
 from __future__ import annotations
@@ -79,6 +81,11 @@ class ClaimingMixin:
         if self._drained:
             return  # an immediate shutdown: it stays stored for the next start
         self._ready.push(key)
+
+    def _offer_locked(self: Any, key: Any) -> None:
+        if self._drained:
+            return
+        self._ready.offer(key)
         self.not_empty.notify()
 
     def _forget(self: Any, key: Any) -> None:

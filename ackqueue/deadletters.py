@@ -132,7 +132,7 @@ class DeadLetterMixin:
         with self.mutex:
             self.unfinished_tasks += len(moved)
             for staged in moved:
-                self._make_ready_locked(staged.key)
+                self._offer_locked(staged.key)
         return len(moved)
 
     def purge_dead(self: Any, ids: Iterable[int] | None = None) -> int:

@@ -66,11 +66,11 @@ class DelayMixin:
             self._delays.add(key, due)
             self._timers.at(due, self._fall_due_callback(key))
         else:
-            self._make_ready_locked(key)
+            self._offer_locked(key)
 
     def _fall_due_callback(self: Any, key: Any) -> Callable[[], None]:
         def fall_due() -> None:
             if self._delays.fall_due(key):
-                self._make_ready_locked(key)
+                self._offer_locked(key)
 
         return fall_due

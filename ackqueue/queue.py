@@ -150,7 +150,7 @@ class AckQueue(
         self._staged = 0
         self._ready = self._new_ready_index(self._reader_rec.length() - len(self._delays.at_open))
         for key in self._delays.due_at_open:
-            self._ready.push(key)
+            self._ready.offer(key)
 
     def _qsize(self) -> int:
         checkpoint()  # queue.Queue asks before each of its waits: see interrupts.py

@@ -44,6 +44,10 @@ class ReadyIndex:
         """Make ``key`` ready again, or for the first time."""
         heapq.heappush(self._heap, key)
 
+    def offer(self, key: Key) -> None:
+        """A key newly stored or fallen due is ready (in one process: the same as a push)."""
+        self.push(key)
+
     def peek(self) -> Key:
         """The key :meth:`pop` would return (the index must not be empty)."""
         nxt = self._peek_backlog()

@@ -264,10 +264,10 @@ class Session:
                 if self._stopped:
                     return
             try:
-                self._apply_releases()
-                if time.monotonic() >= next_renewal:
+                if time.monotonic() >= next_renewal:  # first: a release must not delay it
                     next_renewal = time.monotonic() + interval
                     self._beat()
+                self._apply_releases()
             except SessionLost as lost:
                 self.start_over(lost.sid)
             except Exception as exc:  # the server is away (ZEO reconnects by itself), or a bug
@@ -322,6 +322,8 @@ class Session:
                 for queue in list(self._queues):
                     try:
                         queue.refresh()
+                    except StorageError as exc:  # the server is away; the renewals say so
+                        log.debug("ackqueue: cannot refresh queue %r: %s", queue.name, exc)
                     except Exception:  # pragma: no cover - a bug; keep watching the others
                         log.exception("ackqueue: refreshing queue %r failed", queue.name)
 

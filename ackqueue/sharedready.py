@@ -74,14 +74,25 @@ class SharedReadyIndex:
         return key
 
     def push(self, key: Any) -> None:
-        """``key`` is ready again: give back our hold on it, or (a put of ours, an unclaimed
-        key) offer it next if it comes first."""
+        """``key`` is ready again: give back our hold on it, or (a claim that failed before
+        its take) offer it next if it comes first."""
         self._shared.taking.discard(key)
         if key in self.vanished:
             self.vanished.discard(key)
             return
         if self._shared.release_if_mine_locked(key):
             return
+        self._consider(key)
+
+    def offer(self, key: Any) -> None:
+        """``key`` was just stored (a put of ours landed) or fell due: offer it next if it comes
+        first. It is never a hold of ours to give back, though a thread here may have found it
+        in the store and taken it already: then it stays with that thread."""
+        if key in self._shared.taking or key in self._shared.mine:
+            return
+        self._consider(key)
+
+    def _consider(self, key: Any) -> None:
         self._estimate += 1
         if self._next is None or (self._next is not _UNKNOWN and key < self._next):
             self._next = key

@@ -51,6 +51,16 @@ def wait_for(
         time.sleep(0.02)  # polling with a deadline
 
 
+def history(items: set[str], logs: list[str]) -> str:
+    """What every log says of ``items``, and every error a worker rode out: for a failure."""
+    lines = [f"delivered more than once: {sorted(items)}"]
+    for path in logs:
+        for kind, what in read_log(path):
+            if kind == "E" or any(what.startswith(item) for item in items):
+                lines.append(f"{os.path.basename(path)}: {kind} {what}")
+    return "\n".join(lines)
+
+
 def start_worker(uri: str, log: str, role: str, lease: float) -> subprocess.Popen[bytes]:
     argv = [sys.executable, WORKER, uri, log, role, str(THREADS), str(ITERATIONS), str(lease)]
     return subprocess.Popen(argv, env=child_env())
@@ -112,7 +122,7 @@ def run_with_a_killed_consumer(server: ZEOServer, tmp_path, restart_server: bool
     lost = confirmed - set(delivered)
     assert not lost, f"confirmed puts never consumed: {lost}"
     twice = {item for item, n in delivered.items() if n > 1}
-    assert twice == held_by_victim, (twice, held_by_victim)
+    assert twice == held_by_victim, history(twice - held_by_victim, logs)
     assert all(delivered[item] == 2 for item in twice)
     assert not events("L"), "a live process lost its session"
     if restart_server:

@@ -8,8 +8,8 @@ Every event is appended to a log file as one line written with one ``os.write`` 
 worker rode out.
 
 Usage: zeo_worker.py URI LOG ROLE THREADS ITERATIONS SESSION_TIMEOUT
-ROLE ``normal`` runs its iterations and exits; ``victim`` then gets one more item per thread,
-holds it and waits to be killed.
+ROLE ``normal`` runs its iterations and exits; ``victim`` then puts and gets one more item per
+thread, holds what it got and waits to be killed.
 """
 
 from __future__ import annotations
@@ -82,9 +82,14 @@ def main() -> None:
                     log("D", item)
                     ack(c, item)
             if role == "victim":
-                item = get(c)
-                if item is not None:
-                    log("H", item)
+                # Hold one item per thread. Put one first: the others may have taken every
+                # item there was (a server restart can leave this process far behind).
+                for extra in range(100):
+                    put(f"{me}-{t}-extra{extra}")
+                    item = get(c)
+                    if item is not None:
+                        log("H", item)
+                        break
                 log("W", t)
                 forever.wait()
 

@@ -1,0 +1,51 @@
+"""Interleavings of threads in one process sharing a queue over ZEO, replayed step by step.
+
+In shared mode a thread may find a new item in the store (the watcher refreshed the view after
+the put's commit) and take it before the thread that put it has made it ready in memory. That
+late "ready" must not give the taker's hold away: once it did, the item went to another process
+while its taker still worked on it, and the taker's ack failed with LeaseExpiredError.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ZEO
+from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+
+import ackqueue
+
+
+def held_key(c: ackqueue.Consumer, item: object) -> object:
+    hold = c._table.find(item)
+    assert hold is not None
+    return hold.key
+
+
+@pytest.mark.parametrize("late", ["put landing", "delay falling due"])
+def test_a_late_ready_for_an_item_already_taken_here_keeps_it_held(
+    zeo_server: ZEOServer, late: str  # noqa: F811
+) -> None:
+    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    try:
+        with ackqueue.AckQueue(zeo_server.uri) as q, ackqueue.AckQueue(db=db) as other:
+            run(q, other, late)
+    finally:
+        db.close()
+
+
+def run(q: ackqueue.AckQueue, other: ackqueue.AckQueue, late: str) -> None:
+    with q.connect() as c, other.connect() as o:
+        q.put("job")
+        item = c.get(timeout=10)
+        key = held_key(c, item)
+        # Replay what the putting thread (or the delay's timer) does last, after the take.
+        with q.mutex:
+            if late == "put landing":
+                q._land_key_locked(key, 0.0)
+            else:
+                q._delays.pending[key] = 0.0
+                q._fall_due_callback(key)()
+        with pytest.raises(ackqueue.Empty):
+            o.get(timeout=0.5)  # still held by c, in the store too
+        c.ack(item)  # raised LeaseExpiredError when the late ready gave the hold away
+    assert q.qsize() == 0
