@@ -7,6 +7,7 @@ file must be free for this process and for others, with what it held ready again
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import threading
 import weakref
@@ -53,10 +54,18 @@ def fill(q: ackqueue.AckQueue, hold: bool) -> None:
         assert c.get() == "first"  # held, never acked; c is dropped with the queue
 
 
+def wait_for_background_threads(path: str) -> None:
+    """Wait until the status thread has written (so it, and in shared mode the session's
+    watcher, has had the queue in hand): neither may keep it alive afterwards."""
+    wait_until(lambda: os.path.exists(path + ".status"), what="the status file")
+
+
 @pytest.mark.parametrize("ack_timeout", [None, 3600.0])
 def test_a_dropped_queue_frees_its_file_for_another_process_with_holds_back(qpath, ack_timeout):
     q = ackqueue.AckQueue(qpath, ack_timeout=ack_timeout)
     fill(q, hold=True)
+    if ack_timeout is None:
+        wait_for_background_threads(qpath)
     ref = weakref.ref(q)
     del q
     collected(ref)
@@ -94,6 +103,7 @@ def test_dropping_one_queue_keeps_the_file_open_for_the_others(qpath):
 def test_a_dropped_shared_queue_gives_back_its_stored_holds(qpath):
     q = ackqueue.AckQueue(qpath, shared=True, session_timeout=60)
     fill(q, hold=True)
+    wait_for_background_threads(qpath)
     ref = weakref.ref(q)
     del q
     collected(ref)
