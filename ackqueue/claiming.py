@@ -81,6 +81,7 @@ class ClaimingMixin:
         if self._drained:
             return  # an immediate shutdown: it stays stored for the next start
         self._ready.push(key)
+        self.not_empty.notify()
 
     def _offer_locked(self: Any, key: Any) -> None:
         if self._drained:

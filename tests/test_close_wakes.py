@@ -97,3 +97,24 @@ def test_closing_the_queue_wakes_blocked_consumer_gets(qpath, call, shared):
     assert outcome == [QueueClosedError]
     with ackqueue.AckQueue(qpath) as again:
         assert again.qsize() == 0
+
+
+GIVE_BACK = {
+    "nack": lambda c, item: c.nack(item),
+    "close": lambda c, item: c.close(),
+}
+
+
+@pytest.mark.parametrize("how", sorted(GIVE_BACK))
+def test_an_item_given_back_wakes_a_get_blocked_on_the_queue(qpath, how):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("only")
+        holder = q.connect()
+        item = holder.get()
+        waiter = q.connect()
+        thread, outcome = blocked(CALLS["get"], waiter)
+        wait_for_waiter(q.not_empty)
+        GIVE_BACK[how](holder, item)
+        thread.join(5)
+        assert outcome == ["only"], "the blocked get did not wake when the item came back"
+        waiter.close()
