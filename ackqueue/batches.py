@@ -144,7 +144,7 @@ class BatchMixin:
         while True:
             with Shield():  # one per round, as in _hold_next
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                claims = [self._claim_next(block, remaining)]
+                claims = [self._claim_next(block, remaining, table)]
                 if n > 1:
                     claims += self._claim_ready(n - 1)
                 kept = self._count_attempts(claims)

@@ -13,15 +13,29 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .claims import Claim, GetAgain, Staged, pickle_item
 from .errors import AckQueueError, Empty, ItemLoadError
 from .shutdown import calling_stdlib
 
+if TYPE_CHECKING:
+    from .holds import HoldTable
+
 
 class ClaimingMixin:
-    def _claim_next(self: Any, block: bool, timeout: float | None) -> Claim:
+    def _claim_next(
+        self: Any, block: bool, timeout: float | None, table: HoldTable | None = None
+    ) -> Claim:
+        """Claim the next ready item; ``table`` is the consumer getting it, if any: closing
+        that consumer wakes this wait with QueueClosedError (see ``_check_getter_locked``)."""
+        self._tls.getter = table
+        try:
+            return self._claim_next_for(block, timeout)
+        finally:
+            self._tls.getter = None
+
+    def _claim_next_for(self: Any, block: bool, timeout: float | None) -> Claim:
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         self._tls.deadline = time.monotonic() if not block else deadline
         while True:
@@ -45,6 +59,11 @@ class ClaimingMixin:
             claim.item = item
             return claim
 
+    def _getter_closed_locked(self: Any) -> bool:
+        """Whether the consumer this thread is getting for was closed while it waited."""
+        table = getattr(self._tls, "getter", None)
+        return table is not None and table.closed
+
     def _give_back_claim(self: Any) -> None:
         """Give back what this thread's ``_get`` claimed, if anything (its get failed after)."""
         claim = self._tls.claim
@@ -62,6 +81,7 @@ class ClaimingMixin:
         if self._drained:
             return  # an immediate shutdown: it stays stored for the next start
         self._ready.push(key)
+        self.not_empty.notify()
 
     def _offer_locked(self: Any, key: Any) -> None:
         if self._drained:
@@ -74,7 +94,7 @@ class ClaimingMixin:
             self._forget_locked(key)
 
     def _forget_locked(self: Any, key: Any, finished: int = 0) -> None:
-        self._session_attempts.pop(key, None)
+        self._session_attempts.pop(self._key_id(key), None)
         if finished:
             self._task_finished_locked(finished)
 

@@ -60,6 +60,8 @@ def _names(qf: QueueFile, name: str | None) -> list[str]:
 
 
 def _where(qf: QueueFile) -> str:
+    if not qf.is_file:
+        return "a shared storage; holds and sessions as stored in it"
     if qf.live_pid is None:
         return "not open in any process"
     pid = "an unknown process" if qf.live_pid < 0 else f"process {qf.live_pid}"
@@ -80,6 +82,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with QueueFile(args.path) as qf:
         progress = Progress("reading entries")
         queues = [qf.stats(n, progress) for n in _names(qf, args.name)]
+        sessions = qf.sessions()
         live_size, live_exact = qf.live_size(Progress("measuring live data"))
         report = {
             "path": qf.path,
@@ -90,6 +93,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             "live_size": live_size,
             "live_size_exact": live_exact,
             "queues": [as_json(s) for s in queues],
+            "sessions": as_json(sessions),
         }
         if args.json:
             print(json.dumps(report, indent=2))
@@ -97,11 +101,27 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"{qf.path}: {_where(qf)}")
         if qf.holds_age is not None:
             print(f"holds as the live process reported them {_age(qf.holds_age)} ago")
-        about = "" if live_exact else "about "
-        print(f"file size {qf.file_size():,} bytes; live data {about}{live_size:,} bytes")
+        size = qf.file_size()
+        if qf.is_file and size is not None:
+            about = "" if live_exact else "about "
+            print(f"file size {size:,} bytes; live data {about}{live_size:,} bytes")
+        elif size is not None:
+            print(f"storage size {size:,} bytes (as the server reports it)")
         for stats in queues:
             _print_stats(stats, qf.holds_known)
+        _print_sessions(sessions, qf.shared)
     return 0
+
+
+def _print_sessions(sessions: list[inspection.SessionInfo], shared: bool) -> None:
+    if not shared:
+        return
+    print(f"sessions ({len(sessions)}):" if sessions else "sessions: none open")
+    for s in sessions:
+        renewed = "never renewed" if s.renewed_age is None else f"renewed {_age(s.renewed_age)} ago"
+        state = "LAPSED (reaped by the next live process)" if s.lapsed else "live"
+        print(f"  {s.id} (host {s.host}, pid {s.pid}): {state}, {renewed}, lease {s.lease:g} s, "
+              f"holding {s.held}")
 
 
 def _print_stats(s: QueueStats, holds_known: bool) -> None:
@@ -116,8 +136,8 @@ def _print_stats(s: QueueStats, holds_known: bool) -> None:
     among = "" if s.oldest_ready_exact else f" (among the first {scan:,} in order)"
     print(f"  oldest ready item: {_age(s.oldest_ready_age)}{among}")
     for h in s.held_items[:HELD_SHOWN]:
-        print(f"  held by {h.owner!r} for {_age(h.age)}, attempt {h.attempts}, "
-              f"delivery {h.delivery_id}")
+        since = "" if h.age is None else f" for {_age(h.age)}"
+        print(f"  held by {h.owner!r}{since}, attempt {h.attempts}, delivery {h.delivery_id}")
     if len(s.held_items) > HELD_SHOWN:
         print(f"  ... and {len(s.held_items) - HELD_SHOWN} more held (see --json)")
 
@@ -198,6 +218,12 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 def _requeue_held(args: argparse.Namespace) -> int:
     with QueueFile(args.path) as qf:
         name = _single_name(qf, args.name)
+        if qf.shared:
+            raise CommandError(
+                f"{qf.path} is shared: its holds are stored under the session that took them "
+                "and go back when that session closes or, if its process died, when its lease "
+                "lapses and a live process reaps it (see `ackqueue stats`)"
+            )
         if qf.live_pid is not None:
             raise CommandError(
                 f"{qf.path} is {_where(qf)}: its held items live in that process's memory and go "
@@ -246,11 +272,12 @@ def _purge_ready(q: AckQueue, progress: Callable[[int, int], None]) -> int:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     with _open_for_change(args.path, args.name) as q:
-        before = os.path.getsize(args.path)
+        size = q._store.db.storage.getSize
+        before = size()
         print(f"packing {args.path} ({before:,} bytes)...", file=sys.stderr, flush=True)
         started = time.monotonic()
         q.pack()
-        after = os.path.getsize(args.path)
+        after = size()
     print(f"packed {args.path}: {before:,} -> {after:,} bytes in "
           f"{time.monotonic() - started:.1f} s")
     return 0
@@ -273,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(func=func)
         if name != "demo":
-            sub.add_argument("path", metavar="PATH", help="the queue's FileStorage file")
+            sub.add_argument("path", metavar="PATH",
+                             help="the queue's FileStorage file, or a storage URI (zeo://host:port)")
             sub.add_argument("--name", help="the named queue in the file (default: 'default')")
         if reading:
             sub.add_argument("--json", action="store_true", help="machine-readable output")

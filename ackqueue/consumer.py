@@ -118,10 +118,14 @@ class Consumer:
             return [hold.delivery for hold in self._table.by_id.values()]
 
     def close(self) -> None:
-        """Give back everything held; the consumer cannot be used afterwards."""
+        """Give back everything held; the consumer cannot be used afterwards.
+
+        A get or get_many blocked on this consumer in another thread wakes and raises
+        :class:`QueueClosedError`; it takes nothing, so the next item stays ready for others.
+        """
         with Shield(interruptible=False):
             self._finalizer.detach()
-            self._queue._release_table(self._table)
+            self._queue._close_table(self._table)
 
     @property
     def closed(self) -> bool:

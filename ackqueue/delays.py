@@ -16,14 +16,31 @@ from .claims import Staged
 
 
 class Delays:
-    def __init__(self, index: Any, now: float) -> None:
+    """The delayed keys in memory, each under its always-hashable id (``_key_id``): a
+    PriorityAckQueue key holds the item, which may be a dict or a list."""
+
+    def __init__(self, index: Any, now: float, key_id: Callable[[Any], Any]) -> None:
         items = list(index.items()) if index is not None else []
-        self.at_open: frozenset[Any] = frozenset(key for key, _when in items)
+        self._key_id = key_id
+        self.at_open: frozenset[Any] = frozenset(key_id(key) for key, _when in items)
         self.due_at_open: list[Any] = [key for key, when in items if when <= now]
-        self.pending: dict[Any, float] = {key: when for key, when in items if when > now}
+        self.pending: dict[Any, tuple[Any, float]] = {
+            key_id(key): (key, when) for key, when in items if when > now
+        }
 
     def __len__(self) -> int:
         return len(self.pending)
+
+    def delayed_at_open(self, key: Any) -> bool:
+        """Whether ``key`` was in the stored delay index when the queue was opened."""
+        return bool(self.at_open) and self._key_id(key) in self.at_open
+
+    def add(self, key: Any, due: float) -> None:
+        self.pending[self._key_id(key)] = (key, due)
+
+    def fall_due(self, key: Any) -> bool:
+        """Take ``key`` out of the delayed ones; False if it was not there (any more)."""
+        return self.pending.pop(self._key_id(key), None) is not None
 
 
 class DelayMixin:
@@ -46,14 +63,14 @@ class DelayMixin:
 
     def _land_key_locked(self: Any, key: Any, due: float) -> None:
         if due and due > self._clock() and not self._drained:
-            self._delays.pending[key] = due
+            self._delays.add(key, due)
             self._timers.at(due, self._fall_due_callback(key))
         else:
             self._offer_locked(key)
 
     def _fall_due_callback(self: Any, key: Any) -> Callable[[], None]:
         def fall_due() -> None:
-            if self._delays.pending.pop(key, None) is not None:
+            if self._delays.fall_due(key):
                 self._offer_locked(key)
 
         return fall_due

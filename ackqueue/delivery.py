@@ -31,7 +31,7 @@ class DeliveryMixin:
             # letters, the wait for the next one is interruptible again.
             with Shield():
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                claims = self._count_attempts([self._claim_next(block, remaining)])
+                claims = self._count_attempts([self._claim_next(block, remaining, table)])
                 if claims:
                     return self._hold(table, claims)[0]
 
@@ -44,8 +44,9 @@ class DeliveryMixin:
         if self.max_attempts is None:
             with self.mutex:
                 for claim in claims:
-                    n = self._session_attempts.get(claim.key, 0) + 1
-                    self._session_attempts[claim.key] = n
+                    key_id = self._key_id(claim.key)
+                    n = self._session_attempts.get(key_id, 0) + 1
+                    self._session_attempts[key_id] = n
                     claim.attempts += n
             return claims
         try:
@@ -242,6 +243,13 @@ class DeliveryMixin:
     def _release_table(self: Any, table: HoldTable) -> None:
         with self.mutex:
             self._release_locked(table)
+
+    def _close_table(self: Any, table: HoldTable) -> None:
+        """Close a consumer: give back its holds and wake any get blocked on it, which raises."""
+        with self.mutex:
+            self._release_locked(table)
+            self.not_empty.notify_all()
+            self._landed.notify_all()
 
     def _release_table_from_finalizer(self: Any, table: HoldTable) -> None:
         """Give back a garbage-collected consumer's holds without waiting for the mutex here.

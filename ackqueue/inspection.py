@@ -1,10 +1,13 @@
 """Reading a queue file from outside, read-only, even while a live process has it open.
 
 The storage is opened with ``FileStorage(path, read_only=True)``, which takes no lock and writes
-nothing. What a live process holds is not in the file (holds live in its memory); it comes from
-the status file that process keeps beside the storage (see :mod:`ackqueue.status`), or is
-reported as unknown when there is none. With no live process, nothing is held: every stored
-item is ready again at the next open.
+nothing; a storage URI (``zeo://host:port``) is opened through ``zodburi`` and only read. In one
+process's mode, what a live process holds is not in the file (holds live in its memory); it
+comes from the status file that process keeps beside the storage (see :mod:`ackqueue.status`),
+or is reported as unknown when there is none. With no live process, nothing is held: every
+stored item is ready again at the next open. In shared mode (ZEO, or ``shared=True``) holds are
+stored, under the session that took them (see :mod:`ackqueue.holdmarks`), and read from there
+together with the sessions themselves.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from typing import Any
 import ZODB
 
 from .errors import NotAQueueFileError, StorageError
+from .holdmarks import HOLDS_KEY, holder
 from .records import QueueRecord, queues_of
+from .sessions import SESSIONS_KEY, server_time
 from .status import read_status
 from .storage import open_file_storage
+from .uri import as_path, is_uri, open_db
 
 Progress = Callable[[int, int], None]
 
@@ -35,11 +41,24 @@ LIVE_SAMPLE = 20_000
 
 @dataclass
 class HeldItem:
-    owner: str
+    owner: str  # a thread's name, or in shared mode the session id
     delivery_id: int
     attempts: int
-    age: float
+    age: float | None  # unknown for holds stored in shared mode
     key: str
+
+
+@dataclass
+class SessionInfo:
+    """A process's session on a shared storage (see :mod:`ackqueue.sessions`)."""
+
+    id: str
+    host: str
+    pid: int
+    lease: float
+    renewed_age: float | None  # seconds since its last renewal, by this host's clock
+    lapsed: bool  # not renewed for longer than its lease: the next reaper ends it
+    held: int
 
 
 @dataclass
@@ -110,24 +129,35 @@ class QueueFile:
     """A queue storage file opened read-only. Use as a context manager."""
 
     def __init__(self, path: str) -> None:
-        if not os.path.exists(path):
-            raise StorageError(f"no such queue file: {path}")
-        if os.path.isdir(path):
-            raise StorageError(f"{path} is a directory, not a queue file")
-        self.path = os.path.realpath(path)
-        self.live_pid = live_owner(self.path)
-        self._status = self._fresh_status()
-        self._storage = open_file_storage(self.path, read_only=True)
+        path = as_path(path)
+        self.is_file = not is_uri(path)
+        if self.is_file:
+            if not os.path.exists(path):
+                raise StorageError(f"no such queue file: {path}")
+            if os.path.isdir(path):
+                raise StorageError(f"{path} is a directory, not a queue file")
+            self.path = os.path.realpath(path)
+            self.live_pid = live_owner(self.path)
+            self._status = self._fresh_status()
+            self._storage = open_file_storage(self.path, read_only=True)
+        else:  # a shared storage: every live process keeps its holds in it
+            self.path = path
+            self.live_pid = None
+            self._status = None
         try:
-            self._db = ZODB.DB(self._storage)
+            self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+            self._storage = self._db.storage
             self._conn = self._db.open()
-            queues = queues_of(self._conn.root(), create=False)
+            root = self._conn.root()
+            queues = queues_of(root, create=False)
+            self._stored_holds = root.get(HOLDS_KEY)
+            self._sessions = root.get(SESSIONS_KEY)
         except Exception:
             self.close()
             raise
         if queues is None:
             self.close()
-            raise NotAQueueFileError(f"{path} is a ZODB file but holds no ackqueue queues")
+            raise NotAQueueFileError(f"{path} is a ZODB storage but holds no ackqueue queues")
         self._queues = queues
 
     def close(self) -> None:
@@ -135,10 +165,11 @@ class QueueFile:
         if conn is not None:
             conn.close()
         db = getattr(self, "_db", None)
+        storage = getattr(self, "_storage", None)
         if db is not None:
             db.close()
-        else:
-            self._storage.close()
+        elif storage is not None:
+            storage.close()
 
     def __enter__(self) -> QueueFile:
         return self
@@ -163,11 +194,43 @@ class QueueFile:
 
     @property
     def holds_known(self) -> bool:
-        """Whether held items are known: no live process, or one that writes a status file."""
-        return self.live_pid is None or self._status is not None
+        """Whether held items are known: no live process, one that writes a status file, or
+        a shared storage (holds stored)."""
+        return self.live_pid is None or self._status is not None or self.shared
 
-    def file_size(self) -> int:
-        return os.path.getsize(self.path)
+    @property
+    def shared(self) -> bool:
+        """Whether queues in this storage were used in shared mode (holds are stored)."""
+        return self._stored_holds is not None or self._sessions is not None
+
+    def file_size(self) -> int | None:
+        """The size of the file, or of a shared storage as its server reports it."""
+        if self.is_file:
+            return os.path.getsize(self.path)
+        try:
+            return int(self._storage.getSize())
+        except Exception:  # a storage that cannot tell
+            return None
+
+    def sessions(self) -> list[SessionInfo]:
+        """The sessions of the processes sharing this storage, with how many items each holds."""
+        if self._sessions is None:
+            return []
+        now = time.time()
+        found = []
+        for sid, record in self._sessions.items():
+            record._p_activate()
+            serial = getattr(record, "_p_serial", None)
+            renewed = server_time(serial) if serial else None
+            age = None if renewed is None else max(0.0, now - renewed)
+            lease = float(getattr(record, "lease", 0.0))
+            mine = self._stored_holds.get(sid) if self._stored_holds is not None else None
+            found.append(SessionInfo(
+                id=str(sid), host=str(getattr(record, "host", "")),
+                pid=int(getattr(record, "pid", 0)), lease=lease, renewed_age=age,
+                lapsed=age is not None and age > lease, held=len(mine) if mine is not None else 0,
+            ))
+        return found
 
     def live_size(self, progress: Progress | None = None) -> tuple[int, bool]:
         """Bytes of the current revision of every object (about the size after a pack).
@@ -175,7 +238,10 @@ class QueueFile:
         Exact up to ``LIVE_SAMPLE`` objects; beyond, estimated from a random sample of them,
         so that a big queue's stats stay quick. Returns ``(bytes, exact)``.
         """
-        oids = list(self._storage._index.keys())
+        index = getattr(self._storage, "_index", None)
+        if index is None:  # not a FileStorage: estimate from the size the storage reports
+            return self.file_size() or 0, False
+        oids = list(index.keys())
         exact = len(oids) <= LIVE_SAMPLE
         chosen = oids if exact else random.sample(oids, LIVE_SAMPLE)
         total = 0
@@ -274,10 +340,32 @@ class QueueFile:
         return status
 
     def _held_raw(self, name: str) -> list[dict[str, Any]]:
-        if self._status is None:
+        """Holds of queue ``name`` as dicts: the stored ones (shared mode) and those a live
+        process reported in its status file (its in-memory holds), each held item once."""
+        held = self._stored_held(name)
+        if self._status is not None:
+            queue = self._status.get("queues", {}).get(name, {})
+            stored = {h["key"] for h in held}
+            held += [h for h in queue.get("held", []) if h.get("key") not in stored]
+        return held
+
+    def _stored_held(self, name: str) -> list[dict[str, Any]]:
+        """Holds of queue ``name`` stored in shared mode: session -> {(queue, key): token}."""
+        if self._stored_holds is None:
             return []
-        queue = self._status.get("queues", {}).get(name, {})
-        return list(queue.get("held", []))
+        record = self._queues.get(name)
+        entries = record.entries if record is not None else None
+        held = []
+        for sid, mine in self._stored_holds.items():
+            for (queue_name, key), token in mine.items():
+                if queue_name != name or entries is None:
+                    continue
+                entry = entries.get(key)
+                if entry is None or holder(entry) != (sid, token):
+                    continue  # settled, or taken over, since it was listed
+                held.append({"owner": sid, "id": token, "attempts": entry.attempts,
+                             "got_at": None, "key": repr(key)})
+        return held
 
     def _held_keys(self, name: str) -> set[str] | None:
         return {h["key"] for h in self._held_raw(name)} if self.holds_known else None
@@ -285,7 +373,8 @@ class QueueFile:
     def _held_items(self, name: str, now: float) -> list[HeldItem]:
         return [
             HeldItem(owner=h["owner"], delivery_id=h["id"], attempts=h["attempts"],
-                     age=max(0.0, now - h["got_at"]), key=h["key"])
+                     age=None if h.get("got_at") is None else max(0.0, now - h["got_at"]),
+                     key=h["key"])
             for h in self._held_raw(name)
         ]
 

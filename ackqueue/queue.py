@@ -20,7 +20,7 @@ from typing import Any
 
 import ZODB
 
-from . import status
+from . import dropping, status
 from .batches import BatchMixin
 from .claiming import ClaimingMixin
 from .claims import Claim, GetAgain, Staged, unpickle_item
@@ -109,7 +109,7 @@ class AckQueue(
         self._drained = False
         self._store = Store.acquire(path, db, durability=durability, autopack=autopack)
         try:
-            self._store.claim_name(name, self)
+            claim = self._store.claim_name(name, self)
         except BaseException:
             self._store.release()
             raise
@@ -123,7 +123,7 @@ class AckQueue(
         self._reader_rec: QueueRecord = self._reader.root()[ROOT_KEY][name]
         self._reader_synced = self._store.commits
         self._session_seq = self._next_seq = self._reader_rec.seq_reserved
-        self._delays = Delays(self._reader_rec.delayed, self._clock())
+        self._delays = Delays(self._reader_rec.delayed, self._clock(), self._key_id)
         self._items = ItemCache()
         super().__init__(maxsize)
         self.is_shutdown: bool = False
@@ -139,9 +139,10 @@ class AckQueue(
         self._thread_watch = ThreadExitWatch(self._release_table)
         self._timers = Timers(self.mutex, self._clock, name)
         with self.mutex:
-            for key, when in self._delays.pending.items():
+            for key, when in self._delays.pending.values():
                 self._timers.at(when, self._fall_due_callback(key))
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
+        self._dropped = dropping.watch(self, claim)  # collected unclosed: release the file
 
     # -- the standard library's hooks ------------------------------------------------------
 
@@ -160,7 +161,10 @@ class AckQueue(
                 return 0
             if op == "get":
                 return max(1, len(self._ready))
-        return len(self._ready) + self._staged
+        n = len(self._ready) + self._staged
+        if not n and self._getter_closed_locked():
+            return 1  # about to wait for a consumer closed meanwhile: on to _get, which raises
+        return n
 
     def _put(self, item: Any) -> None:
         hold_back()  # staging takes a place in the queue: see interrupts.py
@@ -170,7 +174,7 @@ class AckQueue(
 
     def _get(self) -> Any:
         while not len(self._ready):
-            self._check_open()
+            self._check_getter_open()
             if self._drained:
                 raise self._shut_down_error()
             if not self._staged:
@@ -185,7 +189,7 @@ class AckQueue(
                 self._landed.wait()
             elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
                 raise GetAgain
-        self._check_open()
+        self._check_getter_open()
         if self._drained:
             raise self._shut_down_error()
         hold_back()  # the claim takes an item: Ctrl-C waits until it is handed out or back
@@ -323,6 +327,7 @@ class AckQueue(
                 for table in list(self._tables):
                     self._release_locked(table)
                 self._closed = True
+                self._dropped.detach()
                 self._timers.stop()
                 self.not_empty.notify_all()
                 self.not_full.notify_all()
@@ -353,6 +358,14 @@ class AckQueue(
         if self._closed:
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
+    def _check_getter_open(self) -> None:
+        """The queue, and the consumer this thread is getting for, are both still open."""
+        self._check_open()
+        if self._getter_closed_locked():
+            if self.is_shutdown:  # closed by an immediate shutdown
+                raise self._shut_down_error()
+            raise QueueClosedError("this consumer was closed while its get was waiting")
+
     def _check_can_put(self) -> None:
         self._check_open()
         if self.is_shutdown:
@@ -379,6 +392,10 @@ class AckQueue(
 
     def _key_seq(self, key: Any) -> int:
         return key & SEQ_MASK
+
+    def _key_id(self, key: Any) -> Any:
+        """A hashable id of an entry's key, unique in this queue, for in-memory lookups."""
+        return key
 
 
 class LifoAckQueue(AckQueue):
@@ -418,3 +435,6 @@ class PriorityAckQueue(AckQueue):
 
     def _key_seq(self, key: Any) -> int:
         return key[1]
+
+    def _key_id(self, key: Any) -> Any:
+        return key[1]  # the item need not be hashable; its sequence number is unique

@@ -96,6 +96,4 @@ class ReaderMixin:
         """Stored before this session and not in the delay index at open."""
         if self._key_seq(key) >= self._session_seq:
             return False
-        # Only look keys up when there is something to find: a PriorityAckQueue key holds the
-        # item, which need not be hashable.
-        return not self._delays.at_open or key not in self._delays.at_open
+        return not self._delays.delayed_at_open(key)

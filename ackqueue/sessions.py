@@ -319,13 +319,18 @@ class Session:
                 continue
             if tid != last or time.monotonic() - refreshed > REFRESH_AT_LEAST_EVERY:
                 last, refreshed = tid, time.monotonic()
-                for queue in list(self._queues):
-                    try:
-                        queue.refresh()
-                    except StorageError as exc:  # the server is away; the renewals say so
-                        log.debug("ackqueue: cannot refresh queue %r: %s", queue.name, exc)
-                    except Exception:  # pragma: no cover - a bug; keep watching the others
-                        log.exception("ackqueue: refreshing queue %r failed", queue.name)
+                self._refresh_queues()
+
+    def _refresh_queues(self) -> None:
+        # A method of its own so that no strong reference to a queue outlives the round: one
+        # kept across the wait would keep a queue dropped without close() alive for good.
+        for queue in list(self._queues):
+            try:
+                queue.refresh()
+            except StorageError as exc:  # the server is away; the renewals say so
+                log.debug("ackqueue: cannot refresh queue %r: %s", queue.name, exc)
+            except Exception:  # pragma: no cover - a bug; keep watching the others
+                log.exception("ackqueue: refreshing queue %r failed", queue.name)
 
     def close(self) -> None:
         with self._run_lock:

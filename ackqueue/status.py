@@ -95,19 +95,43 @@ class StatusBeacon:
             with contextlib.suppress(OSError):
                 os.unlink(status_path(path))
 
+    def forget_dropped(self, path: str) -> None:
+        """A queue on ``path`` was collected without close(): if none is left, remove the file."""
+        with self._lock:
+            queues = self._queues.get(path)
+            # Iterate rather than len(): the dropped queue's own weak reference may not have
+            # been swept from the set yet, but it no longer yields the queue.
+            last = queues is not None and next(iter(queues), None) is None
+            if last:
+                self._queues.pop(path, None)
+                self._written.pop(path, None)
+        if last:
+            with contextlib.suppress(OSError):
+                os.unlink(status_path(path))
+
     def _loop(self) -> None:
         while True:
             time.sleep(INTERVAL)  # at most one write per file per interval
-            with self._lock:
-                if not self._queues:
-                    self._thread = None
-                    return
-                work = {path: list(queues) for path, queues in self._queues.items()}
-            for path, queues in work.items():
-                try:
-                    self._write(path, queues)
-                except Exception:  # a status file is a courtesy; never let it hurt the queue
-                    log.debug("could not write the status file of %s", path, exc_info=True)
+            if not self._write_all():
+                return
+
+    def _write_all(self) -> bool:
+        """Write every changed status file; False once no queue is left (the thread ends).
+
+        A function of its own so that the strong references to the queues end with each
+        round: kept across the sleep, they would keep a queue dropped without close() alive
+        for good (see dropping.py)."""
+        with self._lock:
+            if not self._queues:
+                self._thread = None
+                return False
+            work = {path: list(queues) for path, queues in self._queues.items()}
+        for path, queues in work.items():
+            try:
+                self._write(path, queues)
+            except Exception:  # a status file is a courtesy; never let it hurt the queue
+                log.debug("could not write the status file of %s", path, exc_info=True)
+        return True
 
     def _write(self, path: str, queues: list[AckQueue]) -> None:
         state = {q.name: snapshot(q) for q in queues if not q.closed}

@@ -24,7 +24,7 @@ from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
-from . import repair
+from . import leftovers, repair
 from .commit import GroupCommitter
 from .durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
@@ -68,9 +68,13 @@ def open_file_storage(
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
     try:
-        if not read_only:
-            repair.before_open(path)
-        return kind(path, read_only=read_only, pack_keep_old=False)
+        if read_only:
+            return kind(path, read_only=True, pack_keep_old=False)
+        repair.before_open(path)
+        copies = leftovers.truncation_copies(path)
+        storage = kind(path, read_only=False, pack_keep_old=False)
+        leftovers.remove_new_truncation_copies(path, copies)
+        return storage
     except zc.lockfile.LockError:
         raise QueueLockedError(
             f"queue file {path} is open in another process{_lock_owner(path)}; "
@@ -104,6 +108,9 @@ class Store:
         syncer = storage if getattr(storage, "sync_each_commit", False) else None
         self._committer = GroupCommitter(self._tm, self._describe_failure, syncer)
         self._needs_repair = False
+        name = getattr(storage, "_file_name", None)  # a writable FileStorage's file
+        writable = not getattr(storage, "_is_read_only", True)
+        self.file_path: str | None = name if isinstance(name, str) and writable else None
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -156,43 +163,69 @@ class Store:
             store._refs += 1
             return store
 
-    def claim_name(self, name: str, owner: object | None = None) -> None:
-        """Reserve ``name`` for ``owner``, one open queue per name and database.
+    def claim_name(self, name: str, owner: object | None = None) -> object:
+        """Reserve ``name`` for ``owner``, one open queue per name and database; return the
+        claim, which :meth:`release_dropped` takes.
 
         A claim whose owner was garbage-collected without ``close()`` (as ``queue.Queue`` code
         never closes) is taken over, with the store reference that owner left behind.
         """
-        if self._try_claim(name, owner):
-            return
+        claim = self._try_claim(name, owner)
+        if claim is not None:
+            return claim
         gc.collect()  # a dropped queue in a reference cycle is freed only by the collector
-        if not self._try_claim(name, owner):
+        claim = self._try_claim(name, owner)
+        if claim is None:
             raise StorageError(
                 f"queue {name!r} in {self.where} is already open in this process; "
                 "share that AckQueue object between threads instead"
             )
+        return claim
 
-    def _try_claim(self, name: str, owner: object | None) -> bool:
+    def _try_claim(self, name: str, owner: object | None) -> object | None:
         with _registry_lock:
             holder = self._names.get(name)
             if holder is not None:
                 if holder() is not None:
-                    return False
-                self._refs -= 1  # the reference its dropped owner never released
-            self._names[name] = weakref.ref(owner) if owner is not None else _strong_claim
-            return True
+                    return None
+                self._refs -= 1  # the reference its dropped owner has not released yet
+            claim = weakref.ref(owner) if owner is not None else _strong_claim
+            self._names[name] = claim
+            return claim
+
+    def registry_free(self) -> bool:
+        """Whether no thread holds the registry lock right now (without waiting for it)."""
+        if not _registry_lock.acquire(blocking=False):
+            return False
+        _registry_lock.release()
+        return True
+
+    def release_dropped(self, name: str, claim: object) -> None:
+        """Release the reference of a queue collected without ``close()`` (see dropping.py),
+        unless a new queue took its name over (and with it that reference) meanwhile."""
+        with _registry_lock:
+            if self._names.get(name) is not claim or not self._release_locked(name):
+                return
+        self._close()
 
     def release(self, name: str | None = None) -> None:
         with _registry_lock:
-            if name is not None:
-                self._names.pop(name, None)
-            self._refs -= 1
-            if self._refs > 0:
+            if not self._release_locked(name):
                 return
-            for path_key in [k for k, v in _by_path.items() if v is self]:
-                del _by_path[path_key]
-            for db_key in [k for k, v in _by_db.items() if v is self]:
-                del _by_db[db_key]
         self._close()
+
+    def _release_locked(self, name: str | None) -> bool:
+        """Drop one reference (and ``name``'s claim); True if it was the last one."""
+        if name is not None:
+            self._names.pop(name, None)
+        self._refs -= 1
+        if self._refs > 0:
+            return False
+        for path_key in [k for k, v in _by_path.items() if v is self]:
+            del _by_path[path_key]
+        for db_key in [k for k, v in _by_db.items() if v is self]:
+            del _by_db[db_key]
+        return True
 
     def _start_autopack(self) -> None:
         state = self.writer.root().get(PACK_STATE_KEY)
@@ -220,6 +253,8 @@ class Store:
             if self.owns_db:
                 try:
                     self.db.close()
+                    if self.file_path is not None:
+                        leftovers.remove_commit_scratch(self.file_path)
                 except OSError as exc:
                     # Everything committed is already on disk; only the index or the
                     # temporary file could not be written out (a full disk, say).

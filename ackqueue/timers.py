@@ -13,6 +13,7 @@ import heapq
 import itertools
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -54,9 +55,15 @@ class Timers(_Listener):
             return entry
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._run, name=f"ackqueue-timers-{self._name}", daemon=True
+                target=_run,
+                args=(weakref.ref(self),),
+                name=f"ackqueue-timers-{self._name}",
+                daemon=True,
             )
             self._thread.start()
+            # The thread keeps only a weak reference (the callbacks lead back to the queue, and
+            # a queue dropped without close() must be collectable); wake it to see it is gone.
+            weakref.finalize(self, _wake, self._cond).atexit = False
         elif earliest:
             self._cond.notify()
         return entry
@@ -102,10 +109,29 @@ class Timers(_Listener):
             if not self._stopped:
                 self.fire_due()
 
-    def _run(self) -> None:
-        with self._cond:
-            while not self._stopped:
-                self.fire_due()
-                timeout = self._heap[0][0] - self._clock() if self._heap else None
-                if timeout is None or timeout > 0:
-                    self._cond.wait(timeout)
+
+def _run(ref: weakref.ReferenceType[Timers]) -> None:
+    timers = ref()
+    if timers is None:
+        return
+    cond = timers._cond
+    with cond:
+        while not timers._stopped:
+            timers.fire_due()
+            timeout = timers._heap[0][0] - timers._clock() if timers._heap else None
+            del timers  # no strong reference while waiting
+            if timeout is None or timeout > 0:
+                cond.wait(timeout)
+            timers = ref()
+            if timers is None:
+                return
+
+
+def _wake(cond: threading.Condition) -> None:
+    """The timers were collected: wake their thread so it ends. Never block here (see
+    dropping.py); if the lock is busy, its holder is that thread, which will see it."""
+    if cond.acquire(blocking=False):
+        try:
+            cond.notify_all()
+        finally:
+            cond.release()

@@ -1,0 +1,85 @@
+"""``ackqueue stats`` on a shared storage: held items per queue and the sessions holding them.
+
+In shared mode holds are stored (under the session that took them), so stats reads them from
+the storage itself: from a ZEO server by URI, or from a file a ``shared=True`` queue wrote,
+even after that process was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+from conftest import child_argv, child_env
+from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+
+import ackqueue
+from ackqueue import cli
+
+
+def stats(capsys, target: str, *extra: str) -> dict:
+    assert cli.main(["stats", target, "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_stats_over_zeo_counts_held_items_and_lists_live_sessions(
+    zeo_server: ZEOServer,  # noqa: F811
+    capsys,
+):
+    with ackqueue.AckQueue(zeo_server.uri, session_timeout=60) as q:
+        q.put_many(["a", "b", "c"])
+        with ackqueue.AckQueue(zeo_server.uri, name="other", session_timeout=60) as other:
+            other.put("x")
+            c = q.connect()
+            item = c.get()
+            assert item == "a"
+            sid = q._shared.session.sid
+            report = stats(capsys, zeo_server.uri)
+            by_name = {s["name"]: s for s in report["queues"]}
+            assert (by_name["default"]["held"], by_name["default"]["ready"]) == (1, 2)
+            assert (by_name["other"]["held"], by_name["other"]["ready"]) == (0, 1)
+            [held] = by_name["default"]["held_items"]
+            assert held["owner"] == sid and held["key"]
+            [session] = report["sessions"]
+            assert (session["id"], session["held"], session["lapsed"]) == (sid, 1, False)
+            assert cli.main(["stats", zeo_server.uri]) == 0
+            text = capsys.readouterr().out
+            assert "held    1" in text and f"{sid} " in text and "live" in text
+            c.ack(item)
+            after = {s["name"]: s for s in stats(capsys, zeo_server.uri)["queues"]}
+            assert (after["default"]["held"], after["default"]["ready"]) == (0, 2)
+
+
+HOLD_AND_WAIT = """
+import sys, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], shared=True, session_timeout=60)
+q.put_many(["a", "b", "c"])
+c = q.connect()
+c.get()
+print(q._shared.session.sid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_stats_of_a_shared_file_shows_the_holds_of_a_killed_process(qpath, capsys):
+    child = subprocess.Popen(
+        child_argv(HOLD_AND_WAIT, qpath),
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        sid = child.stdout.readline().strip()
+        assert sid, "the child did not take its hold"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    report = stats(capsys, qpath)
+    [queue] = report["queues"]
+    assert (queue["stored"], queue["held"], queue["ready"]) == (3, 1, 2)
+    assert [h["owner"] for h in queue["held_items"]] == [sid]
+    [session] = report["sessions"]
+    assert (session["id"], session["pid"], session["held"]) == (sid, child.pid, 1)
