@@ -393,8 +393,10 @@ class AckQueue(
     def _key_seq(self, key: Any) -> int:
         return key & SEQ_MASK
 
-    def _key_id(self, key: Any) -> Any:
-        """A hashable id of an entry's key, unique in this queue, for in-memory lookups."""
+    @staticmethod
+    def _key_id(key: Any) -> Any:
+        """A hashable id of an entry's key, unique in this queue, for in-memory lookups (a
+        static method: the collections holding it must not keep the queue alive)."""
         return key
 
 
@@ -436,5 +438,6 @@ class PriorityAckQueue(AckQueue):
     def _key_seq(self, key: Any) -> int:
         return key[1]
 
-    def _key_id(self, key: Any) -> Any:
+    @staticmethod
+    def _key_id(key: Any) -> Any:
         return key[1]  # the item need not be hashable; its sequence number is unique

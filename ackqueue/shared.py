@@ -34,6 +34,7 @@ from .deadletters import bury
 from .errors import LeaseExpiredError, NotHeldError
 from .holdmarks import HOLDS_KEY, HoldValue, clear_hold, holder, set_hold
 from .holds import Hold, HoldTable
+from .keyids import KeyMap, KeySet
 from .sessions import SessionLost
 from .sharedready import SharedReadyIndex, reading
 from .transactions import current
@@ -63,8 +64,8 @@ class SharedQueue:
         self.name = queue.name
         self.store = queue._store
         self.session = sessions.acquire(self.store, session_timeout)
-        self.mine: dict[Any, HoldValue] = {}  # keys this session holds, with their hold value
-        self.taking: set[Any] = set()  # keys claimed here whose hold is being committed
+        self.mine: KeyMap[HoldValue] = KeyMap(queue._key_id)  # keys held here, and how
+        self.taking = KeySet(queue._key_id)  # keys claimed here whose hold is being committed
         self._block_next = 0
         self._block_end = 0
         self._block_until = 0.0
@@ -208,7 +209,7 @@ class SharedQueue:
 
     def settled_locked(self, keys: list[Any]) -> None:
         for key in keys:
-            self.mine.pop(key, None)
+            self.mine.pop(key)
 
     def release_if_mine_locked(self, key: Any) -> bool:
         """A held key goes back to the queue: delete its hold soon (the caller holds the mutex).
@@ -216,7 +217,7 @@ class SharedQueue:
         The release commits on the session thread, because this runs where committing is not
         allowed (with the mutex held); the key is ready for every process once it has.
         """
-        value = self.mine.pop(key, None)
+        value = self.mine.pop(key)
         if value is None:
             return False
         self.session.release_later(self.name, key, value)
@@ -261,12 +262,12 @@ class SharedQueue:
         """Give back this queue's holds (one commit) and stop using the session."""
         self.session.remove_queue(self)
         with self.q.mutex:
-            values = dict(self.mine)
+            values = list(self.mine.items())
             self.mine.clear()
         root, name = self.store.root, self.name
 
         def give_back() -> None:
-            for key, value in values.items():
+            for key, value in values:
                 clear_hold(root(), name, key, value)
 
         try:

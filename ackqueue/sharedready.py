@@ -19,6 +19,7 @@ from ZODB.POSException import StorageError as ZODBStorageError
 from .claims import GetAgain
 from .errors import StorageError
 from .holdmarks import holder
+from .keyids import KeySet
 from .reading import ReaderMixin
 from .sessions import SESSIONS_KEY
 
@@ -62,7 +63,7 @@ class SharedReadyIndex:
         self._others = 0  # how many other processes have a session on this database
         self._contended_until = 0.0
         self._stale = True
-        self.vanished: set[Any] = set()  # popped keys whose entry was gone when loaded
+        self.vanished = KeySet(shared.q._key_id)  # popped keys whose entry was gone when loaded
 
     def __len__(self) -> int:
         if self._stale:

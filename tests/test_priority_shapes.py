@@ -11,6 +11,7 @@ import pickle
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -176,3 +177,24 @@ def test_a_dict_priority_item_put_with_a_delay_is_delivered_when_due(tmp_path):
         clock.advance(60)
         assert q.get_nowait() == (1, {"url": "https://example.org/b"})
         assert q.get_nowait() == (2, {"url": "https://example.org/a"})
+
+
+def test_dict_priority_items_work_in_shared_mode_with_delays_nacks_and_acks(tmp_path):
+    # Shared mode files held and taken keys in memory too: those sets must not need hashing.
+    path = os.path.join(tmp_path, "q.fs")
+    with ackqueue.PriorityAckQueue(path, shared=True) as q:
+        assert q.shared
+        q.put((2, {"url": "b"}))
+        q.put((1, {"url": "a"}))
+        q.put((1, {"url": "a"}), delay=0.2)  # an equal item, delayed
+        with q.connect() as c:
+            first = c.get(timeout=5)
+            assert first == (1, {"url": "a"})
+            c.nack(first, delay=0.1)
+            assert c.get(timeout=5) == (2, {"url": "b"})
+            got = [c.get(timeout=5), c.get(timeout=5)]
+            assert got == [(1, {"url": "a"})] * 2
+            c.ack_many(got)
+            with pytest.raises(Empty):
+                c.get(timeout=0.3)
+        assert q.get(timeout=5) == (2, {"url": "b"})  # given back when its consumer closed
