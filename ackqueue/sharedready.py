@@ -30,7 +30,7 @@ _UNKNOWN = object()
 # Processes that all take the head item conflict, and all but one retry. After losing such a
 # race, for CONTENDED_SECONDS a scan from the head passes over a random number of ready keys,
 # below SPREAD for each other process with a session; uncontended, gets keep key order.
-SPREAD = 8
+SPREAD = 32
 CONTENDED_SECONDS = 1.0
 
 
