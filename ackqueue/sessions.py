@@ -147,13 +147,14 @@ class Session:
         sid = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         root, lease = self._root, self.lease
 
-        def register() -> None:
+        def register() -> SessionRecord:
             sessions, _ = shared_trees(root())
-            sessions[sid] = SessionRecord(socket.gethostname(), os.getpid(), lease)
+            record = sessions[sid] = SessionRecord(socket.gethostname(), os.getpid(), lease)
+            return record
 
-        self._run(register)
+        record = self._run(register)
         self.sid = sid
-        self._back_at = server_time(self.store.db.lastTransaction())
+        self._back_at = server_time(record._p_serial)
 
     def check_live(self) -> str:
         """Inside a change: this session's id, or :class:`SessionLost` if it was reaped."""
@@ -163,21 +164,27 @@ class Session:
             raise SessionLost(self.sid, self.lease)
         return self.sid
 
-    def renew(self) -> None:
+    def renew(self) -> float:
+        """Renew this session's lease; return the server's time of the renewal.
+
+        That time, stamped on the commit, is what the reaper measures lapses against: the
+        storage's lastTransaction() is no clock, as RelStorage moves it only when it polls.
+        """
         sid = self.sid
 
-        def renew() -> None:
+        def renew() -> SessionRecord:
             sessions, _ = shared_trees(self._root())
-            record = sessions.get(sid)
+            record: SessionRecord | None = sessions.get(sid)
             if record is None or record.reaped:
                 raise SessionLost(sid, self.lease)
             record.renewals += 1
+            return record
 
-        self._run(renew)
+        return server_time(self._run(renew)._p_serial)
 
-    def reap(self) -> list[str]:
-        """End the sessions whose lease lapsed and delete their holds; return their ids."""
-        now = server_time(self.store.db.lastTransaction())
+    def reap(self, now: float) -> list[str]:
+        """End the sessions not renewed for their lease at server time ``now`` and delete
+        their holds; return their ids."""
         back_at, mine = self._back_at, self.sid
 
         def reap() -> list[str]:
@@ -277,12 +284,12 @@ class Session:
                 next_renewal = time.monotonic() + min(interval, 0.5)
 
     def _beat(self) -> None:
-        self.renew()
+        now = self.renew()
         if self._failing:
             self._failing = False
-            self._back_at = server_time(self.store.db.lastTransaction())
+            self._back_at = now
             log.warning("ackqueue: session %s renewed again", self.sid)
-        self.reap()
+        self.reap(now)
 
     def start_over(self, lost_sid: str) -> None:
         """Our session was reaped: what we held is someone else's now. Take a new one."""
