@@ -11,11 +11,9 @@ connection was lost, a process reaps nobody until a whole lease has passed since
 so a server restart does not make every other process look dead.
 
 The same thread applies the releases that cannot commit where they happen (a consumer closed or
-its thread ended, an ``ack_timeout`` lease ran out: those run with a queue's mutex held), and
-a second thread watches for commits by other processes, so that a blocked ``get`` wakes when
-another process puts. ZODB has no change notification, but ZEO delivers invalidations to the
-client as the server commits; the watcher notices that the last transaction id moved (a local
-read, no round trip) every ``POLL_INTERVAL`` seconds, and refreshes the queues' view.
+its thread ended, an ``ack_timeout`` lease ran out: those run with a queue's mutex held). A
+session also starts the :mod:`~ackqueue.watching` thread that wakes blocked gets when another
+process commits.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from ZODB.POSException import ConflictError
 from . import storage as _storage  # noqa: F401 - its atexit hook must run after ours
 from .errors import AckQueueError, StorageError
 from .holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_session_holds
+from .watching import Watcher
 
 if TYPE_CHECKING:
     from .shared import SharedQueue
@@ -50,12 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("ackqueue")
 
 SESSIONS_KEY = "ackqueue.sessions"
-POLL_INTERVAL = 0.01
 RUN_RETRIES = 100
 T = TypeVar("T")
-# Storages that learn of other clients' commits only when a connection polls (RelStorage) never
-# move lastTransaction() by themselves: refresh that often anyway.
-REFRESH_AT_LEAST_EVERY = 0.5
 RENEWALS_PER_LEASE = 4
 
 
@@ -114,12 +109,11 @@ class Session:
         self._tm = transaction.TransactionManager()
         self._conn = store.db.open(transaction_manager=self._tm)
         self._register()
-        self._threads = [
-            threading.Thread(target=self._keep_alive, name="ackqueue-session", daemon=True),
-            threading.Thread(target=self._watch, name="ackqueue-watch", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._thread = threading.Thread(
+            target=self._keep_alive, name="ackqueue-session", daemon=True
+        )
+        self._thread.start()
+        self._watcher = Watcher(store, self._queues)
 
     # -- the session record -------------------------------------------------------------
 
@@ -311,34 +305,6 @@ class Session:
             queue.session_lost()
         self._register()
 
-    def _watch(self) -> None:
-        last, refreshed = None, time.monotonic()
-        while True:
-            with self._cond:
-                if self._stopped:
-                    return
-                self._cond.wait(POLL_INTERVAL)
-                if self._stopped:
-                    return
-            try:
-                tid = self.store.db.lastTransaction()
-            except Exception:  # pragma: no cover - a closing storage
-                continue
-            if tid != last or time.monotonic() - refreshed > REFRESH_AT_LEAST_EVERY:
-                last, refreshed = tid, time.monotonic()
-                self._refresh_queues()
-
-    def _refresh_queues(self) -> None:
-        # A method of its own so that no strong reference to a queue outlives the round: one
-        # kept across the wait would keep a queue dropped without close() alive for good.
-        for queue in list(self._queues):
-            try:
-                queue.refresh()
-            except StorageError as exc:  # the server is away; the renewals say so
-                log.debug("ackqueue: cannot refresh queue %r: %s", queue.name, exc)
-            except Exception:  # pragma: no cover - a bug; keep watching the others
-                log.exception("ackqueue: refreshing queue %r failed", queue.name)
-
     def close(self) -> None:
         with self._run_lock:
             self._tm.abort()
@@ -348,9 +314,9 @@ class Session:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self._watcher.stop()
 
 
 _lock = threading.Lock()
