@@ -19,8 +19,9 @@ from typing import Any
 
 from . import inspection
 from .errors import AckQueueError, Empty
-from .inspection import QueueFile, QueueStats, as_json
+from .inspection import QueueFile
 from .queue import AckQueue, LifoAckQueue, PriorityAckQueue
+from .reports import QueueStats, SessionInfo, as_json
 
 QUEUE_CLASSES: dict[str, type[AckQueue]] = {
     "fifo": AckQueue,
@@ -113,7 +114,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_sessions(sessions: list[inspection.SessionInfo], shared: bool) -> None:
+def _print_sessions(sessions: list[SessionInfo], shared: bool) -> None:
     if not shared:
         return
     print(f"sessions ({len(sessions)}):" if sessions else "sessions: none open")

@@ -15,11 +15,9 @@ from __future__ import annotations
 import ast
 import fcntl
 import os
-import pickle
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import ZODB
@@ -27,6 +25,7 @@ import ZODB
 from .errors import NotAQueueFileError, StorageError
 from .holdmarks import HOLDS_KEY, holder
 from .records import QueueRecord, queues_of
+from .reports import DeadItem, HeldItem, QueueStats, SessionInfo, StoredItem, dead_item, render
 from .sessions import SESSIONS_KEY, server_time
 from .status import read_status
 from .storage import open_file_storage
@@ -37,60 +36,6 @@ Progress = Callable[[int, int], None]
 # Bounds that keep `stats` quick on a queue of millions (see QueueFile.stats and live_size).
 OLDEST_SCAN = 20_000
 LIVE_SAMPLE = 20_000
-
-
-@dataclass
-class HeldItem:
-    owner: str  # a thread's name, or in shared mode the session id
-    delivery_id: int
-    attempts: int
-    age: float | None  # unknown for holds stored in shared mode
-    key: str
-
-
-@dataclass
-class SessionInfo:
-    """A process's session on a shared storage (see :mod:`ackqueue.sessions`)."""
-
-    id: str
-    host: str
-    pid: int
-    lease: float
-    renewed_age: float | None  # seconds since its last renewal, by this host's clock
-    lapsed: bool  # not renewed for longer than its lease: the next reaper ends it
-    held: int
-
-
-@dataclass
-class QueueStats:
-    name: str
-    kind: str
-    stored: int
-    ready: int | None
-    held: int | None
-    delayed: int
-    dead: int
-    oldest_ready_age: float | None
-    oldest_ready_exact: bool = True
-    held_items: list[HeldItem] = field(default_factory=list)
-
-
-@dataclass
-class StoredItem:
-    key: str
-    item: str
-    put_age: float
-    attempts: int
-    state: str  # ready, held or delayed
-
-
-@dataclass
-class DeadItem:
-    id: str
-    item: str
-    attempts: int
-    reason: str | None
-    when: float | None
 
 
 def live_owner(path: str) -> int | None:
@@ -113,16 +58,6 @@ def live_owner(path: str) -> int | None:
         return None
     finally:
         os.close(fd)
-
-
-def render(item_data: bytes, limit: int | None) -> str:
-    try:
-        text = repr(pickle.loads(item_data))
-    except Exception as exc:
-        return f"<cannot load: {type(exc).__name__}: {exc}>"
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text
 
 
 class QueueFile:
@@ -327,7 +262,7 @@ class QueueFile:
         tree = _dead_tree(self.record(name))
         if tree is None:
             return []
-        return [_dead_item(key, letter, limit) for key, letter in tree.items()]
+        return [dead_item(key, letter, limit) for key, letter in tree.items()]
 
     # -- holds, from the live process's status file ---------------------------------------------
 
@@ -389,13 +324,6 @@ class QueueFile:
                 self._conn.cacheGC()  # keep memory flat on big queues
 
 
-def as_json(value: Any) -> Any:
-    """Dataclasses (and lists of them) as plain JSON-ready values."""
-    if isinstance(value, list):
-        return [as_json(v) for v in value]
-    return asdict(value)
-
-
 # -- the two places that know how later core versions store delays and dead letters -----------
 
 def _due_time(entry: Any) -> float:
@@ -429,15 +357,3 @@ def _dead_count(record: Any) -> int:
     if length is not None:
         return int(length())
     return len(_dead_tree(record) or ())
-
-
-def _dead_item(key: Any, letter: Any, limit: int | None) -> DeadItem:
-    data = getattr(letter, "data", None)
-    item = render(data, limit) if isinstance(data, bytes) else repr(getattr(letter, "item", letter))
-    return DeadItem(
-        id=repr(key),
-        item=item,
-        attempts=int(getattr(letter, "attempts", 0)),
-        reason=getattr(letter, "reason", None),
-        when=getattr(letter, "when", getattr(letter, "dead_at", None)),
-    )
