@@ -87,21 +87,20 @@ class StatusBeacon:
             queues = self._queues.get(path)
             if queues is not None:
                 queues.discard(queue)
-            last = not queues
-            if last:
-                self._queues.pop(path, None)
-                self._written.pop(path, None)
-        if last:
-            with contextlib.suppress(OSError):
-                os.unlink(status_path(path))
+        self._remove_if_unused(path, missing=True)
 
     def forget_dropped(self, path: str) -> None:
         """A queue on ``path`` was collected without close(): if none is left, remove the file."""
+        self._remove_if_unused(path, missing=False)
+
+    def _remove_if_unused(self, path: str, missing: bool) -> None:
+        """Stop writing ``path``'s status file and remove it if no queue on it is left (or,
+        with ``missing``, if none is registered at all)."""
         with self._lock:
             queues = self._queues.get(path)
-            # Iterate rather than len(): the dropped queue's own weak reference may not have
-            # been swept from the set yet, but it no longer yields the queue.
-            last = queues is not None and next(iter(queues), None) is None
+            # Iterate rather than len(): a dropped queue's own weak reference may not have been
+            # swept from the set yet, but it no longer yields the queue.
+            last = missing if queues is None else next(iter(queues), None) is None
             if last:
                 self._queues.pop(path, None)
                 self._written.pop(path, None)
