@@ -51,6 +51,16 @@ class Syncer(Protocol):
     def sync_through(self, mark: int) -> None: ...
 
 
+class CommitHooks(Protocol):
+    """Called around each commit attempt, in the committing thread (see counts.py)."""
+
+    def begin(self) -> None: ...
+
+    def before_commit(self) -> None: ...
+
+    def committed(self) -> None: ...
+
+
 class _Change:
     __slots__ = ("apply", "done", "error", "result", "taken")
 
@@ -75,8 +85,10 @@ class GroupCommitter:
         transaction_manager: transaction.TransactionManager,
         describe_failure: Callable[[BaseException], BaseException],
         syncer: Syncer | None = None,
+        hooks: CommitHooks | None = None,
     ) -> None:
         self._tm = transaction_manager
+        self._hooks = hooks
         self._describe_failure = describe_failure
         self._syncer = syncer
         self._lock = threading.Lock()
@@ -205,6 +217,9 @@ class GroupCommitter:
 
     def _apply_and_commit(self, batch: list[_Change]) -> int | None:
         self._tm.begin()
+        hooks = self._hooks
+        if hooks is not None:
+            hooks.begin()
         for change in batch:
             try:
                 change.result = change.apply()
@@ -212,9 +227,15 @@ class GroupCommitter:
                 raise
             except Exception as exc:  # the change's own fault: it fails alone
                 change.error = exc
+        if hooks is not None:
+            hooks.before_commit()
         if self._syncer is None:
             self._tm.commit()
-            return None
-        with self._syncer.deferring_sync():
-            self._tm.commit()
-        return self._syncer.flushed()
+            mark = None
+        else:
+            with self._syncer.deferring_sync():
+                self._tm.commit()
+            mark = self._syncer.flushed()
+        if hooks is not None:
+            hooks.committed()
+        return mark
