@@ -152,7 +152,15 @@ def stored_count(record: Any, storage: Any = None) -> int:
         return count
     if storage is None:
         storage = record._p_jar.db().storage
-    return count + logged_changes(storage, name_of(record), length._p_serial)
+    for attempt in range(3):
+        try:
+            return count + logged_changes(storage, name_of(record), length._p_serial)
+        except Exception:
+            # A file another process is appending to can end in a half-written transaction,
+            # which FileStorage's iterator refuses to start from: look again, or count.
+            if attempt == 2:
+                log.warning("counting the entries of a queue instead", exc_info=True)
+    return len(record.entries)
 
 
 def name_of(record: Any) -> str:
