@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import inspection
+from .counts import stored_count
 from .errors import AckQueueError, Empty
 from .inspection import QueueFile
 from .queue import AckQueue, LifoAckQueue, PriorityAckQueue
@@ -230,7 +231,7 @@ def _requeue_held(args: argparse.Namespace) -> int:
                 f"{qf.path} is {_where(qf)}: its held items live in that process's memory and go "
                 "back when their consumers close or the process ends; stop it to requeue them"
             )
-        stored = qf.record(name).length()
+        stored = stored_count(qf.record(name))
     print(f"queue {name!r}: nothing is held. Holds live only in the memory of the process that "
           f"took them, so with no process open all {stored} stored item(s) are ready already.")
     return 0

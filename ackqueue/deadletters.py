@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .claims import Staged, unpickle_item
+from .counts import count_change
 from .errors import ItemLoadError
 from .interrupts import Shield
 from .records import DeadRecord, Entry, QueueRecord
@@ -55,7 +56,7 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     dead[dead_id] = DeadRecord(key, entry.data, entry.put_at, count, reason, when)
     record.dead_length.change(1)
     del record.entries[key]
-    record.length.change(-1)
+    count_change(record, -1)
     if record.delayed is not None and key in record.delayed:
         del record.delayed[key]
     return dead_id
@@ -123,7 +124,7 @@ class DeadLetterMixin:
                 del record.dead[dead_id]
                 record.dead_length.change(-1)
                 record.entries[staged.key] = Entry(letter.data, letter.put_at)
-                record.length.change(1)
+                count_change(record, 1)
                 record.reserve_seq(staged.seq)
                 moved.append(staged)
             return moved

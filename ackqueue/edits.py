@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .claims import Staged
+from .counts import count_change, settle
 from .errors import AckQueueError, NotAQueueFileError
 from .records import Entry, QueueRecord, queues_of
 
@@ -31,6 +32,11 @@ class StoredEditsMixin:
                 f"queue {self.name!r} in {self._store.where} was made by a {record.kind} queue "
                 f"class, not {type(self).__name__}"
             )
+        counts = self._store.counts
+        if counts is not None and getattr(self, "_defer_count", False):
+            counts.start(record, self.name)  # see counts.py
+        else:
+            settle(record, self._store.db.storage)
         return record
 
     # -- stored edits (run inside Store.run; they touch only the database) --------------------
@@ -43,7 +49,7 @@ class StoredEditsMixin:
                 record.entries[staged.key] = Entry(staged.data, now, staged.not_before)
                 if staged.not_before:
                     record.delay_index()[staged.key] = staged.not_before
-            record.length.change(len(batch))
+            count_change(record, len(batch))
             record.reserve_seq(max(staged.seq for staged in batch))
 
         return insert
@@ -73,7 +79,7 @@ class StoredEditsMixin:
 
     def _remove_entry(self: Any, record: QueueRecord, key: Any) -> None:
         del record.entries[key]
-        record.length.change(-1)
+        count_change(record, -1)
         self._store.note_dropped(1)  # the entry's own record is garbage now
         if record.delayed is not None and key in record.delayed:
             del record.delayed[key]

@@ -22,6 +22,7 @@ from typing import Any
 
 import ZODB
 
+from .counts import stored_count
 from .errors import NotAQueueFileError, StorageError
 from .holdmarks import HOLDS_KEY, holder
 from .records import QueueRecord, queues_of
@@ -196,7 +197,7 @@ class QueueFile:
         """
         record = self.record(name)
         now = time.time()
-        stored = int(record.length())
+        stored = stored_count(record)
         delayed = self._delayed_keys(record, now)
         held_keys = self._held_keys(name)
         # The status file may be a second older than the storage read: count only holds

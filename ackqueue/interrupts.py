@@ -19,6 +19,12 @@ outermost one does the holding back, and an inner one that is closed (or is clos
 closes it, so a whole operation finishes once any part of it has taken something.
 
 Only the main thread receives signals, so elsewhere the shield does nothing.
+
+A shield is entered two or three times per operation, so it keeps its cost down: the
+outermost shield up is kept in a module variable (only the main thread sets it), so inner
+shields, :func:`checkpoint` and :func:`hold_back` never ask the signal module, and the handler
+is swapped through ``_signal``, the C module under ``signal``, whose Python wrappers convert
+every handler to an enum and back (a fifth of a put's cost went there).
 """
 
 from __future__ import annotations
@@ -28,6 +34,17 @@ import signal
 import threading
 from types import FrameType
 from typing import Any
+
+try:
+    import _signal as _raw_signal  # signal's C module: the same calls without enum conversions
+except ImportError:  # pragma: no cover - every CPython has it
+    _raw_signal = signal
+
+_SIGINT = int(signal.SIGINT)
+
+
+def _in_main_thread() -> bool:
+    return threading.get_ident() == threading.main_thread().ident
 
 
 class Shield:
@@ -47,23 +64,30 @@ class Shield:
         self._outer: Shield | None = None
 
     def __enter__(self) -> Shield:
-        if threading.current_thread() is not threading.main_thread():
+        global _current
+        if not _in_main_thread():
             return self
-        previous = signal.getsignal(signal.SIGINT)
-        if isinstance(previous, _Recorder):
+        outer = _current
+        if outer is None:
+            previous = _raw_signal.getsignal(_SIGINT)
+            if isinstance(previous, _Recorder):
+                outer = previous.shield
+        if outer is not None:
             # An outer shield holds it back; a closed inner one closes it.
-            self._outer = previous.shield
+            self._outer = outer
             if not self._open:
-                self._outer.close()
+                outer.close()
             return self
         if not callable(previous):
             return self  # SIG_IGN/SIG_DFL: Ctrl-C raises nothing to hold back
         self._previous = previous
         self._active = True  # before the recorder is in: it may fire at once
         try:
-            signal.signal(signal.SIGINT, _Recorder(self))
+            _raw_signal.signal(_SIGINT, _Recorder(self))
         except ValueError:  # not the main interpreter: signals are not ours to handle
             self._active = False
+            return self
+        _current = self
         return self
 
     def close(self) -> None:
@@ -88,8 +112,13 @@ class Shield:
             self._previous(signal.SIGINT, None)
 
     def _restore(self) -> None:
+        global _current
         if self._active:
-            signal.signal(signal.SIGINT, self._previous)
+            # Forget it first: a SIGINT from here on is still recorded by this shield (and
+            # raised by __exit__), or goes to the restored handler, never to a stale shield.
+            if _current is self:
+                _current = None
+            _raw_signal.signal(_SIGINT, self._previous)
             self._active = False
 
     def __exit__(self, *exc_info: object) -> None:
@@ -101,11 +130,9 @@ class Shield:
 
 def checkpoint() -> None:
     """A safe point of an operation that has taken nothing yet: a SIGINT held back is raised."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    handler = signal.getsignal(signal.SIGINT)
-    if isinstance(handler, _Recorder):
-        handler.shield._deliver_if_open()
+    shield = _current
+    if shield is not None and _in_main_thread():
+        shield._deliver_if_open()
 
 
 def _wait_lines() -> frozenset[int]:
@@ -133,11 +160,13 @@ def _blocked_in_wait(frame: FrameType | None) -> bool:
 
 def hold_back() -> None:
     """The calling operation has taken something: close the shield around it, if any."""
-    if threading.current_thread() is not threading.main_thread():
-        return  # signals reach the main thread only; its shield is not ours to close
-    handler = signal.getsignal(signal.SIGINT)
-    if isinstance(handler, _Recorder):
-        handler.shield.close()
+    shield = _current
+    # Signals reach the main thread only; elsewhere its shield is not ours to close.
+    if shield is not None and _in_main_thread():
+        shield.close()
+
+
+_current: Shield | None = None  # the outermost shield up in the main thread, if any
 
 
 class _Recorder:

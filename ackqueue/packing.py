@@ -49,10 +49,13 @@ class AutoPacker:
         db: ZODB.DB,
         record_state: Callable[[tuple[int, int, int]], None],
         state: tuple[int, int, int] | None,
+        pack_time: Callable[[], float | None] | None = None,
         min_bytes: int = DEFAULT_MIN_BYTES,
         index_every: int = DEFAULT_INDEX_EVERY,
     ) -> None:
         self._db = db
+        # Called before each pack: the pack time to use (None: now); see counts.py.
+        self._pack_time = pack_time
         self._storage: Any = db.storage
         self._record_state = record_state
         self.min_bytes = min_bytes
@@ -171,7 +174,7 @@ class AutoPacker:
             self._carried = 0
             if hasattr(self._storage, "replaced_bytes"):
                 self._storage.replaced_bytes = 0
-            self._db.pack()
+            self._db.pack(self._pack_time() if self._pack_time is not None else None)
             self.packs += 1
             self.packed_size = self._indexed_size = self._storage.getSize()
         if not self._closed:

@@ -26,6 +26,7 @@ from .claiming import ClaimingMixin
 from .claims import Claim, GetAgain, Staged, unpickle_item
 from .clock import Clock
 from .consumer import Consumer
+from .counts import stored_count
 from .deadletters import DeadLetterMixin
 from .delays import DelayMixin, Delays
 from .delivery import DeliveryMixin
@@ -39,7 +40,7 @@ from .reading import ReaderMixin
 from .records import ROOT_KEY, QueueRecord
 from .recovery import ThreadExitWatch
 from .seqs import PRIORITY_LIMIT, SEQ_BITS, SEQ_MASK, SeqMixin
-from .shared import SharedMixin
+from .shared import SharedMixin, wants_shared
 from .shutdown import ShutdownMixin, calling_stdlib
 from .storage import Store
 from .timers import Timers
@@ -114,6 +115,8 @@ class AckQueue(
             self._store.release()
             raise
         try:
+            # A shared queue's count is read by other processes: keep it in its Length.
+            self._defer_count = not wants_shared(self._store.db, shared)
             self._wrec: QueueRecord = self._store.run(self._find_or_create_record)
             self._reader, self._reader_tm = self._store.open_reader()
             self._open_shared(shared, session_timeout)
@@ -148,7 +151,8 @@ class AckQueue(
 
     def _init(self, maxsize: int) -> None:
         self._staged = 0
-        self._ready = self._new_ready_index(self._reader_rec.length() - len(self._delays.at_open))
+        stored = stored_count(self._reader_rec)
+        self._ready = self._new_ready_index(stored - len(self._delays.at_open))
         for key in self._delays.due_at_open:
             self._ready.offer(key)
 

@@ -7,7 +7,7 @@ held, which is what makes that one connection safe to share between threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ZODB.POSException import ReadConflictError
@@ -17,6 +17,7 @@ from .ready import ReadyIndex
 from .records import Entry
 
 READ_RETRIES = 5
+SCAN_AHEAD = 64  # backlog keys read per look at the stored tree (see ready.py)
 
 T = TypeVar("T")
 
@@ -75,22 +76,25 @@ class ReaderMixin:
             pass  # a pack meanwhile: those entries are read one by one instead
 
     def _new_ready_index(self: Any, backlog: int) -> ReadyIndex:
-        return ReadyIndex(
-            backlog=backlog, scan_after=self._scan_after, is_from_backlog=self._is_from_backlog
-        )
+        return ReadyIndex(backlog=backlog, scan_after=self._scan_after)
 
-    def _scan_after(self: Any, cursor: Any) -> Iterator[Any]:
-        """The first backlog key after ``cursor`` (an empty iterator when there is none)."""
+    def _scan_after(self: Any, cursor: Any) -> list[Any]:
+        """The next few backlog keys after ``cursor``, in order (empty when there is none)."""
 
-        def first() -> list[Any]:
+        def scan() -> list[Any]:
             entries = self._reader_rec.entries
             keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
-            for key in keys:
+            found: list[Any] = []
+            for looked, key in enumerate(keys):
                 if self._is_from_backlog(key):
-                    return [key]
-            return []
+                    found.append(key)
+                    if len(found) >= SCAN_AHEAD:
+                        break
+                elif found and looked >= 2 * SCAN_AHEAD:
+                    break  # enough for now; do not walk past many keys of this session
+            return found
 
-        return iter(self._read_current(first))
+        return self._read_current(scan)
 
     def _is_from_backlog(self: Any, key: Any) -> bool:
         """Stored before this session and not in the delay index at open."""

@@ -1,7 +1,9 @@
 """Which stored entries are ready to hand out, in delivery order, without loading them all.
 
 At open, every stored entry is ready (holds live only in memory), so the *backlog* is read
-lazily from the stored tree, in key order, behind a cursor. Keys that become ready later
+lazily from the stored tree, in key order, behind a cursor, a few dozen keys per read (each
+read first catches the reader up with the commits since the last one and reloads the tree
+nodes they rewrote, so one read per get was a third of a get+ack). Keys that become ready later
 (new puts, nacks, released holds) go into an in-memory heap. The next entry to deliver is
 the smaller of the heap's top and the next backlog key behind the cursor. A key written in
 this session is never taken from the backlog scan: it reaches the heap when its put commits.
@@ -10,25 +12,27 @@ this session is never taken from the backlog scan: it reaches the heap when its 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 Key = Any
-_NOTHING = object()
 
 
 class ReadyIndex:
     def __init__(
         self,
         backlog: int,
-        scan_after: Callable[[Key], Iterator[Key]],
-        is_from_backlog: Callable[[Key], bool],
+        scan_after: Callable[[Key], list[Key]],
     ) -> None:
+        """``scan_after(key)``: the next few backlog keys after ``key`` (None: from the
+        start), in order; an empty list when there are none."""
         self._backlog = backlog
         self._scan_after = scan_after
-        self._is_from_backlog = is_from_backlog
         self._cursor: Any = None  # None: the scan has not started
-        self._next_backlog: Any = _NOTHING
+        # Backlog keys read ahead of the cursor. Backlog keys leave only through pop(), so
+        # what was read stays true.
+        self._upcoming: deque[Key] = deque()
         self._heap: list[Key] = []
 
     @property
@@ -50,19 +54,19 @@ class ReadyIndex:
 
     def peek(self) -> Key:
         """The key :meth:`pop` would return (the index must not be empty)."""
-        nxt = self._peek_backlog()
-        if self._heap and (nxt is _NOTHING or self._heap[0] < nxt):
+        upcoming = self._peek_backlog()
+        if self._heap and (not upcoming or self._heap[0] < upcoming[0]):
             return self._heap[0]
-        return nxt
+        return upcoming[0]
 
     def pop(self) -> Key:
         """Remove and return the first ready key (the index must not be empty)."""
-        nxt = self._peek_backlog()
-        if self._heap and (nxt is _NOTHING or self._heap[0] < nxt):
+        upcoming = self._peek_backlog()
+        if self._heap and (not upcoming or self._heap[0] < upcoming[0]):
             return heapq.heappop(self._heap)
-        self._cursor, self._next_backlog = nxt, _NOTHING
+        self._cursor = upcoming.popleft()
         self._backlog -= 1
-        return nxt
+        return self._cursor
 
     def discard(self, key: Key) -> bool:
         """Take a ready key out of the index (for removing items by key); True if found."""
@@ -72,16 +76,15 @@ class ReadyIndex:
             return True
         return False
 
-    def _peek_backlog(self) -> Any:
+    def _peek_backlog(self) -> deque[Key]:
+        """The backlog keys read ahead (empty when the backlog is)."""
+        upcoming = self._upcoming
         if self._backlog <= 0:
-            return _NOTHING
-        if self._next_backlog is _NOTHING:
-            for key in self._scan_after(self._cursor):
-                if self._is_from_backlog(key):
-                    self._next_backlog = key
-                    break
-            else:
+            upcoming.clear()
+        elif not upcoming:
+            upcoming.extend(self._scan_after(self._cursor)[: self._backlog])
+            if not upcoming:
                 # The stored tree holds fewer old entries than counted (counted wrong at
                 # open, or changed under us): trust the tree.
                 self._backlog = 0
-        return self._next_backlog
+        return upcoming

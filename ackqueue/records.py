@@ -80,6 +80,9 @@ class QueueRecord(Persistent):
     dead_length: Any = None  # BTrees.Length of ``dead``
     dead_next = 0
     delayed: Any = None  # entry key -> not_before, for every entry stored with a delay
+    # True while a process keeps the count in transaction metadata instead of ``length``:
+    # read the count with ``counts.stored_count`` (see counts.py).
+    counted_in_log = False
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

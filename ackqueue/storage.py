@@ -24,13 +24,14 @@ from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.FileStorage import FileStorageError
 from ZODB.MappingStorage import MappingStorage
 
+from . import counts as counting
 from . import leftovers, repair
 from .commit import GroupCommitter
 from .durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from .errors import NotAQueueFileError, QueueLockedError, StorageError
 from .interrupts import Shield
 from .packing import PACK_STATE_KEY, AutoPacker
-from .records import ROOT_KEY
+from .records import ROOT_KEY, queues_of
 from .uri import as_path, is_uri, open_db
 
 log = logging.getLogger("ackqueue")
@@ -106,11 +107,20 @@ class Store:
         self.writer: Connection = db.open(transaction_manager=self._tm)
         storage = db.storage
         syncer = storage if getattr(storage, "sync_each_commit", False) else None
-        self._committer = GroupCommitter(self._tm, self._describe_failure, syncer)
+        # One writer process per file: queue counts can be kept off each commit (counts.py).
+        self.counts: counting.LogCounts | None = None
+        if owns_db and isinstance(storage, QueueFileStorage) and not storage.isReadOnly():
+            self.counts = counting.LogCounts(storage, self.writer, self._tm)
+            counting.attach(self.writer, self.counts)
+        self._committer = GroupCommitter(
+            self._tm, self._describe_failure, syncer, hooks=self.counts
+        )
         self._needs_repair = False
         name = getattr(storage, "_file_name", None)  # a writable FileStorage's file
         writable = not getattr(storage, "_is_read_only", True)
         self.file_path: str | None = name if isinstance(name, str) and writable else None
+        if self.counts is not None:
+            self._settle_counts()
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -209,6 +219,8 @@ class Store:
         self._close()
 
     def release(self, name: str | None = None) -> None:
+        if name is not None:
+            self._stop_counting(name)
         with _registry_lock:
             if not self._release_locked(name):
                 return
@@ -230,7 +242,49 @@ class Store:
     def _start_autopack(self) -> None:
         state = self.writer.root().get(PACK_STATE_KEY)
         self._tm.abort()
-        self.packer = AutoPacker(self.db, self._record_pack_state, state)
+        self.packer = AutoPacker(self.db, self._record_pack_state, state, self._pack_time)
+
+    # -- deferred counts (see counts.py) -------------------------------------------------
+
+    def _settle_counts(self) -> None:
+        """Fold the counts a process that died left deferred, for every queue of the file:
+        a pack would drop the transactions that record them."""
+        storage = self.db.storage
+
+        def settle_all() -> None:
+            queues = queues_of(self.root(), create=False)
+            for record in queues.values() if queues is not None else ():
+                counting.settle(record, storage)
+
+        queues = queues_of(self.writer.root(), create=False)
+        stale = queues is not None and any(r.counted_in_log for r in queues.values())
+        self._tm.abort()
+        if stale:
+            self._committer.run(settle_all)
+
+    def _stop_counting(self, name: str | None) -> None:
+        """Fold the deferred count of queue ``name`` (every queue: None) into its Length."""
+        counts = self.counts
+        if counts is None:
+            return
+
+        def stop() -> None:
+            queues = queues_of(self.root(), create=False)
+            for key in [name] if name is not None else list(queues or ()):
+                record = queues.get(key) if queues is not None else None
+                if record is not None and counts.defers(record):
+                    counts.stop(record)
+
+        try:
+            self._committer.run(stop)
+        except Exception:  # the next opener folds it from the transaction log
+            log.warning("could not write the count of queue %r at close", name, exc_info=True)
+
+    def _pack_time(self) -> float | None:
+        """Fold the deferred counts; pack up to that fold only (see counts.py)."""
+        if self.counts is None:
+            return None
+        return self.counts.fold_for_pack(self._committer.run)
 
     def _record_pack_state(self, state: tuple[int, int, int]) -> None:
         def record() -> None:
@@ -244,6 +298,7 @@ class Store:
         try:
             if self.packer is not None:
                 self.packer.close()  # records the garbage estimate: before the committer closes
+            self._stop_counting(None)
         finally:
             self._committer.close()
         try:
@@ -305,7 +360,7 @@ class Store:
                 if self.packer is not None:
                     self.packer.pack()
                 else:
-                    self.db.pack()
+                    self.db.pack(self._pack_time())
         except OSError as exc:
             raise StorageError(f"cannot pack queue storage {self.where}: {exc}") from exc
 

@@ -11,8 +11,8 @@ Scenarios (items per second; every put and ack durable when it returns unless sa
 - ``4P/4C``: 4 producer threads put N items while 4 consumer threads get and ack them;
   time from the first put to the last ack.
 - ``relaxed put``: ``AckQueue(path, durability="relaxed")`` (survives kill -9, may lose the
-  last second on power loss), when this tree has it.
-- ``put_many`` / ``get_many`` / ``ack_many`` at 100 items a call, when the queue has them.
+  last second on power loss).
+- ``put_many`` / ``get_many`` / ``ack_many`` at 100 items a call.
 
 Run: ``python3 benchmarks/bench_throughput.py [--n 2000] [--runs 3]`` (needs ``[bench]``:
 persist-queue). Prints a reStructuredText table at the end.
@@ -49,15 +49,6 @@ def open_ack(d: str, **options: Any) -> ackqueue.AckQueue:
 
 def open_pq(d: str) -> Any:
     return persistqueue.SQLiteAckQueue(os.path.join(d, "pq"), multithreading=True)
-
-
-def has_relaxed() -> bool:
-    with c.tmpdir() as d:
-        try:
-            open_ack(d, durability="relaxed").close()
-        except TypeError:
-            return False
-    return True
 
 
 # -- put, one thread ----------------------------------------------------------------------------
@@ -111,27 +102,10 @@ def put_bare_zodb(d: str, n: int) -> float:
 def prefill_ack(d: str, n: int) -> None:
     q = open_ack(d)
     try:
-        if hasattr(q, "put_many"):
-            for start in range(0, n, 100):
-                q.put_many([c.item(i) for i in range(start, min(n, start + 100))])
-        else:
-            _parallel_put(q.put, n)
+        for start in range(0, n, 100):
+            q.put_many([c.item(i) for i in range(start, min(n, start + 100))])
     finally:
         q.close()
-
-
-def _parallel_put(put: Callable[[bytes], Any], n: int, threads: int = 8) -> None:
-    """Fill quickly without batches: concurrent puts share commits."""
-
-    def work(k: int) -> None:
-        for i in range(k, n, threads):
-            put(c.item(i))
-
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
 
 
 def getack_ack(d: str, n: int) -> float:
@@ -270,7 +244,7 @@ def mt_stdlib(d: str, n: int) -> float:
     return _producers_consumers(n, q.put, consumer)
 
 
-# -- batches (when the queue has them) -------------------------------------------------------
+# -- batches -------------------------------------------------------
 
 
 def batches_ack(d: str, n: int) -> tuple[float, float, float]:
@@ -282,14 +256,14 @@ def batches_ack(d: str, n: int) -> tuple[float, float, float]:
     def get_all() -> None:
         total = 0
         while total < n:  # get_many returns between 1 and 100 items
-            batch = cons.get_many(min(100, n - total))  # type: ignore[attr-defined]
+            batch = cons.get_many(min(100, n - total))
             got.append(batch)
             total += len(batch)
 
     try:
-        t_put = c.timed(lambda: [q.put_many(ch) for ch in chunks])  # type: ignore[attr-defined]
+        t_put = c.timed(lambda: [q.put_many(ch) for ch in chunks])
         t_get = c.timed(get_all)
-        t_ack = c.timed(lambda: [cons.ack_many(g) for g in got])  # type: ignore[attr-defined]
+        t_ack = c.timed(lambda: [cons.ack_many(g) for g in got])
         return t_put, t_get, t_ack
     finally:
         q.close()
@@ -328,7 +302,6 @@ def main() -> None:
     args = ap.parse_args()
     n, runs = args.n, args.runs
     c.header(f"ackqueue throughput (items/s, median of {runs} runs, n={n})")
-    relaxed = has_relaxed()
 
     puts: dict[str, Scenario] = {
         "ackqueue": put_ack,
@@ -336,8 +309,7 @@ def main() -> None:
         "queue.Queue": put_stdlib,
         "bare FileStorage": put_bare_zodb,
     }
-    if relaxed:
-        puts["ackqueue relaxed"] = lambda d, k: put_ack(d, k, durability="relaxed")
+    puts["ackqueue relaxed"] = lambda d, k: put_ack(d, k, durability="relaxed")
     put_r = measure(puts, n, runs)
     getack_r = measure(
         {"ackqueue": getack_ack, "persist-queue": getack_pq, "queue.Queue": getack_stdlib},
@@ -368,26 +340,18 @@ def main() -> None:
                 print(f"    {ours} / {name}: {ratio(name)} (median of per-run ratios)")
 
     row("put", {k: v for k, v in put_r.items() if k != "ackqueue relaxed"})
-    if relaxed:
-        row("put (relaxed)", put_r, ours="ackqueue relaxed")
+    row("put (relaxed)", put_r, ours="ackqueue relaxed")
     row("get+ack", getack_r)
     row("4P/4C", mt_r)
 
-    with c.tmpdir() as d:
-        probe = open_ack(d)
-        batched = all(hasattr(probe, m) for m in ("put_many",)) and all(
-            hasattr(probe.connect(), m) for m in ("get_many", "ack_many")
-        )
-        probe.close()
-    if batched:
-        samples: list[tuple[float, float, float]] = []
-        for _ in range(runs):
-            with c.tmpdir() as d:
-                samples.append(batches_ack(d, n))
-        for i, what in enumerate(("put_many", "get_many", "ack_many")):
-            v = c.median([n / s[i] for s in samples])
-            print(f"  {what:<14} ackqueue (100/call) {v:>12,.0f} items/s")
-            rows.append([f"{what} (100/call)", f"{v:,.0f}", "", "", "", "", ""])
+    samples: list[tuple[float, float, float]] = []
+    for _ in range(runs):
+        with c.tmpdir() as d:
+            samples.append(batches_ack(d, n))
+    for i, what in enumerate(("put_many", "get_many", "ack_many")):
+        v = c.median([n / s[i] for s in samples])
+        print(f"  {what:<14} ackqueue (100/call) {v:>12,.0f} items/s")
+        rows.append([f"{what} (100/call)", f"{v:,.0f}", "", "", "", "", ""])
 
     print()
     print(

@@ -2,8 +2,7 @@
 
     python3 benchmarks/many_items.py --items 1000000
 
-Puts go through ``put_many`` in batches where the queue has it, otherwise through eight
-threads whose puts share commits (group commit). Prints one JSON line with the put rate,
+Puts go through ``put_many``, 1,000 items a call. Prints one JSON line with the put rate,
 the RSS after the puts, the file size, the time to reopen (clean close, and after the
 file's index is removed, as after a SIGKILL), and the time of qsize() with everything queued.
 """
@@ -16,7 +15,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,22 +31,10 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def put_all(q: ackqueue.AckQueue, n: int, payload: bytes, threads: int) -> str:
-    if hasattr(q, "put_many"):
-        for lo in range(0, n, 1000):
-            q.put_many([(i, payload) for i in range(lo, min(n, lo + 1000))])
-        return "put_many x1000"
-
-    def putter(first: int) -> None:
-        for i in range(first, n, threads):
-            q.put((i, payload))
-
-    workers = [threading.Thread(target=putter, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return f"put from {threads} threads"
+def put_all(q: ackqueue.AckQueue, n: int, payload: bytes) -> str:
+    for lo in range(0, n, 1000):
+        q.put_many([(i, payload) for i in range(lo, min(n, lo + 1000))])
+    return "put_many x1000"
 
 
 REOPEN = """
@@ -74,13 +60,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100, help="payload bytes per item")
-    parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     path = os.path.join(tempfile.mkdtemp(prefix="ackqueue-many-", dir=args.dir), "q.fs")
     q = ackqueue.AckQueue(path)
     start = time.monotonic()
-    how = put_all(q, args.items, b"x" * args.size, args.threads)
+    how = put_all(q, args.items, b"x" * args.size)
     put_s = time.monotonic() - start
     t = time.perf_counter()
     depth = q.qsize()

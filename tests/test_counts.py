@@ -1,0 +1,125 @@
+"""Queue counts kept in transaction metadata (counts.py) stay exact: after SIGKILL at random
+moments (with packs and folds in between), for a read-only reader while the writer runs, and
+for an opener that does not defer counts (a caller's own database)."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+
+import pytest
+import ZODB
+from conftest import child_env
+
+import ackqueue
+from ackqueue import counts
+from ackqueue.durability import QueueFileStorage
+from ackqueue.records import ROOT_KEY
+
+CHURN = """
+import random, sys
+import ackqueue, ackqueue.counts
+ackqueue.counts.FOLD_EVERY = int(sys.argv[3])  # fold often: crashes land on every side of one
+rng = random.Random(int(sys.argv[2]))
+q = ackqueue.AckQueue(sys.argv[1], durability="relaxed")
+other = ackqueue.AckQueue(sys.argv[1], name="other", durability="relaxed")
+c = q.connect()
+n = 0
+while True:
+    roll = rng.random()
+    if roll < 0.5 or q.qsize() == 0:
+        q.put(n)
+        n += 1
+    elif roll < 0.85:
+        c.ack(c.get())
+    elif roll < 0.95:
+        other.put(n)
+    else:
+        q.pack()
+    print("op", flush=True)
+"""
+
+
+def stored_entries(path: str) -> dict[str, tuple[int, int]]:
+    """Per queue: (entries in its tree, its count as a reader computes it), read-only."""
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        queues = db.open().root()[ROOT_KEY]
+        return {
+            name: (len(record.entries), counts.stored_count(record))
+            for name, record in queues.items()
+        }
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_counts_are_exact_after_sigkill_amid_folds_and_packs(tmp_path, seed):
+    path = str(tmp_path / "q.fs")
+    rng = random.Random(seed)
+    for _ in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHURN, path, str(rng.randrange(10**6)), "7"],
+            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert proc.stdout is not None
+        for _ in range(rng.randrange(50, 400)):
+            if proc.stdout.readline() != "op\n":
+                raise AssertionError(proc.communicate(timeout=30)[1][-3000:])
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        found = stored_entries(path)
+        # a reader adds the changes the dead writer logged after its last fold
+        assert all(entries == count for entries, count in found.values()), found
+    assert found["default"][0] > 0, "nothing was left queued: this proves little"
+    with ackqueue.AckQueue(path) as q, ackqueue.AckQueue(path, name="other") as other:
+        assert q.qsize() == found["default"][0]
+        assert other.qsize() == found["other"][0]
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        record = db.open().root()[ROOT_KEY]["default"]
+        assert not record.counted_in_log  # closed: the count is back in the Length
+        assert record.length() == found["default"][0]
+    finally:
+        db.close()
+
+
+def test_a_reader_sees_the_exact_count_while_the_writer_defers_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(counts, "FOLD_EVERY", 5)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        for i in range(23):
+            q.put(i)
+        for _ in range(4):
+            c.ack(c.get())
+        entries, count = stored_entries(path)["default"]
+        assert entries == count == 19
+        assert q._wrec.counted_in_log
+        # folded every 5 commits: the Length lags by the last few changes only
+        assert abs(q._wrec.length() - 19) < 5
+
+
+def test_a_crashed_files_counts_are_settled_by_an_opener_that_does_not_defer(tmp_path):
+    path = str(tmp_path / "q.fs")
+    code = (
+        "import os, sys, ackqueue\n"
+        "q = ackqueue.AckQueue(sys.argv[1])\n"
+        "for i in range(30): q.put(i)\n"
+        "c = q.connect()\n"
+        "for _ in range(7): c.ack(c.get())\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, path], env=child_env(), timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    db = ZODB.DB(QueueFileStorage(path))  # the caller's own database: counts kept eagerly
+    try:
+        with ackqueue.AckQueue(db=db) as q:
+            assert q.qsize() == 23
+            assert not q._wrec.counted_in_log and q._wrec.length() == 23
+            q.put("more")
+            assert q._wrec.length() == 24
+    finally:
+        db.close()
