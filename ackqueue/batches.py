@@ -119,7 +119,7 @@ class BatchMixin:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not block or (remaining is not None and remaining <= 0):
                     raise Full
-                checkpoint()
+                checkpoint(self._wake_waits)
                 self.not_full.wait(remaining)
             hold_back()  # the batch takes its places now: see interrupts.py
             batch = []

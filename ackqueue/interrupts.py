@@ -32,6 +32,7 @@ from __future__ import annotations
 import inspect
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -54,7 +55,7 @@ class Shield:
     :func:`checkpoint`, is raised at once; after :meth:`close`, none is.
     """
 
-    __slots__ = ("_active", "_open", "_outer", "_pending", "_previous")
+    __slots__ = ("_active", "_nudge", "_open", "_outer", "_pending", "_previous")
 
     def __init__(self, interruptible: bool = True) -> None:
         self._active = False
@@ -62,6 +63,7 @@ class Shield:
         self._pending = False
         self._previous: Any = None
         self._outer: Shield | None = None
+        self._nudge: Callable[[], None] | None = None
 
     def __enter__(self) -> Shield:
         global _current
@@ -104,6 +106,12 @@ class Shield:
             self._previous(signum, frame)
         else:
             self._pending = True
+            if self._open and self._nudge is not None:
+                # Between the last checkpoint and the wait it leads to, a recorded SIGINT would
+                # wait as long as the wait does (for ever, without a timeout). Another thread
+                # wakes that wait (it can take the lock only once the wait has let it go), and
+                # the loop around it comes to its checkpoint again.
+                threading.Thread(target=self._nudge, name="ackqueue-ctrl-c", daemon=True).start()
 
     def _deliver_if_open(self) -> None:
         if self._open and self._pending:
@@ -128,10 +136,15 @@ class Shield:
             signal.raise_signal(signal.SIGINT)  # the user's handler runs now
 
 
-def checkpoint() -> None:
-    """A safe point of an operation that has taken nothing yet: a SIGINT held back is raised."""
+def checkpoint(nudge: Callable[[], None] | None = None) -> None:
+    """A safe point of an operation that has taken nothing yet: a SIGINT held back is raised.
+
+    ``nudge`` wakes the wait that may follow (it is called from another thread), so that a
+    SIGINT arriving on the way there reaches the next checkpoint instead of waiting with it.
+    """
     shield = _current
     if shield is not None and _in_main_thread():
+        shield._nudge = nudge
         shield._deliver_if_open()
 
 

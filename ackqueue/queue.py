@@ -157,7 +157,7 @@ class AckQueue(
             self._ready.offer(key)
 
     def _qsize(self) -> int:
-        checkpoint()  # queue.Queue asks before each of its waits: see interrupts.py
+        checkpoint(self._wake_waits)  # queue.Queue asks before each of its waits: interrupts.py
         if self._closed or self.is_shutdown:
             # Let blocked callers through to _put/_get, which raise; public calls see the truth.
             op = getattr(self._tls, "op", None)
@@ -169,6 +169,12 @@ class AckQueue(
         if not n and self._getter_closed_locked():
             return 1  # about to wait for a consumer closed meanwhile: on to _get, which raises
         return n
+
+    def _wake_waits(self) -> None:
+        """Wake every wait on this queue to check again (for a Ctrl-C on its way to one)."""
+        with self.mutex:
+            self.not_empty.notify_all()
+            self.not_full.notify_all()
 
     def _put(self, item: Any) -> None:
         hold_back()  # staging takes a place in the queue: see interrupts.py

@@ -123,6 +123,37 @@ def test_ctrl_c_still_interrupts_a_blocked_wait(tmp_path, what):
     assert out.strip() == "interrupted"
 
 
+LATE_CTRL_C = """
+import signal, sys, threading
+real_wait = threading.Condition.wait
+
+def wait_after_a_ctrl_c(self, timeout=None):
+    # The SIGINT lands after the queue's last checkpoint and before the wait blocks: the
+    # window where it used to be recorded and then waited on for as long as the wait.
+    if threading.current_thread() is threading.main_thread():
+        threading.Condition.wait = real_wait
+        signal.raise_signal(signal.SIGINT)
+    return real_wait(self, timeout)
+
+""" + BLOCKED_CHILD.replace(
+    'print("waiting", flush=True)', "threading.Condition.wait = wait_after_a_ctrl_c"
+)
+
+
+@pytest.mark.parametrize("what", ["get", "consumer-get", "put"])
+def test_ctrl_c_arriving_just_before_a_wait_blocks_still_interrupts_it(tmp_path, what):
+    path = str(tmp_path / "q.fs")
+    code = LATE_CTRL_C
+    if what == "put":
+        code = code.replace('q.put("usable")', 'q.get(); q.put("usable")')
+    proc = subprocess.run(
+        [sys.executable, "-c", code, path, what],
+        env=child_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "interrupted"
+
+
 def test_a_deferred_ctrl_c_reaches_the_callers_own_handler(tmp_path):
     """The shield hands a SIGINT that arrived mid-operation to the handler installed before."""
 
