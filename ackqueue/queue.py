@@ -5,7 +5,8 @@ timeouts, ``maxsize`` and ``task_done``/``join`` are the standard library's own 
 hooks add is storage: ``_put`` stages an item and ``put`` returns once it is committed; ``_get``
 claims the first ready item and ``get`` returns once its removal is committed. The features
 beyond ``queue.Queue`` live in mixins of their own modules (dead letters, leases, batches,
-shutdown); transactions are in :mod:`ackqueue.transactions`.
+shutdown); transactions are in :mod:`ackqueue.transactions`, and the three kinds differ only
+in how :mod:`ackqueue.ordering` keys their entries.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from .errors import ItemLoadError, QueueClosedError
 from .holds import Delivery, HoldTable
 from .interrupts import Shield, checkpoint, hold_back
 from .leases import LeaseMixin
+from .ordering import FifoOrder, LifoOrder, PriorityOrder
 from .prefetch import ItemCache
 from .reading import ReaderMixin
 from .records import ROOT_KEY, QueueRecord
 from .recovery import ThreadExitWatch
-from .seqs import PRIORITY_LIMIT, SEQ_BITS, SEQ_MASK, SeqMixin
+from .seqs import SeqMixin
 from .shared import SharedMixin, wants_shared
 from .shutdown import ShutdownMixin, calling_stdlib
 from .storage import Store
@@ -48,6 +50,7 @@ from .transactions import Transaction, current, transaction
 
 
 class AckQueue(
+    FifoOrder,
     ClaimingMixin,
     SharedMixin,
     SeqMixin,
@@ -386,46 +389,14 @@ class AckQueue(
             self._items.add(staged.seq, staged.data, 0)
         super()._land_locked(staged)
 
-    def _check_priority(self, priority: int) -> None:
-        if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
-            raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
-    # -- ordering: the only thing the variants change ---------------------------------------
-
-    def _make_key(self, seq: int, priority: int, item: Any) -> Any:
-        """The stored key of a new entry: its place in the delivery order."""
-        return (priority << SEQ_BITS) | seq
-
-    def _rekey(self, key: Any, seq: int) -> Any:
-        """A new key with ``key``'s priority and a new sequence number (for requeueing)."""
-        return (key & ~SEQ_MASK) | seq
-
-    def _key_seq(self, key: Any) -> int:
-        return key & SEQ_MASK
-
-    @staticmethod
-    def _key_id(key: Any) -> Any:
-        """A hashable id of an entry's key, unique in this queue, for in-memory lookups (a
-        static method: the collections holding it must not keep the queue alive)."""
-        return key
-
-
-class LifoAckQueue(AckQueue):
+class LifoAckQueue(LifoOrder, AckQueue):
     """Like ``queue.LifoQueue``: the most recently put item is delivered first."""
 
     _kind = "lifo"
 
-    def _make_key(self, seq: int, priority: int, item: Any) -> Any:
-        return (priority << SEQ_BITS) | (SEQ_MASK - seq)
 
-    def _rekey(self, key: Any, seq: int) -> Any:
-        return (key & ~SEQ_MASK) | (SEQ_MASK - seq)
-
-    def _key_seq(self, key: Any) -> int:
-        return SEQ_MASK - (key & SEQ_MASK)
-
-
-class PriorityAckQueue(AckQueue):
+class PriorityAckQueue(PriorityOrder, AckQueue):
     """Like ``queue.PriorityQueue``: the smallest item first (equal items in put order).
 
     Items must be mutually comparable, as for ``queue.PriorityQueue``; the usual form is a
@@ -433,21 +404,3 @@ class PriorityAckQueue(AckQueue):
     """
 
     _kind = "priority"
-
-    def _make_key(self, seq: int, priority: int, item: Any) -> Any:
-        if priority:
-            raise ValueError("PriorityAckQueue orders by the items themselves; omit priority=")
-        key = (item, seq)
-        if len(self._ready):
-            key < self._ready.peek()  # noqa: B015 - raise TypeError now, before anything is stored
-        return key
-
-    def _rekey(self, key: Any, seq: int) -> Any:
-        return (key[0], seq)
-
-    def _key_seq(self, key: Any) -> int:
-        return key[1]
-
-    @staticmethod
-    def _key_id(key: Any) -> Any:
-        return key[1]  # the item need not be hashable; its sequence number is unique
