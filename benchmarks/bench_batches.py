@@ -14,6 +14,8 @@ import statistics
 import tempfile
 import time
 
+import _common  # noqa: F401 - puts the tree this script sits in first on sys.path
+
 from ackqueue import AckQueue
 
 

@@ -88,7 +88,9 @@ try:
         q.put("blocks")
 except KeyboardInterrupt:
     print("interrupted", flush=True)
-q.put("usable")  # maxsize 1: fits after a get, and the put case has room once drained
+if what == "put":
+    q.get()  # maxsize 1: the put case has room once drained
+q.put("usable")
 """
 
 
@@ -107,11 +109,8 @@ def wait_until_blocked_on_a_lock(pid: int, timeout: float = 20.0) -> None:
 def test_ctrl_c_still_interrupts_a_blocked_wait(tmp_path, what):
 
     path = str(tmp_path / "q.fs")
-    code = BLOCKED_CHILD
-    if what == "put":
-        code = code.replace('q.put("usable")', 'q.get(); q.put("usable")')
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, path, what],
+        [sys.executable, "-c", BLOCKED_CHILD, path, what],
         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -143,11 +142,8 @@ def wait_after_a_ctrl_c(self, timeout=None):
 @pytest.mark.parametrize("what", ["get", "consumer-get", "put"])
 def test_ctrl_c_arriving_just_before_a_wait_blocks_still_interrupts_it(tmp_path, what):
     path = str(tmp_path / "q.fs")
-    code = LATE_CTRL_C
-    if what == "put":
-        code = code.replace('q.put("usable")', 'q.get(); q.put("usable")')
     proc = subprocess.run(
-        [sys.executable, "-c", code, path, what],
+        [sys.executable, "-c", LATE_CTRL_C, path, what],
         env=child_env(), capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
