@@ -178,6 +178,7 @@ class AckQueue(
         with self.mutex:
             self.not_empty.notify_all()
             self.not_full.notify_all()
+            self._landed.notify_all()
 
     def _put(self, item: Any) -> None:
         hold_back()  # staging takes a place in the queue: see interrupts.py
@@ -197,7 +198,7 @@ class AckQueue(
             # The queue only looked non-empty because of puts still committing: wait for them
             # to land, but no longer than the caller's own timeout (not at all for a nowait).
             deadline = getattr(self._tls, "deadline", None)
-            checkpoint()
+            checkpoint(self._wake_waits)
             if deadline is None:
                 self._landed.wait()
             elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
