@@ -34,6 +34,15 @@ def tmpdir() -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()

@@ -32,14 +32,6 @@ import ackqueue
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -130,7 +122,7 @@ def child_fill(path: str, n: int) -> None:
     report = {
         "how": how,
         "fill_seconds": took,
-        "rss_mb": rss_mb(),
+        "rss_mb": c.rss_mb(),
         "peak_rss_mb": peak_rss_mb(),
         "counters_us": counter_us(q),
         "qsize": q.qsize(),
@@ -154,7 +146,7 @@ def child_reopen(path: str) -> None:
     report = {
         "open_seconds": opened,
         "first_get_seconds": first_at,
-        "rss_mb": rss_mb(),
+        "rss_mb": c.rss_mb(),
         "peak_rss_mb": peak_rss_mb(),
         "counters_us": counter_us(q),
         "qsize": q.qsize(),

@@ -20,15 +20,9 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from _common import rss_mb  # noqa: E402 - after the path set-up above
+
 import ackqueue  # noqa: E402
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def put_all(q: ackqueue.AckQueue, n: int, payload: bytes) -> str:
