@@ -43,6 +43,24 @@ def run_threads(targets):
     assert not errors, errors
 
 
+def run_producers_and_consumers(q, consumers, done=DONE, dones=CONSUMERS):
+    """PRODUCERS threads put their items, then ``dones`` copies of ``done`` follow, while
+    ``consumers`` (argument tuples, each a consumer function and its arguments) run."""
+    remaining = threading.Semaphore(0)
+
+    def produce(p):
+        produce_all(q, p)
+        remaining.release()
+
+    def finish():
+        for _ in range(PRODUCERS):
+            remaining.acquire()
+        for _ in range(dones):
+            q.put(done)
+
+    run_threads([(produce, p) for p in range(PRODUCERS)] + consumers + [(finish,)])
+
+
 def check_exactly_once(per_consumer):
     delivered = Counter(item for got in per_consumer for item in got)
     expected = {(p, i) for p in range(PRODUCERS) for i in range(PER_PRODUCER)}
@@ -63,7 +81,6 @@ def check_fifo_per_producer(per_consumer):
 def test_producers_and_plain_getters_deliver_each_item_once(qpath, maxsize):
     per_consumer = [[] for _ in range(CONSUMERS)]
     with ackqueue.AckQueue(qpath, maxsize=maxsize) as q:
-        remaining = threading.Semaphore(0)
 
         def consume(got):
             while (item := q.get(timeout=30)) != DONE:
@@ -71,21 +88,7 @@ def test_producers_and_plain_getters_deliver_each_item_once(qpath, maxsize):
                 q.task_done()
             q.task_done()
 
-        def produce(p):
-            produce_all(q, p)
-            remaining.release()
-
-        def finish():
-            for _ in range(PRODUCERS):
-                remaining.acquire()
-            for _ in range(CONSUMERS):
-                q.put(DONE)
-
-        run_threads(
-            [(produce, p) for p in range(PRODUCERS)]
-            + [(consume, g) for g in per_consumer]
-            + [(finish,)]
-        )
+        run_producers_and_consumers(q, [(consume, g) for g in per_consumer])
         assert q.qsize() == 0
         q.join()
         with pytest.raises(ValueError):
@@ -99,7 +102,6 @@ def test_producers_and_plain_getters_deliver_each_item_once(qpath, maxsize):
 def test_producers_and_acking_consumers_deliver_each_item_once(qpath):
     per_consumer = [[] for _ in range(CONSUMERS)]
     with ackqueue.AckQueue(qpath) as q:
-        remaining = threading.Semaphore(0)
 
         def consume(got):
             with q.connect() as c:
@@ -108,21 +110,7 @@ def test_producers_and_acking_consumers_deliver_each_item_once(qpath):
                     c.ack(item)
                 c.ack(item)
 
-        def produce(p):
-            produce_all(q, p)
-            remaining.release()
-
-        def finish():
-            for _ in range(PRODUCERS):
-                remaining.acquire()
-            for _ in range(CONSUMERS):
-                q.put(DONE)
-
-        run_threads(
-            [(produce, p) for p in range(PRODUCERS)]
-            + [(consume, g) for g in per_consumer]
-            + [(finish,)]
-        )
+        run_producers_and_consumers(q, [(consume, g) for g in per_consumer])
         assert (q.qsize(), q.unacked_count()) == (0, 0)
         q.join()  # every ack counted as task_done
     check_exactly_once(per_consumer)
@@ -136,7 +124,6 @@ def test_consumers_nacking_at_random_still_ack_each_item_once(qpath):
     nacks = Counter()
     lock = threading.Lock()
     with ackqueue.AckQueue(qpath) as q:
-        remaining = threading.Semaphore(0)
 
         def consume(seed, got):
             rng = random.Random(seed)
@@ -160,22 +147,9 @@ def test_consumers_nacking_at_random_still_ack_each_item_once(qpath):
                                 c.ack(item)
                         return
 
-        def produce(p):
-            produce_all(q, p)
-            remaining.release()
-
-        def finish():
-            for _ in range(PRODUCERS):
-                remaining.acquire()
-            # Several DONEs per consumer: a consumer may take more than one in a batch.
-            for _ in range(CONSUMERS * 3):
-                q.put(DONE)
-
-        run_threads(
-            [(produce, p) for p in range(PRODUCERS)]
-            + [(consume, s, g) for s, g in enumerate(acked)]
-            + [(finish,)]
-        )
+        # Several DONEs per consumer: a consumer may take more than one in a batch.
+        consumers = [(consume, seed, got) for seed, got in enumerate(acked)]
+        run_producers_and_consumers(q, consumers, dones=CONSUMERS * 3)
         leftover = []
         while not q.empty():
             leftover.append(q.get())
@@ -191,7 +165,6 @@ def test_consumers_nacking_at_random_still_ack_each_item_once(qpath):
 def test_other_orders_deliver_each_item_once_under_concurrency(qpath, cls):
     per_consumer = [[] for _ in range(CONSUMERS)]
     with cls(qpath) as q:
-        remaining = threading.Semaphore(0)
         stop = (PRODUCERS, 0)  # sorts after every item in a PriorityAckQueue
 
         def consume(got):
@@ -203,21 +176,7 @@ def test_other_orders_deliver_each_item_once_under_concurrency(qpath, cls):
                         return
                     got.append(item)
 
-        def produce(p):
-            produce_all(q, p)
-            remaining.release()
-
-        def finish():
-            for _ in range(PRODUCERS):
-                remaining.acquire()
-            for _ in range(CONSUMERS):
-                q.put(stop)
-
-        run_threads(
-            [(produce, p) for p in range(PRODUCERS)]
-            + [(consume, g) for g in per_consumer]
-            + [(finish,)]
-        )
+        run_producers_and_consumers(q, [(consume, g) for g in per_consumer], done=stop)
         leftover = [q.get() for _ in range(q.qsize())]
     # LIFO hands the stop items out first, so items may be left for this drain.
     check_exactly_once([*per_consumer, [x for x in leftover if x != stop]])
