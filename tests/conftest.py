@@ -1,4 +1,5 @@
 import os
+import subprocess
 import sys
 
 import pytest
@@ -17,6 +18,17 @@ def child_env(**extra: str) -> dict[str, str]:
 def child_argv(code: str, *args: str) -> list[str]:
     """argv to run ``code`` in a fresh interpreter."""
     return [sys.executable, "-c", code, *args]
+
+
+def spawn_child(code: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``code`` in a fresh interpreter on this tree, its stdin and stdout piped as text."""
+    return subprocess.Popen(
+        child_argv(code, *args),
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.fixture

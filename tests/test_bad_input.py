@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 
 import pytest
 import transaction
 import ZODB
-from conftest import child_argv, child_env
+from conftest import spawn_child
 from ZODB.FileStorage import FileStorage
 
 import ackqueue
@@ -146,13 +145,7 @@ q.close()
 
 
 def test_file_locked_by_a_live_process_is_refused_naming_file_and_pid(qpath):
-    child = subprocess.Popen(
-        child_argv(LOCK_HOLDER, qpath),
-        env=child_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = spawn_child(LOCK_HOLDER, qpath)
     try:
         assert child.stdout.readline().strip() == "ready"
         with pytest.raises(ackqueue.QueueLockedError) as raised:

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import child_argv, child_env
+from conftest import child_env, spawn_child
 
 import ackqueue
 from ackqueue.cli import main
@@ -80,17 +80,14 @@ def test_name_selects_one_of_several_queues(qpath, capsys):
 
 def test_stats_on_a_file_a_live_process_holds_shows_its_holds(qpath, capsys):
     fill(qpath, range(5))
-    holder = subprocess.Popen(
-        child_argv(
-            "import sys, threading, ackqueue\n"
-            "q = ackqueue.AckQueue(sys.argv[1])\n"
-            "c = q.connect()\n"
-            "c.get(); c.get()\n"
-            "print('holding', flush=True)\n"
-            "sys.stdin.read()\n",
-            qpath,
-        ),
-        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    holder = spawn_child(
+        "import sys, threading, ackqueue\n"
+        "q = ackqueue.AckQueue(sys.argv[1])\n"
+        "c = q.connect()\n"
+        "c.get(); c.get()\n"
+        "print('holding', flush=True)\n"
+        "sys.stdin.read()\n",
+        qpath,
     )
     try:
         assert holder.stdout.readline() == "holding\n"
@@ -118,17 +115,14 @@ def test_stats_on_a_file_a_live_process_holds_shows_its_holds(qpath, capsys):
 
 def test_a_killed_holders_leftover_status_file_is_ignored(qpath, capsys):
     fill(qpath, range(4))
-    holder = subprocess.Popen(
-        child_argv(
-            "import sys, ackqueue\n"
-            "q = ackqueue.AckQueue(sys.argv[1])\n"
-            "c = q.connect()\n"
-            "c.get(); c.get(); c.get()\n"
-            "print('holding', flush=True)\n"
-            "sys.stdin.read()\n",
-            qpath,
-        ),
-        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    holder = spawn_child(
+        "import sys, ackqueue\n"
+        "q = ackqueue.AckQueue(sys.argv[1])\n"
+        "c = q.connect()\n"
+        "c.get(); c.get(); c.get()\n"
+        "print('holding', flush=True)\n"
+        "sys.stdin.read()\n",
+        qpath,
     )
     assert holder.stdout.readline() == "holding\n"
     deadline = time.monotonic() + 10
@@ -146,19 +140,16 @@ def test_a_killed_holders_leftover_status_file_is_ignored(qpath, capsys):
 
 
 def test_stats_reads_a_file_while_a_live_process_keeps_committing(qpath, capsys):
-    writer = subprocess.Popen(
-        child_argv(
-            "import sys, threading, ackqueue\n"
-            "q = ackqueue.AckQueue(sys.argv[1])\n"
-            "stop = threading.Event()\n"
-            "threading.Thread(target=lambda: (sys.stdin.read(), stop.set())).start()\n"
-            "n = 0\n"
-            "while not stop.is_set():\n"
-            "    q.put('x' * 100); n += 1\n"
-            "    if n == 50: print('writing', flush=True)\n",
-            qpath,
-        ),
-        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    writer = spawn_child(
+        "import sys, threading, ackqueue\n"
+        "q = ackqueue.AckQueue(sys.argv[1])\n"
+        "stop = threading.Event()\n"
+        "threading.Thread(target=lambda: (sys.stdin.read(), stop.set())).start()\n"
+        "n = 0\n"
+        "while not stop.is_set():\n"
+        "    q.put('x' * 100); n += 1\n"
+        "    if n == 50: print('writing', flush=True)\n",
+        qpath,
     )
     try:
         assert writer.stdout.readline() == "writing\n"

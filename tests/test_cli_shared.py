@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 
-from conftest import child_argv, child_env
+from conftest import spawn_child
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -63,13 +62,7 @@ sys.stdin.read()
 
 
 def test_stats_of_a_shared_file_shows_the_holds_of_a_killed_process(qpath, capsys):
-    child = subprocess.Popen(
-        child_argv(HOLD_AND_WAIT, qpath),
-        env=child_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = spawn_child(HOLD_AND_WAIT, qpath)
     try:
         assert child.stdout is not None
         sid = child.stdout.readline().strip()

@@ -9,12 +9,11 @@ watcher does at least every 0.5 s.
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 
 import pytest
 import ZODB
-from conftest import child_argv, child_env
+from conftest import spawn_child
 from relstorage.adapters.sqlite.adapter import Sqlite3Adapter
 from relstorage.options import Options
 from relstorage.storage import RelStorage
@@ -56,20 +55,13 @@ def open_db(path: str) -> ZODB.DB:
     return ZODB.DB(RelStorage(Sqlite3Adapter(path, {}, options=options), options=options))
 
 
-def start(code: str, *args: str) -> subprocess.Popen[str]:
-    argv = child_argv(code, *args)
-    return subprocess.Popen(
-        argv, env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-
-
 def test_a_put_in_another_process_wakes_a_blocked_get(tmp_path) -> None:
     path = str(tmp_path / "rs")
     db = open_db(path)
     try:
         with ackqueue.AckQueue(db=db, session_timeout=LEASE) as q:
             assert q.shared
-            putter = start(PUTTER, path, str(LEASE), "from the other process")
+            putter = spawn_child(PUTTER, path, str(LEASE), "from the other process")
             try:
                 with q.connect() as c:
                     assert putter.stdin is not None
@@ -95,7 +87,7 @@ def test_a_killed_process_holds_go_to_the_others_once_its_lease_lapses(tmp_path)
     try:
         with ackqueue.AckQueue(db=db, session_timeout=LEASE) as q:
             q.put_many(["held by the victim", "second"])
-            victim = start(HOLDER, path, str(LEASE))
+            victim = spawn_child(HOLDER, path, str(LEASE))
             try:
                 assert victim.stdout is not None
                 assert victim.stdout.readline().strip() == "held by the victim"
