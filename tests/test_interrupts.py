@@ -73,6 +73,9 @@ def test_ctrl_c_inside_operations_leaves_queue_consistent_and_usable(tmp_path, s
 
 BLOCKED_CHILD = """
 import signal, sys, ackqueue
+# Python keeps Ctrl-C ignored if it started so (bash ignores SIGINT in background jobs): the
+# test is about ackqueue's handling of it, so the child takes Python's own default back.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 q = ackqueue.AckQueue(sys.argv[1], maxsize=1)
 what = sys.argv[2]
 c = q.connect()
