@@ -20,6 +20,22 @@ def child_argv(code: str, *args: str) -> list[str]:
     return [sys.executable, "-c", code, *args]
 
 
+def stored_items(path: str) -> list[object]:
+    """The items stored in the queue file at ``path``, in order, read through a consumer
+    that acks nothing (so the file is left as it was)."""
+    import ackqueue
+
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        items = []
+        while True:
+            try:
+                items.append(c.get_nowait())
+            except ackqueue.Empty:
+                break
+        assert q.unacked_count() == len(items)
+        return items
+
+
 def spawn_child(code: str, *args: str) -> subprocess.Popen[str]:
     """Run ``code`` in a fresh interpreter on this tree, its stdin and stdout piped as text."""
     return subprocess.Popen(

@@ -19,23 +19,13 @@ import time
 
 import pytest
 import ZODB.TimeStamp
-from conftest import child_env
+from conftest import child_env, stored_items
 from ZODB.FileStorage import FileIterator
 
 import ackqueue
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_child.py")
 PRE = [("pre", i, b"z" * 200) for i in range(50)]
-
-
-def stored(path: str) -> list[object]:
-    with ackqueue.AckQueue(path) as q, q.connect() as c:
-        items = []
-        while True:
-            try:
-                items.append(c.get_nowait())
-            except ackqueue.Empty:
-                return items
 
 
 def assert_file_is_clean(path: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -70,7 +60,7 @@ def test_a_file_size_limit_gives_a_clear_error_and_loses_nothing(tmp_path, caplo
         assert report["pack_after"] == "ok"
 
     caplog.set_level(logging.WARNING)
-    items = stored(path)
+    items = stored_items(path)
     assert_file_is_clean(path, caplog)
     if op == "put":
         assert report["confirmed"], "the limit left no room for a single put"
@@ -144,7 +134,7 @@ def test_a_full_filesystem_gives_a_clear_error_and_recovers_in_process(small_fs,
     assert q.qsize() == len(PRE) - 1 + len(confirmed) + 1
     q.close()
     caplog.set_level(logging.WARNING)
-    assert stored(path) == PRE[1:] + confirmed + [("after", 0, b"")]
+    assert stored_items(path) == PRE[1:] + confirmed + [("after", 0, b"")]
     assert_file_is_clean(path, caplog)
 
 

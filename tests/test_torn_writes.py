@@ -13,23 +13,11 @@ import os
 import shutil
 
 import pytest
+from conftest import stored_items
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ackqueue
-
-
-def contents(path: str) -> list[object]:
-    """The items of the queue in order, read through a consumer that acks nothing."""
-    with ackqueue.AckQueue(path) as q, q.connect() as c:
-        items = []
-        while True:
-            try:
-                items.append(c.get_nowait())
-            except ackqueue.Empty:
-                break
-        assert q.unacked_count() == len(items)
-        return items
 
 
 def build(path: str, last: str) -> tuple[int, int, list[object], list[object]]:
@@ -63,7 +51,7 @@ def test_every_cut_inside_the_last_transaction_opens_at_the_previous_commit(tmp_
     start, stop, before, after = build(source, last)
     end = os.path.getsize(source)
     assert stop - start > 100, "the last operation's transaction should be a real one"
-    assert contents(source) == after
+    assert stored_items(source) == after
     with open(source, "rb") as f:
         data = f.read(end)
     cuts = tmp_path / "cuts"
@@ -74,11 +62,11 @@ def test_every_cut_inside_the_last_transaction_opens_at_the_previous_commit(tmp_
             f.write(data[:cut])
         # a cut inside the operation's transaction loses it; one after it keeps it
         expected = before if cut < stop else after
-        assert contents(path) == expected, f"cut at byte {cut} of {start}..{stop}..{end}"
+        assert stored_items(path) == expected, f"cut at byte {cut} of {start}..{stop}..{end}"
         # the repaired file takes new writes and keeps them
         with ackqueue.AckQueue(path) as q:
             q.put("after the crash")
-        assert contents(path) == expected + ["after the crash"], f"cut at byte {cut}"
+        assert stored_items(path) == expected + ["after the crash"], f"cut at byte {cut}"
         shutil.rmtree(cuts)
 
 
@@ -109,7 +97,7 @@ def test_every_prefix_of_a_young_file_opens_at_the_last_commit_it_holds_whole(tm
         path = str(cuts / "q.fs")
         with open(path, "wb") as f:
             f.write(data[:cut])
-        assert contents(path) == expected, f"cut at byte {cut} of {len(data)}"
+        assert stored_items(path) == expected, f"cut at byte {cut} of {len(data)}"
         shutil.rmtree(cuts)
 
 
@@ -156,7 +144,7 @@ def test_random_histories_cut_anywhere_open_at_a_commit(tmp_path_factory, ops, w
         path = str(tmp / f"cut{cut}.fs")
         with open(path, "wb") as f:
             f.write(data[:cut])
-        assert contents(path) == expected, f"cut at byte {cut} of {len(data)} after {ops}"
+        assert stored_items(path) == expected, f"cut at byte {cut} of {len(data)} after {ops}"
 
 
 def test_a_torn_or_garbled_index_file_is_rebuilt_from_the_data(tmp_path):
@@ -170,4 +158,4 @@ def test_a_torn_or_garbled_index_file_is_rebuilt_from_the_data(tmp_path):
     for damaged in [b"", index[:1], index[: len(index) // 3], index[:-1], b"garbage" * 50]:
         with open(path + ".index", "wb") as f:
             f.write(damaged)
-        assert contents(path) == list(range(300))
+        assert stored_items(path) == list(range(300))
