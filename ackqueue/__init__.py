@@ -10,10 +10,10 @@
 (0, 0)
 """
 
-from .clock import ManualClock
-from .consumer import Consumer
-from .deadletters import DeadLetter, UnloadableItem
-from .errors import (
+from ackqueue.base.clock import ManualClock
+from ackqueue.delivery.deadletters import DeadLetter, UnloadableItem
+from ackqueue.delivery.holds import Delivery
+from ackqueue.errors import (
     AckQueueError,
     Empty,
     Full,
@@ -27,10 +27,10 @@ from .errors import (
     StorageError,
     UnpicklableItemError,
 )
-from .holds import Delivery
-from .pool import PoolStats, Retry, WorkerPool
-from .queue import AckQueue, LifoAckQueue, PriorityAckQueue
-from .transactions import TransactionError
+from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+from ackqueue.storage.transactions import TransactionError
+from ackqueue.workers.pool import PoolStats, Retry, WorkerPool
 
 __all__ = [
     "AckQueue",

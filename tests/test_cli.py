@@ -11,7 +11,7 @@ import pytest
 from conftest import child_env, spawn_child
 
 import ackqueue
-from ackqueue.cli import main
+from ackqueue.cli.commands import main
 
 
 def run(capsys, *argv):
@@ -41,7 +41,7 @@ def test_stats_counts_a_closed_queue(qpath, capsys):
 
 
 def test_stats_on_a_big_queue_reads_a_bounded_part_and_says_so(qpath, capsys, monkeypatch):
-    from ackqueue import inspection
+    from ackqueue.cli import inspection
 
     fill(qpath, range(40))
     code, out, _ = run(capsys, "stats", qpath, "--json")
@@ -176,7 +176,7 @@ def test_purge_needs_yes_then_removes_every_ready_item(qpath, capsys):
 
 
 def test_long_operations_report_progress_at_most_once_a_second(capsys, monkeypatch):
-    from ackqueue import cli
+    from ackqueue.cli import commands as cli
 
     clock = iter([0.0, 0.5, 1.2, 1.4, 2.5])
     monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))

@@ -14,7 +14,7 @@ from conftest import spawn_child
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
-from ackqueue import cli
+from ackqueue.cli import commands as cli
 
 
 def stats(capsys, target: str, *extra: str) -> dict:

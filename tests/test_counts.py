@@ -14,14 +14,14 @@ import ZODB
 from conftest import child_env
 
 import ackqueue
-from ackqueue import counts
-from ackqueue.durability import QueueFileStorage
 from ackqueue.records import ROOT_KEY
+from ackqueue.storage import counts
+from ackqueue.storage.durability import QueueFileStorage
 
 CHURN = """
 import random, sys
-import ackqueue, ackqueue.counts
-ackqueue.counts.FOLD_EVERY = int(sys.argv[3])  # fold often: crashes land on every side of one
+import ackqueue, ackqueue.storage.counts
+ackqueue.storage.counts.FOLD_EVERY = int(sys.argv[3])  # fold often: crashes on every side
 rng = random.Random(int(sys.argv[2]))
 q = ackqueue.AckQueue(sys.argv[1], durability="relaxed")
 other = ackqueue.AckQueue(sys.argv[1], name="other", durability="relaxed")

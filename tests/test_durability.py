@@ -11,8 +11,8 @@ import pytest
 from conftest import child_argv, child_env
 
 import ackqueue
-from ackqueue.durability import QueueFileStorage, RelaxedFileStorage
 from ackqueue.errors import StorageError
+from ackqueue.storage.durability import QueueFileStorage, RelaxedFileStorage
 
 CHILD_PUTS_THEN_WAITS = """
 import sys, time, ackqueue

@@ -163,7 +163,7 @@ def test_a_deferred_ctrl_c_reaches_the_callers_own_handler(tmp_path):
             q.put("a")
             with q.connect() as c:
                 item = c.get()
-                with ackqueue.interrupts.Shield(interruptible=False):
+                with ackqueue.base.interrupts.Shield(interruptible=False):
                     signal.raise_signal(signal.SIGINT)
                     assert seen == []  # held back while the operation runs
                 assert seen == [signal.SIGINT]

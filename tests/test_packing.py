@@ -10,7 +10,7 @@ from conftest import child_argv, child_env
 from ZODB.FileStorage import FileStorage
 
 import ackqueue
-from ackqueue.packing import PACK_STATE_KEY
+from ackqueue.storage.packing import PACK_STATE_KEY
 
 
 def files_total(directory):

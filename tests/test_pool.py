@@ -11,7 +11,7 @@ import pytest
 from conftest import child_argv, child_env
 
 import ackqueue
-from ackqueue.pool import Retry, WorkerPool
+from ackqueue.workers.pool import Retry, WorkerPool
 
 FAST = Retry(base=0.01, factor=2.0, jitter=0.0)
 
@@ -161,7 +161,7 @@ def test_progress_is_logged(qpath, caplog):
 POOL_CHILD = """
 import logging, os, sys, threading, time
 import ackqueue
-from ackqueue.pool import WorkerPool
+from ackqueue.workers.pool import WorkerPool
 
 path, log_path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 logging.basicConfig(level=logging.INFO)

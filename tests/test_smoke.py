@@ -9,7 +9,7 @@ def test_put_then_get_in_order(qpath):
 
 
 def test_demo_tells_its_story_and_exits_zero(capsys):
-    from ackqueue.demo import run_demo
+    from ackqueue.cli.demo import run_demo
 
     assert run_demo() == 0
     assert "none was lost" in capsys.readouterr().out

@@ -1,0 +1,6 @@
+"""The base layer: small tools every other layer may use, and that know nothing of queues.
+
+Clocks (:mod:`.clock`), the timer thread (:mod:`.timers`), Ctrl-C shielding
+(:mod:`.interrupts`) and hashable ids for keys (:mod:`.keyids`). Imports only the standard
+library and :mod:`ackqueue.errors`.
+"""

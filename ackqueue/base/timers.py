@@ -1,0 +1,137 @@
+"""Deadlines of one queue (delayed items falling due, leases running out) on one thread.
+
+The thread sleeps on a condition until the earliest deadline, or indefinitely when there is
+none; adding an earlier deadline wakes it. There is no polling. Callbacks run with the queue's
+mutex held, so they may move keys between the queue's in-memory structures and notify waiters.
+With a :class:`~ackqueue.clock.ManualClock` no thread is started: advancing the clock fires
+what fell due, in the advancing thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ackqueue.base.clock import Clock, _Listener
+
+log = logging.getLogger("ackqueue")
+
+Timer = list[Any]
+
+
+class Timers(_Listener):
+    def __init__(self, mutex: threading.Lock, clock: Clock, name: str) -> None:
+        self._cond = threading.Condition(mutex)
+        self._clock = clock
+        self._name = name
+        # Entries are [when, order, callback]; a cancelled entry's callback is None.
+        self._heap: list[list[Any]] = []
+        self._cancelled = 0
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._manual = bool(getattr(clock, "manual", False))
+        if self._manual:
+            clock.subscribe(self)  # type: ignore[attr-defined]
+
+    def at(self, when: float, callback: Callable[[], None]) -> Timer:
+        """Call ``callback`` (with the mutex held) once the clock reaches ``when``.
+
+        The caller holds the mutex. The result can be passed to :meth:`cancel`.
+        """
+        entry: Timer = [when, next(self._order), callback]
+        if self._stopped:
+            return entry
+        earliest = not self._heap or when < self._heap[0][0]
+        heapq.heappush(self._heap, entry)
+        if self._manual:
+            if when <= self._clock():
+                self.fire_due()
+            return entry
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=_run,
+                args=(weakref.ref(self),),
+                name=f"ackqueue-timers-{self._name}",
+                daemon=True,
+            )
+            self._thread.start()
+            # The thread keeps only a weak reference (the callbacks lead back to the queue, and
+            # a queue dropped without close() must be collectable); wake it to see it is gone.
+            weakref.finalize(self, _wake, self._cond).atexit = False
+        elif earliest:
+            self._cond.notify()
+        return entry
+
+    def cancel(self, entry: Timer) -> None:
+        """Forget a deadline (the caller holds the mutex).
+
+        Cancelled entries stay in the heap until due, so that cancelling costs O(1); when
+        they outnumber the live ones the heap is rebuilt, which keeps memory bounded by the
+        live deadlines even with long leases and many acks.
+        """
+        if entry[2] is None:
+            return
+        entry[2] = None
+        self._cancelled += 1
+        if self._cancelled > 1024 and self._cancelled * 2 > len(self._heap):
+            self._heap = [e for e in self._heap if e[2] is not None]
+            heapq.heapify(self._heap)
+            self._cancelled = 0
+
+    def fire_due(self) -> None:
+        """Run every callback whose time has come (the caller holds the mutex)."""
+        now = self._clock()
+        while self._heap and self._heap[0][0] <= now:
+            _when, _n, callback = heapq.heappop(self._heap)
+            if callback is None:
+                self._cancelled -= 1
+                continue
+            try:
+                callback()
+            except Exception:  # pragma: no cover - a bug; keep the other deadlines alive
+                log.exception("ackqueue timer callback failed")
+
+    def stop(self) -> None:
+        """Drop every deadline and end the thread (the caller holds the mutex)."""
+        self._stopped = True
+        self._heap.clear()
+        self._cancelled = 0
+        self._cond.notify_all()
+
+    def on_time_moved(self) -> None:
+        with self._cond:
+            if not self._stopped:
+                self.fire_due()
+
+
+def _run(ref: weakref.ReferenceType[Timers]) -> None:
+    timers = ref()
+    if timers is None:
+        return
+    cond = timers._cond
+    with cond:
+        while not timers._stopped:
+            timers.fire_due()
+            timeout = timers._heap[0][0] - timers._clock() if timers._heap else None
+            del timers  # no strong reference while waiting
+            if timeout is None or timeout > 0:
+                cond.wait(timeout)
+            timers = ref()
+            if timers is None:
+                return
+
+
+def _wake(cond: threading.Condition) -> None:
+    """The timers were collected: wake their thread so it ends. Never block here (see
+    dropping.py); if the lock is busy, its holder is that thread, which will see it."""
+    if cond.acquire(blocking=False):
+        try:
+            cond.notify_all()
+        finally:
+            cond.release()

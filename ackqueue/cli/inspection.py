@@ -1,0 +1,368 @@
+"""Reading a queue file from outside, read-only, even while a live process has it open.
+
+The storage is opened with ``FileStorage(path, read_only=True)``, which takes no lock and writes
+nothing; a storage URI (``zeo://host:port``) is opened through ``zodburi`` and only read. In one
+process's mode, what a live process holds is not in the file (holds live in its memory); it
+comes from the status file that process keeps beside the storage (see :mod:`ackqueue.status`),
+or is reported as unknown when there is none. With no live process, nothing is held: every
+stored item is ready again at the next open. In shared mode (ZEO, or ``shared=True``) holds are
+stored, under the session that took them (see :mod:`ackqueue.holdmarks`), and read from there
+together with the sessions themselves.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import ZODB
+
+from ackqueue.cli.reports import (
+    DeadItem,
+    HeldItem,
+    QueueStats,
+    SessionInfo,
+    StoredItem,
+    dead_item,
+    render,
+)
+from ackqueue.errors import NotAQueueFileError, StorageError
+from ackqueue.queue.status import read_status
+from ackqueue.records import QueueRecord, queues_of
+from ackqueue.shared.holdmarks import HOLDS_KEY, holder
+from ackqueue.shared.sessions import SESSIONS_KEY, server_time
+from ackqueue.storage.counts import stored_count
+from ackqueue.storage.store import open_file_storage
+from ackqueue.storage.uri import as_path, is_uri, open_db
+
+Progress = Callable[[int, int], None]
+
+# Bounds that keep `stats` quick on a queue of millions (see QueueFile.stats and live_size).
+OLDEST_SCAN = 20_000
+LIVE_SAMPLE = 20_000
+
+
+def live_owner(path: str) -> int | None:
+    """The pid of a live process holding the storage open, or None.
+
+    FileStorage holds an exclusive ``flock`` on ``<path>.lock`` while open; probing it without
+    blocking tells whether a process has the file open now (a killed process holds no lock).
+    """
+    try:
+        fd = os.open(path + ".lock", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            content = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            return int(content) if content.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+class QueueFile:
+    """A queue storage file opened read-only. Use as a context manager."""
+
+    def __init__(self, path: str) -> None:
+        path = as_path(path)
+        self.is_file = not is_uri(path)
+        if self.is_file:
+            if not os.path.exists(path):
+                raise StorageError(f"no such queue file: {path}")
+            if os.path.isdir(path):
+                raise StorageError(f"{path} is a directory, not a queue file")
+            self.path = os.path.realpath(path)
+            self.live_pid = live_owner(self.path)
+            self._status = self._fresh_status()
+            self._storage = open_file_storage(self.path, read_only=True)
+        else:  # a shared storage: every live process keeps its holds in it
+            self.path = path
+            self.live_pid = None
+            self._status = None
+        try:
+            self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+            self._storage = self._db.storage
+            self._conn = self._db.open()
+            root = self._conn.root()
+            queues = queues_of(root, create=False)
+            self._stored_holds = root.get(HOLDS_KEY)
+            self._sessions = root.get(SESSIONS_KEY)
+        except Exception:
+            self.close()
+            raise
+        if queues is None:
+            self.close()
+            raise NotAQueueFileError(f"{path} is a ZODB storage but holds no ackqueue queues")
+        self._queues = queues
+
+    def close(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+        db = getattr(self, "_db", None)
+        storage = getattr(self, "_storage", None)
+        if db is not None:
+            db.close()
+        elif storage is not None:
+            storage.close()
+
+    def __enter__(self) -> QueueFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- what is in it -------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return list(self._queues.keys())
+
+    def record(self, name: str) -> QueueRecord:
+        record = self._queues.get(name)
+        if record is None:
+            known = ", ".join(repr(n) for n in self.names()) or "none"
+            raise StorageError(f"no queue named {name!r} in {self.path} (queues: {known})")
+        return record
+
+    def kind(self, name: str) -> str:
+        return str(self.record(name).kind)
+
+    @property
+    def holds_known(self) -> bool:
+        """Whether held items are known: no live process, one that writes a status file, or
+        a shared storage (holds stored)."""
+        return self.live_pid is None or self._status is not None or self.shared
+
+    @property
+    def shared(self) -> bool:
+        """Whether queues in this storage were used in shared mode (holds are stored)."""
+        return self._stored_holds is not None or self._sessions is not None
+
+    def file_size(self) -> int | None:
+        """The size of the file, or of a shared storage as its server reports it."""
+        if self.is_file:
+            return os.path.getsize(self.path)
+        try:
+            return int(self._storage.getSize())
+        except Exception:  # a storage that cannot tell
+            return None
+
+    def sessions(self) -> list[SessionInfo]:
+        """The sessions of the processes sharing this storage, with how many items each holds."""
+        if self._sessions is None:
+            return []
+        now = time.time()
+        found = []
+        for sid, record in self._sessions.items():
+            record._p_activate()
+            serial = getattr(record, "_p_serial", None)
+            renewed = server_time(serial) if serial else None
+            age = None if renewed is None else max(0.0, now - renewed)
+            lease = float(getattr(record, "lease", 0.0))
+            mine = self._stored_holds.get(sid) if self._stored_holds is not None else None
+            found.append(SessionInfo(
+                id=str(sid), host=str(getattr(record, "host", "")),
+                pid=int(getattr(record, "pid", 0)), lease=lease, renewed_age=age,
+                lapsed=age is not None and age > lease, held=len(mine) if mine is not None else 0,
+            ))
+        return found
+
+    def live_size(self, progress: Progress | None = None) -> tuple[int, bool]:
+        """Bytes of the current revision of every object (about the size after a pack).
+
+        Exact up to ``LIVE_SAMPLE`` objects; beyond, estimated from a random sample of them,
+        so that a big queue's stats stay quick. Returns ``(bytes, exact)``.
+        """
+        index = getattr(self._storage, "_index", None)
+        if index is None:  # not a FileStorage: estimate from the size the storage reports
+            return self.file_size() or 0, False
+        oids = list(index.keys())
+        exact = len(oids) <= LIVE_SAMPLE
+        chosen = oids if exact else random.sample(oids, LIVE_SAMPLE)
+        total = 0
+        for n, oid in enumerate(chosen, 1):
+            data, _tid = self._storage.load(oid)
+            total += len(data)
+            if progress is not None and n % 10_000 == 0:
+                progress(n, len(chosen))
+        return (total if exact else total * len(oids) // len(chosen)), exact
+
+    def stats(self, name: str, progress: Progress | None = None) -> QueueStats:
+        """Counts by state from stored counters and indexes, without reading every entry.
+
+        The age of the oldest ready item comes from the first ``OLDEST_SCAN`` entries in
+        delivery order (exact when the queue is no longer than that, or FIFO without
+        priorities, where the head is the oldest).
+        """
+        record = self.record(name)
+        now = time.time()
+        stored = stored_count(record)
+        delayed = self._delayed_keys(record, now)
+        held_keys = self._held_keys(name)
+        # The status file may be a second older than the storage read: count only holds
+        # whose items are still stored (one acked since then is gone from both views).
+        held_items = [h for h in self._held_items(name, now) if _still_stored(record, h.key)]
+        held = len(held_items) if self.holds_known else None
+        oldest: float | None = None
+        scanned = 0
+        for key, entry in self._entries(record, progress, min(stored, OLDEST_SCAN)):
+            if scanned >= OLDEST_SCAN:
+                break
+            scanned += 1
+            if key in delayed or (held_keys is not None and repr(key) in held_keys):
+                continue
+            oldest = entry.put_at if oldest is None else min(oldest, entry.put_at)
+        return QueueStats(
+            name=name,
+            kind=str(record.kind),
+            stored=stored,
+            ready=None if held is None else max(0, stored - len(delayed) - held),
+            held=held,
+            delayed=len(delayed),
+            dead=_dead_count(record),
+            oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
+            oldest_ready_exact=scanned >= stored,
+            held_items=held_items,
+        )
+
+    def _delayed_keys(self, record: QueueRecord, now: float) -> set[Any]:
+        index = _delay_index(record)
+        if index is None:
+            return set()
+        entries = record.entries
+        return {key for key, when in index.items() if when > now and key in entries}
+
+    @property
+    def holds_age(self) -> float | None:
+        """How old the live process's report of its holds is, in seconds (None: no report)."""
+        if self._status is None:
+            return None
+        return max(0.0, time.time() - float(self._status.get("written_at", 0)))
+
+    def peek(self, name: str, count: int, limit: int | None = 200) -> list[StoredItem]:
+        """The first ``count`` stored items in delivery order, each with its state."""
+        record = self.record(name)
+        now = time.time()
+        held_keys = self._held_keys(name) or set()
+        found: list[StoredItem] = []
+        for key, entry in self._entries(record, None, 0):
+            if len(found) >= count:
+                break
+            state = (
+                "delayed" if _due_time(entry) > now
+                else "held" if repr(key) in held_keys else "ready"
+            )
+            found.append(StoredItem(
+                key=repr(key), item=render(entry.data, limit), put_age=max(0.0, now - entry.put_at),
+                attempts=getattr(entry, "attempts", 0), state=state,
+            ))
+        return found
+
+    def dead(self, name: str, limit: int | None = 200) -> list[DeadItem]:
+        tree = _dead_tree(self.record(name))
+        if tree is None:
+            return []
+        return [dead_item(key, letter, limit) for key, letter in tree.items()]
+
+    # -- holds, from the live process's status file ---------------------------------------------
+
+    def _fresh_status(self) -> dict[str, Any] | None:
+        if self.live_pid is None:
+            return None
+        status = read_status(self.path)
+        if status is None or status.get("pid") != self.live_pid:
+            return None  # none yet, or left behind by an earlier, killed process
+        return status
+
+    def _held_raw(self, name: str) -> list[dict[str, Any]]:
+        """Holds of queue ``name`` as dicts: the stored ones (shared mode) and those a live
+        process reported in its status file (its in-memory holds), each held item once."""
+        held = self._stored_held(name)
+        if self._status is not None:
+            queue = self._status.get("queues", {}).get(name, {})
+            stored = {h["key"] for h in held}
+            held += [h for h in queue.get("held", []) if h.get("key") not in stored]
+        return held
+
+    def _stored_held(self, name: str) -> list[dict[str, Any]]:
+        """Holds of queue ``name`` stored in shared mode: session -> {(queue, key): token}."""
+        if self._stored_holds is None:
+            return []
+        record = self._queues.get(name)
+        entries = record.entries if record is not None else None
+        held = []
+        for sid, mine in self._stored_holds.items():
+            for (queue_name, key), token in mine.items():
+                if queue_name != name or entries is None:
+                    continue
+                entry = entries.get(key)
+                if entry is None or holder(entry) != (sid, token):
+                    continue  # settled, or taken over, since it was listed
+                held.append({"owner": sid, "id": token, "attempts": entry.attempts,
+                             "got_at": None, "key": repr(key)})
+        return held
+
+    def _held_keys(self, name: str) -> set[str] | None:
+        return {h["key"] for h in self._held_raw(name)} if self.holds_known else None
+
+    def _held_items(self, name: str, now: float) -> list[HeldItem]:
+        return [
+            HeldItem(owner=h["owner"], delivery_id=h["id"], attempts=h["attempts"],
+                     age=None if h.get("got_at") is None else max(0.0, now - h["got_at"]),
+                     key=h["key"])
+            for h in self._held_raw(name)
+        ]
+
+    def _entries(
+        self, record: QueueRecord, progress: Progress | None, total: int
+    ) -> Iterator[tuple[Any, Any]]:
+        for n, (key, entry) in enumerate(record.entries.items(), 1):
+            yield key, entry
+            if progress is not None and n % 10_000 == 0:
+                progress(n, total)
+            if n % 1_000 == 0:
+                self._conn.cacheGC()  # keep memory flat on big queues
+
+
+# -- the two places that know how later core versions store delays and dead letters -----------
+
+def _due_time(entry: Any) -> float:
+    """When a stored entry may be delivered (0 for at once)."""
+    return float(getattr(entry, "not_before", 0) or 0)
+
+
+def _delay_index(record: Any) -> Any:
+    """The record's mapping of delayed entry keys to due times, or None if it has none."""
+    return getattr(record, "delayed", None)
+
+
+def _still_stored(record: Any, key_repr: str) -> bool:
+    try:
+        key = ast.literal_eval(key_repr)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return True  # a key we cannot rebuild: trust the live process's report
+    try:
+        return key in record.entries
+    except TypeError:
+        return True
+
+
+def _dead_tree(record: Any) -> Any:
+    """The record's mapping of dead letters, or None if this file has none."""
+    return getattr(record, "dead", None)
+
+
+def _dead_count(record: Any) -> int:
+    length = getattr(record, "dead_length", None)
+    if length is not None:
+        return int(length())
+    return len(_dead_tree(record) or ())

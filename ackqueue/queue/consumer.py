@@ -1,0 +1,199 @@
+"""The consumer proxy that :meth:`AckQueue.connect` returns (one per thread)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from ackqueue.base.interrupts import Shield
+from ackqueue.delivery.holds import Delivery, Hold, HoldTable
+from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError
+
+if TYPE_CHECKING:
+    from ackqueue.queue.queues import AckQueue
+    from ackqueue.storage.transactions import Transaction
+
+
+class Consumer:
+    """Gets items from a queue and holds them until :meth:`ack` or :meth:`nack`.
+
+    What it holds goes back to the queue, in its original place, when the consumer is closed
+    (also by leaving ``with q.connect() as c:``), when the thread that connected it ends, and,
+    if the process dies, when the queue is next opened.
+    """
+
+    def __init__(self, queue: AckQueue, table: HoldTable) -> None:
+        self._queue = queue
+        self._table = table
+        # Collected without close(): release from the finalizer, which must never block.
+        self._finalizer = weakref.finalize(self, queue._release_table_from_finalizer, table)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """The next item, held for this consumer; blocks like ``queue.Queue.get``."""
+        self._check_open()
+        return self._queue._hold_next(self._table, block, timeout)
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+    def get_many(self, n: int, timeout: float | None = None, *, block: bool = True) -> list[Any]:
+        """Between 1 and ``n`` items, held for this consumer.
+
+        Waits like :meth:`get` for the first item, then takes what else is ready right now.
+        """
+        self._check_open()
+        return self._queue._hold_many(self._table, n, block, timeout)
+
+    # Settling (and extend, and close) runs under a closed Shield: from marking a hold as
+    # being settled to the end of its commit, Ctrl-C waits, so memory and file agree again.
+
+    def ack(self, item: Any) -> None:
+        """Remove the held ``item`` (the very object :meth:`get` returned) for good."""
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "ack")], "ack")
+
+    def ack_many(self, items: Iterable[Any]) -> None:
+        """Ack every item in one commit; if one is not held, raise and ack none."""
+        items = list(items)  # a caller's generator runs before the shield goes up
+        with Shield(interruptible=False):
+            with self._queue.mutex:
+                holds: list[Hold] = []
+                try:
+                    for item in items:
+                        hold = self._table.find(item)
+                        if hold is None:
+                            raise NotHeldError(f"ack_many(): {self._not_held_locked(item)}")
+                        hold.settling = True
+                        holds.append(hold)
+                except BaseException:
+                    for hold in holds:
+                        hold.settling = False
+                    raise
+            if holds:
+                self._queue._settle(self._table, holds, "ack")
+
+    def nack(self, item: Any, delay: float | None = None) -> None:
+        """Give the held ``item`` back to the queue, in its original place.
+
+        With ``delay`` (seconds), it is not delivered again before then (stored, so this
+        commits). With ``max_attempts`` reached, it goes to the dead letters instead.
+        """
+        if delay is not None and delay < 0:
+            raise ValueError(f"delay must not be negative, not {delay!r}")
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "nack")], "nack", delay=delay)
+
+    def reject(self, item: Any, reason: str | None = None) -> None:
+        """Send the held ``item`` straight to the dead letters, with ``reason``."""
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "reject")], "reject", reason=reason)
+
+    def extend(self, item: Any, seconds: float) -> None:
+        """Renew the lease on the held ``item``: it may be held ``seconds`` more from now."""
+        with Shield(interruptible=False):  # a lease half re-armed would never run out
+            self._queue._extend(self._table, self._find(item, "extend", settle=False), seconds)
+
+    def ack_id(self, delivery_id: int) -> None:
+        """Like :meth:`ack`, naming the delivery by its id (see :meth:`delivery`)."""
+        with Shield(interruptible=False):
+            self._settle([self._find_id(delivery_id, "ack_id")], "ack")
+
+    def nack_id(self, delivery_id: int, delay: float | None = None) -> None:
+        with Shield(interruptible=False):
+            self._settle([self._find_id(delivery_id, "nack_id")], "nack", delay=delay)
+
+    def transaction(self) -> AbstractContextManager[Transaction]:
+        """``with c.transaction():`` the same as the queue's :meth:`AckQueue.transaction`."""
+        return self._queue.transaction()
+
+    def delivery(self, item: Any) -> Delivery:
+        """The delivery of a held item: its id, attempts so far and when it was got."""
+        return self._find(item, "delivery", settle=False).delivery
+
+    def deliveries(self) -> list[Delivery]:
+        """Everything this consumer holds, oldest first."""
+        with self._queue.mutex:
+            return [hold.delivery for hold in self._table.by_id.values()]
+
+    def close(self) -> None:
+        """Give back everything held; the consumer cannot be used afterwards.
+
+        A get or get_many blocked on this consumer in another thread wakes and raises
+        :class:`QueueClosedError`; it takes nothing, so the next item stays ready for others.
+        """
+        with Shield(interruptible=False):
+            self._finalizer.detach()
+            self._queue._close_table(self._table)
+
+    @property
+    def closed(self) -> bool:
+        return self._table.closed
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"holding {len(self._table.by_id)}"
+        return f"<Consumer of {self._queue.name!r} for thread {self._table.owner!r}: {state}>"
+
+    # -- finding holds ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._table.closed:
+            if self._queue.is_shutdown:  # closed by an immediate shutdown
+                raise self._queue._shut_down_error()
+            raise QueueClosedError("this consumer is closed")
+
+    def _settle(self, holds: list[Hold], outcome: str, **how: Any) -> None:
+        self._queue._settle(self._table, holds, outcome, **how)
+
+    def _find(self, item: Any, verb: str, settle: bool = True) -> Hold:
+        """The hold of ``item``, marked as being settled unless ``settle`` is False."""
+        with self._queue.mutex:
+            hold = self._table.find(item)
+            if hold is None:
+                raise NotHeldError(f"{verb}(): {self._not_held_locked(item)}")
+            if settle:
+                hold.settling = True
+        return hold
+
+    def _find_id(self, delivery_id: int, verb: str) -> Hold:
+        with self._queue.mutex:
+            hold = self._table.by_id.get(delivery_id)
+            if hold is None or hold.settling:
+                raise NotHeldError(
+                    f"{verb}(): this consumer holds no delivery {delivery_id!r} (never got, "
+                    "already acked or nacked, held by another consumer, given back when it "
+                    "was closed, or taken back when its lease ran out)"
+                )
+            hold.settling = True
+        return hold
+
+    def _not_held_locked(self, item: Any) -> str:
+        """Why ``item`` is not held here (with the queue's mutex held)."""
+        expired = self._table.find_expired(item)
+        if expired is not None:
+            raise LeaseExpiredError(
+                f"this consumer held that {type(item).__qualname__} longer than its lease "
+                f"(ack_timeout={self._queue.ack_timeout}s); it went back to the queue and may "
+                "have been delivered to another consumer, so nothing was changed"
+            )
+        for table in self._queue._tables:
+            if table is not self._table and table.find(item) is not None:
+                return (
+                    f"that item is held by another consumer (thread {table.owner!r}), not this one"
+                )
+        return self._not_held_reason(item)
+
+    def _not_held_reason(self, item: Any) -> str:
+        if self._table.closed:
+            return "this consumer is closed; what it held was given back"
+        return (
+            f"this consumer does not hold that {type(item).__qualname__} (never got from it, "
+            "already acked or nacked, or not the very object get() returned)"
+        )

@@ -1,0 +1,170 @@
+"""A small status file beside a live queue's storage, so ``ackqueue stats`` can show holds.
+
+Holds live only in the memory of the process that took them (a get writes nothing), so another
+process reading the storage cannot see them. Instead, each process with file-backed queues keeps
+``<storage>.status`` up to date: a JSON snapshot of every open queue's held items (owner thread,
+delivery id, attempts, when got) and its pid, rewritten atomically by one daemon thread at most
+once a second, and only when something changed. The file is removed when the last queue on the
+storage closes; one left behind by a killed process names a pid that no longer holds the lock,
+so readers know to ignore it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ackqueue.queue.queues import AckQueue
+
+log = logging.getLogger("ackqueue")
+
+INTERVAL = 1.0
+SUFFIX = ".status"
+
+
+def status_path(storage_path: str) -> str:
+    return storage_path + SUFFIX
+
+
+def storage_file(queue: AckQueue) -> str | None:
+    """The FileStorage file behind ``queue``, or None if it is not file-backed."""
+    storage = queue._store.db.storage
+    name = getattr(storage, "_file_name", None)
+    return os.path.realpath(name) if isinstance(name, str) else None
+
+
+def snapshot(queue: AckQueue) -> dict[str, Any]:
+    """What the status file says about one queue."""
+    with queue.mutex:
+        held = [
+            {
+                "owner": table.owner,
+                "id": hold.delivery.id,
+                "attempts": hold.delivery.attempts,
+                "got_at": hold.delivery.got_at,
+                "key": repr(hold.key),
+            }
+            for table in queue._tables
+            for hold in table.by_id.values()
+        ]
+    return {"held": held}
+
+
+class StatusBeacon:
+    """Keeps the status files of this process's file-backed queues current."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[str, weakref.WeakSet[AckQueue]] = {}
+        self._written: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+
+    def attach(self, queue: AckQueue) -> None:
+        path = storage_file(queue)
+        if path is None:
+            return
+        with self._lock:
+            self._queues.setdefault(path, weakref.WeakSet()).add(queue)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="ackqueue-status", daemon=True
+                )
+                self._thread.start()
+
+    def detach(self, queue: AckQueue) -> None:
+        path = storage_file(queue)
+        if path is None:
+            return
+        with self._lock:
+            queues = self._queues.get(path)
+            if queues is not None:
+                queues.discard(queue)
+        self._remove_if_unused(path, missing=True)
+
+    def forget_dropped(self, path: str) -> None:
+        """A queue on ``path`` was collected without close(): if none is left, remove the file."""
+        self._remove_if_unused(path, missing=False)
+
+    def _remove_if_unused(self, path: str, missing: bool) -> None:
+        """Stop writing ``path``'s status file and remove it if no queue on it is left (or,
+        with ``missing``, if none is registered at all)."""
+        with self._lock:
+            queues = self._queues.get(path)
+            # Iterate rather than len(): a dropped queue's own weak reference may not have been
+            # swept from the set yet, but it no longer yields the queue.
+            last = missing if queues is None else next(iter(queues), None) is None
+            if last:
+                self._queues.pop(path, None)
+                self._written.pop(path, None)
+        if last:
+            with contextlib.suppress(OSError):
+                os.unlink(status_path(path))
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(INTERVAL)  # at most one write per file per interval
+            if not self._write_all():
+                return
+
+    def _write_all(self) -> bool:
+        """Write every changed status file; False once no queue is left (the thread ends).
+
+        A function of its own so that the strong references to the queues end with each
+        round: kept across the sleep, they would keep a queue dropped without close() alive
+        for good (see dropping.py)."""
+        with self._lock:
+            if not self._queues:
+                self._thread = None
+                return False
+            work = {path: list(queues) for path, queues in self._queues.items()}
+        for path, queues in work.items():
+            try:
+                self._write(path, queues)
+            except Exception:  # a status file is a courtesy; never let it hurt the queue
+                log.debug("could not write the status file of %s", path, exc_info=True)
+        return True
+
+    def _write(self, path: str, queues: list[AckQueue]) -> None:
+        state = {q.name: snapshot(q) for q in queues if not q.closed}
+        with self._lock:
+            if path not in self._queues or self._written.get(path) == state:
+                return
+            self._written[path] = state
+        body = {"pid": os.getpid(), "written_at": time.time(), "queues": state}
+        target = status_path(path)
+        tmp = f"{target}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(body, f)
+        os.replace(tmp, target)
+
+
+    def remove_all(self) -> None:
+        """Remove this process's status files (at exit: queues left open hold nothing after)."""
+        with self._lock:
+            paths = list(self._queues)
+            self._queues.clear()
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(status_path(path))
+
+
+beacon = StatusBeacon()
+atexit.register(beacon.remove_all)
+
+
+def read_status(storage_path: str) -> dict[str, Any] | None:
+    """The status file of a storage, or None if there is none or it cannot be read."""
+    try:
+        with open(status_path(storage_path)) as f:
+            body = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None

@@ -1,0 +1,66 @@
+"""The watcher: wakes a ``get`` blocked in this process when another process commits.
+
+ZODB has no change notification, but ZEO delivers invalidations to the client as the server
+commits: the watcher notices that the database's last transaction id moved (a local read, no
+round trip) every ``POLL_INTERVAL`` seconds and refreshes each shared queue's view, which
+wakes its blocked gets. Storages that learn of other clients' commits only when a connection
+polls (RelStorage) never move it by themselves, so the view is refreshed at least every
+``REFRESH_AT_LEAST_EVERY`` seconds anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from ackqueue.errors import StorageError
+
+if TYPE_CHECKING:
+    from ackqueue.shared.mode import SharedQueue
+    from ackqueue.storage.store import Store
+
+log = logging.getLogger("ackqueue")
+
+POLL_INTERVAL = 0.01
+REFRESH_AT_LEAST_EVERY = 0.5
+
+
+class Watcher:
+    """A thread refreshing the shared queues of one database when its last commit moves."""
+
+    def __init__(self, store: Store, queues: weakref.WeakSet[SharedQueue]) -> None:
+        self._store = store
+        self._queues = queues
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="ackqueue-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        last, refreshed = None, time.monotonic()
+        while not self._stop.wait(POLL_INTERVAL):
+            try:
+                tid = self._store.db.lastTransaction()
+            except Exception:  # pragma: no cover - a closing storage
+                continue
+            if tid != last or time.monotonic() - refreshed > REFRESH_AT_LEAST_EVERY:
+                last, refreshed = tid, time.monotonic()
+                self._refresh_queues()
+
+    def _refresh_queues(self) -> None:
+        # A method of its own so that no strong reference to a queue outlives the round: one
+        # kept across the wait would keep a queue dropped without close() alive for good.
+        for queue in list(self._queues):
+            try:
+                queue.refresh()
+            except StorageError as exc:  # the server is away; the renewals say so
+                log.debug("ackqueue: cannot refresh queue %r: %s", queue.name, exc)
+            except Exception:  # pragma: no cover - a bug; keep watching the others
+                log.exception("ackqueue: refreshing queue %r failed", queue.name)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

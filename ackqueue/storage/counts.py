@@ -1,0 +1,229 @@
+"""How many entries a queue stores, kept off the per-operation commits of a queue file.
+
+Every put and ack changes the count. Kept in a ``BTrees.Length`` written by each commit, it is
+one more object to pickle and store per commit, a tenth of a put's work. So a queue opened
+from a file (one process, one writer) instead records each commit's change of its count in
+the commit's own transaction metadata (``Transaction.setExtendedInfo``: a few bytes in the
+transaction header), and writes the ``Length`` only every :data:`FOLD_EVERY` commits, before
+a pack, and when the queue is closed ("folding"). The exact count is then::
+
+    length() + the changes recorded by the transactions after the Length's own revision
+
+which a reader finds by iterating the storage's transactions after that revision (the last
+fold: a few hundred at most, or since the queue was opened). The record says whether its
+count is kept this way (``QueueRecord.counted_in_log``), so that every other reader (a
+shared-mode process over ZEO, ``ackqueue stats`` opening the file read-only, an opener after a
+``kill -9``) knows to add the recorded changes; the next opener of the file folds them for good.
+
+Each commit records its own change, also the one that folds (the folded ``Length`` includes
+it, and a reader starts after the ``Length``'s revision), so a reader that loaded an older
+``Length`` still adds up to the right count. A pack drops transactions whose records were all
+replaced; the store folds every queue it defers and packs only up to that fold (see
+:meth:`LogCounts.fold_for_pack`), so no dropped transaction is still needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from persistent.TimeStamp import TimeStamp
+from ZODB.utils import p64, u64
+
+log = logging.getLogger("ackqueue")
+
+COUNTS_KEY = "ackqueue.counts"  # transaction metadata: {queue name: change of its count}
+FOLD_EVERY = 512  # commits between folds: what a reader or an opener after a crash scans
+
+
+class LogCounts:
+    """The counts of the queues of one file-storage database, deferred to transaction metadata.
+
+    ``run`` is the store's ``run`` (a change committed through the group committer); the
+    hooks :meth:`begin`, :meth:`before_commit` and :meth:`committed` are called by the group
+    committer around each commit attempt, in the thread making it.
+    """
+
+    def __init__(self, storage: Any, writer: Any, tm: Any) -> None:
+        self._storage = storage
+        self._writer = writer
+        self._tm = tm
+        self._names: dict[bytes, str] = {}  # record oid -> queue name, for queues deferring
+        self._pending: dict[bytes, int] = {}  # committed changes not yet in the Length
+        self._txn: dict[bytes, int] = {}  # changes in the commit being made
+        self._fold: set[bytes] = set()  # records to fold in the commit being made
+        self._since_fold = 0
+        self._fold_all = False
+        self.fold_tid: bytes | None = None  # the transaction of the last fold of everything
+        self._lock = threading.Lock()
+
+    # -- inside changes --------------------------------------------------------------------
+
+    def defers(self, record: Any) -> bool:
+        return record._p_oid in self._names and bool(record.counted_in_log)
+
+    def change(self, record: Any, n: int) -> None:
+        oid = record._p_oid
+        self._txn[oid] = self._txn.get(oid, 0) + n
+
+    def start(self, record: Any, name: str) -> None:
+        """Defer ``record``'s count from this commit on (inside the change opening it)."""
+        if record._p_oid is None:
+            self._writer.add(record)  # a new queue: give it its oid now
+        if not record.counted_in_log:
+            record.counted_in_log = True
+        self._names[record._p_oid] = name
+        self._fold.add(record._p_oid)  # anchors the Length at this commit: a short replay
+
+    def stop(self, record: Any) -> None:
+        """Fold ``record``'s count and keep it in the Length again (inside a change)."""
+        oid = record._p_oid
+        record.length.change(self._pending.get(oid, 0) + self._txn.pop(oid, 0))
+        record.counted_in_log = False
+        self._fold.discard(oid)
+        self._names.pop(oid, None)
+        self._pending.pop(oid, None)
+
+    # -- the group committer's hooks -------------------------------------------------------
+
+    def begin(self) -> None:
+        self._txn = {}
+        self._fold = set()
+
+    def before_commit(self) -> None:
+        txn = self._txn
+        if txn:
+            self._since_fold += 1
+            self._tm.get().setExtendedInfo(
+                COUNTS_KEY, {self._names[oid]: n for oid, n in txn.items() if n}
+            )
+        if self._fold_all or self._since_fold >= FOLD_EVERY:
+            self._fold.update(self._names)
+        for oid in self._fold:
+            record = self._writer.get(oid)
+            record.length.change(self._pending.get(oid, 0) + txn.get(oid, 0))
+
+    def committed(self) -> None:
+        folded = self._fold
+        for oid, n in self._txn.items():
+            if oid not in folded and oid in self._names:
+                self._pending[oid] = self._pending.get(oid, 0) + n
+        for oid in folded:
+            self._pending.pop(oid, None)
+        if folded and folded >= set(self._names):
+            self._since_fold = 0
+            self.fold_tid = self._storage.lastTransaction()
+        self._txn = {}
+        self._fold = set()
+
+    # -- folding everything ----------------------------------------------------------------
+
+    def fold_all(self, run: Callable[[Callable[[], None]], None]) -> None:
+        """Write every deferred count to its Length, in a commit of its own."""
+        with self._lock:
+            self._fold_all = True
+            try:
+                run(lambda: None)
+            finally:
+                self._fold_all = False
+
+    def fold_for_pack(self, run: Callable[[Callable[[], None]], None]) -> float | None:
+        """Fold everything; the pack time to use (just before that fold), or None for now."""
+        if not self._names:
+            return None
+        self.fold_all(run)
+        if self.fold_tid is None:
+            return None
+        # Transactions from this fold on are kept whole by the pack: they are what a reader
+        # adds to the folded Lengths.
+        return TimeStamp(self.fold_tid).timeTime() - 0.01
+
+
+def stored_count(record: Any, storage: Any = None) -> int:
+    """How many entries ``record`` stores (its Length, plus the changes recorded after it when
+    its count is deferred; see the module docstring)."""
+    length = record.length
+    count = int(length())  # first: a ghost's _p_serial is not its revision's
+    if not getattr(record, "counted_in_log", False):
+        return count
+    if storage is None:
+        storage = record._p_jar.db().storage
+    for attempt in range(3):
+        try:
+            return count + logged_changes(storage, name_of(record), length._p_serial)
+        except Exception:
+            # A file another process is appending to can end in a half-written transaction,
+            # which FileStorage's iterator refuses to start from: look again, or count.
+            if attempt == 2:
+                log.warning("counting the entries of a queue instead", exc_info=True)
+    return len(record.entries)
+
+
+def name_of(record: Any) -> str:
+    """The name ``record`` is stored under in its database root."""
+    from ackqueue.records import queues_of  # records imports nothing of ours; keep it that way
+
+    queues = queues_of(record._p_jar.root(), create=False)
+    for name, candidate in queues.items():
+        if candidate is record:
+            return str(name)
+    raise LookupError("queue record not found in its database root")
+
+
+def logged_changes(storage: Any, name: str, after: bytes) -> int:
+    """The changes of queue ``name``'s count recorded by transactions after ``after``."""
+    started = time.monotonic()
+    total = scanned = 0
+    transactions = storage.iterator(p64(u64(after) + 1))
+    try:
+        for txn in transactions:
+            scanned += 1
+            changes = txn.extension.get(COUNTS_KEY)
+            if changes:
+                total += changes.get(name, 0)
+    finally:
+        close = getattr(transactions, "close", None)
+        if close is not None:
+            close()
+    log.debug(
+        "count of %r: %d changes in %d transactions (%.3f s)",
+        name, total, scanned, time.monotonic() - started,
+    )
+    return total
+
+
+_by_connection: weakref.WeakKeyDictionary[Any, LogCounts] = weakref.WeakKeyDictionary()
+
+
+def attach(connection: Any, counts: LogCounts) -> None:
+    """Defer the counts of queues opened through the writer ``connection``."""
+    _by_connection[connection] = counts
+
+
+def count_change(record: Any, n: int) -> None:
+    """``n`` entries were added to ``record`` (removed, if negative), inside a change."""
+    counts = _by_connection.get(record._p_jar)
+    if counts is not None and counts.defers(record):
+        counts.change(record, n)
+    else:
+        record.length.change(n)
+
+
+def settle(record: Any, storage: Any) -> None:
+    """Inside a change: put the changes logged after ``record``'s Length into it, and keep the
+    count in the Length from now on (a queue whose deferring process died)."""
+    if not getattr(record, "counted_in_log", False):
+        return
+    length = record.length
+    base = int(length())  # loads it: a ghost's _p_serial is not its revision's
+    try:
+        change = logged_changes(storage, name_of(record), length._p_serial)
+    except Exception:  # a storage that cannot iterate its transactions: count the entries
+        log.warning("recounting the entries of a queue (its count was deferred)", exc_info=True)
+        change = len(record.entries) - base
+    length.change(change)
+    record.counted_in_log = False

@@ -1,0 +1,393 @@
+"""The ZODB plumbing: opening a storage, sharing one database per file, connections, commit.
+
+FileStorage allows one opener per file, so every queue on the same file in a process shares
+one :class:`Store`, counted by reference and closed with its last queue. A store owns the one
+writer connection of its database; all writes go through its :class:`GroupCommitter`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import transaction
+import zc.lockfile
+import ZODB
+from ZODB.Connection import Connection
+from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage.FileStorage import FileStorageError
+from ZODB.MappingStorage import MappingStorage
+
+from ackqueue.base.interrupts import Shield
+from ackqueue.errors import NotAQueueFileError, QueueLockedError, StorageError
+from ackqueue.records import ROOT_KEY, queues_of
+from ackqueue.storage import counts as counting
+from ackqueue.storage import leftovers, repair
+from ackqueue.storage.commit import GroupCommitter
+from ackqueue.storage.durability import QueueFileStorage, RelaxedFileStorage, check_durability
+from ackqueue.storage.packing import PACK_STATE_KEY, AutoPacker
+from ackqueue.storage.uri import as_path, is_uri, open_db
+
+log = logging.getLogger("ackqueue")
+
+T = TypeVar("T")
+
+# Each connection's object cache is bounded by count (ZODB's default, 400 objects) and, so
+# that big items cannot make 400 objects huge, by their pickled size.
+CACHE_BYTES = 32 * 1024 * 1024
+
+_registry_lock = threading.Lock()
+_by_path: dict[str, Store] = {}
+_by_db: dict[int, Store] = {}
+
+
+def _strong_claim() -> object:
+    return True  # a claim made without an owner object: never considered dropped
+
+
+def _lock_owner(path: str) -> str:
+    try:
+        with open(path + ".lock") as f:
+            pid = f.read().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid else ""
+
+
+def open_file_storage(
+    path: str, read_only: bool = False, durability: str = "strict"
+) -> FileStorage:
+    """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
+    kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
+    try:
+        if read_only:
+            return kind(path, read_only=True, pack_keep_old=False)
+        repair.before_open(path)
+        copies = leftovers.truncation_copies(path)
+        storage = kind(path, read_only=False, pack_keep_old=False)
+        leftovers.remove_new_truncation_copies(path, copies)
+        return storage
+    except zc.lockfile.LockError:
+        raise QueueLockedError(
+            f"queue file {path} is open in another process{_lock_owner(path)}; "
+            "only one process may open a FileStorage at a time (use ZEO to share it)"
+        ) from None
+    except FileStorageError as exc:
+        why = "it does not start with a FileStorage header" if str(exc) == path else str(exc)
+        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({why})") from None
+    except PermissionError as exc:
+        raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
+    except OSError as exc:
+        raise StorageError(f"cannot open queue file {path}: {exc}") from None
+
+
+class Store:
+    """One database as ackqueue uses it: a writer connection with group commit."""
+
+    def __init__(
+        self, db: ZODB.DB, owns_db: bool, where: str, durability: str = "strict"
+    ) -> None:
+        self.db = db
+        self.where = where
+        self.owns_db = owns_db
+        self.durability = durability
+        self.packer: AutoPacker | None = None
+        self._refs = 0
+        self._names: dict[str, Callable[[], object | None]] = {}
+        self._tm = transaction.TransactionManager()
+        self.writer: Connection = db.open(transaction_manager=self._tm)
+        storage = db.storage
+        syncer = storage if getattr(storage, "sync_each_commit", False) else None
+        # One writer process per file: queue counts can be kept off each commit (counts.py).
+        self.counts: counting.LogCounts | None = None
+        if owns_db and isinstance(storage, QueueFileStorage) and not storage.isReadOnly():
+            self.counts = counting.LogCounts(storage, self.writer, self._tm)
+            counting.attach(self.writer, self.counts)
+        self._committer = GroupCommitter(
+            self._tm, self._describe_failure, syncer, hooks=self.counts
+        )
+        self._needs_repair = False
+        name = getattr(storage, "_file_name", None)  # a writable FileStorage's file
+        writable = not getattr(storage, "_is_read_only", True)
+        self.file_path: str | None = name if isinstance(name, str) and writable else None
+        if self.counts is not None:
+            self._settle_counts()
+
+    # -- opening and closing ------------------------------------------------------------
+
+    @classmethod
+    def acquire(
+        cls,
+        path: str | os.PathLike[str] | None,
+        db: ZODB.DB | None,
+        durability: str = "strict",
+        autopack: bool = True,
+    ) -> Store:
+        """The store for a file path or storage URI, a caller's database, or (both None) a new
+        in-memory one.
+
+        ``durability`` and ``autopack`` apply to a file path only (see ``durability.py`` and
+        ``packing.py``); a caller's database or a URI's storage is used as it is.
+        """
+        check_durability(durability)
+        path = as_path(path)
+        with _registry_lock:
+            if db is not None:
+                store = _by_db.get(id(db))
+                if store is None:
+                    store = _by_db[id(db)] = cls(db, owns_db=False, where=repr(db))
+            elif path is None:
+                store = cls(ZODB.DB(MappingStorage()), owns_db=True, where="memory")
+            elif isinstance(path, str) and is_uri(path):  # one database per URI, as per file
+                store = _by_path.get(path)
+                if store is None:
+                    store = _by_path[path] = cls(open_db(path), owns_db=True, where=path)
+            else:
+                key = os.path.realpath(os.fspath(path))
+                store = _by_path.get(key)
+                if store is None:
+                    storage = open_file_storage(key, durability=durability)
+                    try:
+                        zdb = ZODB.DB(storage, cache_size_bytes=CACHE_BYTES)
+                    except Exception:
+                        storage.close()
+                        raise
+                    store = cls(zdb, owns_db=True, where=key, durability=durability)
+                    if autopack:
+                        store._start_autopack()
+                    _by_path[key] = store
+                elif store.durability != durability:
+                    raise StorageError(
+                        f"queue file {key} is already open in this process with "
+                        f"durability={store.durability!r}, not {durability!r}"
+                    )
+            store._refs += 1
+            return store
+
+    def claim_name(self, name: str, owner: object | None = None) -> object:
+        """Reserve ``name`` for ``owner``, one open queue per name and database; return the
+        claim, which :meth:`release_dropped` takes.
+
+        A claim whose owner was garbage-collected without ``close()`` (as ``queue.Queue`` code
+        never closes) is taken over, with the store reference that owner left behind.
+        """
+        claim = self._try_claim(name, owner)
+        if claim is not None:
+            return claim
+        gc.collect()  # a dropped queue in a reference cycle is freed only by the collector
+        claim = self._try_claim(name, owner)
+        if claim is None:
+            raise StorageError(
+                f"queue {name!r} in {self.where} is already open in this process; "
+                "share that AckQueue object between threads instead"
+            )
+        return claim
+
+    def _try_claim(self, name: str, owner: object | None) -> object | None:
+        with _registry_lock:
+            holder = self._names.get(name)
+            if holder is not None:
+                if holder() is not None:
+                    return None
+                self._refs -= 1  # the reference its dropped owner has not released yet
+            claim = weakref.ref(owner) if owner is not None else _strong_claim
+            self._names[name] = claim
+            return claim
+
+    def registry_free(self) -> bool:
+        """Whether no thread holds the registry lock right now (without waiting for it)."""
+        if not _registry_lock.acquire(blocking=False):
+            return False
+        _registry_lock.release()
+        return True
+
+    def release_dropped(self, name: str, claim: object) -> None:
+        """Release the reference of a queue collected without ``close()`` (see dropping.py),
+        unless a new queue took its name over (and with it that reference) meanwhile."""
+        with _registry_lock:
+            if self._names.get(name) is not claim or not self._release_locked(name):
+                return
+        self._close()
+
+    def release(self, name: str | None = None) -> None:
+        if name is not None:
+            self._stop_counting(name)
+        with _registry_lock:
+            if not self._release_locked(name):
+                return
+        self._close()
+
+    def _release_locked(self, name: str | None) -> bool:
+        """Drop one reference (and ``name``'s claim); True if it was the last one."""
+        if name is not None:
+            self._names.pop(name, None)
+        self._refs -= 1
+        if self._refs > 0:
+            return False
+        for path_key in [k for k, v in _by_path.items() if v is self]:
+            del _by_path[path_key]
+        for db_key in [k for k, v in _by_db.items() if v is self]:
+            del _by_db[db_key]
+        return True
+
+    def _start_autopack(self) -> None:
+        state = self.writer.root().get(PACK_STATE_KEY)
+        self._tm.abort()
+        self.packer = AutoPacker(self.db, self._record_pack_state, state, self._pack_time)
+
+    # -- deferred counts (see counts.py) -------------------------------------------------
+
+    def _settle_counts(self) -> None:
+        """Fold the counts a process that died left deferred, for every queue of the file:
+        a pack would drop the transactions that record them."""
+        storage = self.db.storage
+
+        def settle_all() -> None:
+            queues = queues_of(self.root(), create=False)
+            for record in queues.values() if queues is not None else ():
+                counting.settle(record, storage)
+
+        queues = queues_of(self.writer.root(), create=False)
+        stale = queues is not None and any(r.counted_in_log for r in queues.values())
+        self._tm.abort()
+        if stale:
+            self._committer.run(settle_all)
+
+    def _stop_counting(self, name: str | None) -> None:
+        """Fold the deferred count of queue ``name`` (every queue: None) into its Length."""
+        counts = self.counts
+        if counts is None:
+            return
+
+        def stop() -> None:
+            queues = queues_of(self.root(), create=False)
+            for key in [name] if name is not None else list(queues or ()):
+                record = queues.get(key) if queues is not None else None
+                if record is not None and counts.defers(record):
+                    counts.stop(record)
+
+        try:
+            self._committer.run(stop)
+        except Exception:  # the next opener folds it from the transaction log
+            log.warning("could not write the count of queue %r at close", name, exc_info=True)
+
+    def _pack_time(self) -> float | None:
+        """Fold the deferred counts; pack up to that fold only (see counts.py)."""
+        if self.counts is None:
+            return None
+        return self.counts.fold_for_pack(self._committer.run)
+
+    def _record_pack_state(self, state: tuple[int, int, int]) -> None:
+        def record() -> None:
+            root = self.root()
+            if ROOT_KEY in root:  # only in a queue file, never as its first content
+                root[PACK_STATE_KEY] = state
+
+        self._committer.run(record)
+
+    def _close(self) -> None:
+        try:
+            if self.packer is not None:
+                self.packer.close()  # records the garbage estimate: before the committer closes
+            self._stop_counting(None)
+        finally:
+            self._committer.close()
+        try:
+            self._tm.abort()
+            self.writer.close()
+        finally:
+            if self.owns_db:
+                try:
+                    self.db.close()
+                    if self.file_path is not None:
+                        leftovers.remove_commit_scratch(self.file_path)
+                except OSError as exc:
+                    # Everything committed is already on disk; only the index or the
+                    # temporary file could not be written out (a full disk, say).
+                    raise StorageError(
+                        f"closing queue storage {self.where}: {exc} (committed data is safe; "
+                        "the next open rebuilds the index)"
+                    ) from exc
+
+    # -- connections and commits ----------------------------------------------------------
+
+    def open_reader(self) -> tuple[Connection, transaction.TransactionManager]:
+        """A connection of its own for reading, with its own transaction manager."""
+        tm = transaction.TransactionManager()
+        return self.db.open(transaction_manager=tm), tm
+
+    @property
+    def commits(self) -> int:
+        """How many commits this store has made: readers sync when it moves."""
+        return self._committer.commits
+
+    def run(self, change: Callable[[], T]) -> T:
+        """Apply ``change`` to the writer connection's objects and commit it durably."""
+        if self._needs_repair:
+            change = repair.after_failed_write(self, change)
+        # Ctrl-C inside a ZODB commit makes FileStorage close itself: hold it back.
+        with Shield(interruptible=False):
+            result = self._committer.run(change)
+        if self.packer is not None:
+            self.packer.after_commit()
+        return result
+
+    def note_dropped(self, records: int) -> None:
+        """``records`` stored objects were just made unreachable: a hint for automatic packing.
+        Call it only inside a change (the committer's thread)."""
+        note = getattr(self.db.storage, "note_dropped", None)
+        if note is not None:
+            note(records)
+
+    def root(self) -> Any:
+        """The writer connection's root; touch it only inside a change."""
+        return self.writer.root()
+
+    def pack(self) -> None:
+        try:
+            # Ctrl-C between FileStorage's two renames would leave no file and a closed
+            # storage: let it wait until the pack is over.
+            with Shield(interruptible=False):
+                if self.packer is not None:
+                    self.packer.pack()
+                else:
+                    self.db.pack(self._pack_time())
+        except OSError as exc:
+            raise StorageError(f"cannot pack queue storage {self.where}: {exc}") from exc
+
+    def _describe_failure(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, StorageError):
+            return exc
+        if isinstance(exc, OSError):
+            self._needs_repair = True
+            err = StorageError(f"cannot write to queue storage {self.where}: {exc}")
+        elif isinstance(exc, Exception):
+            err = StorageError(f"commit to queue storage {self.where} failed: {exc!r}")
+        else:
+            err = StorageError(f"commit to queue storage {self.where} was interrupted ({exc!r})")
+        err.__cause__ = exc
+        return err
+
+
+def _close_all_at_exit() -> None:
+    """Close file storages on exit so their index is written and the next open is fast."""
+    with _registry_lock:
+        stores = set(_by_path.values())
+        _by_path.clear()
+    for store in stores:
+        try:
+            store._close()
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            log.exception("closing %s at exit failed", store.where)
+
+
+atexit.register(_close_all_at_exit)

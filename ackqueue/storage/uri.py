@@ -1,0 +1,77 @@
+"""Storage URIs as the ``zodburi`` package spells them: ``zeo://``, ``file://``, ``memory://``.
+
+``AckQueue("zeo://127.0.0.1:8100")`` shares one queue database between processes through a ZEO
+server. ``file://`` is the same as giving the path (and shares its one-opener-per-file
+registry); every other scheme is handed to ``zodburi`` (installed with the ``[zeo]`` extra), so
+any storage it knows (RelStorage's ``postgres://`` among them, when installed) opens the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import ZODB
+from ZODB.POSException import ConflictError
+
+from ackqueue.errors import StorageError
+
+OPEN_RETRIES = 5
+
+
+def is_uri(path: Any) -> bool:
+    """True for a string that names a storage by URI rather than a file path."""
+    return isinstance(path, str) and "://" in path.split("?", 1)[0]
+
+
+def as_path(path: Any) -> Any:
+    """A ``file://`` URI as the path it names; anything else unchanged."""
+    if is_uri(path) and path.startswith("file://"):
+        parts = urlsplit(path)
+        if parts.query:
+            raise StorageError(
+                f"{path}: ackqueue opens file:// storages itself; query options are not supported"
+            )
+        return unquote(parts.netloc + parts.path)
+    return os.fspath(path) if path is not None else None
+
+
+def open_db(uri: str) -> ZODB.DB:
+    """Open the database ``uri`` names, through ``zodburi``."""
+    try:
+        import zodburi
+    except ImportError:
+        raise StorageError(
+            f"opening {uri} needs the zodburi package: pip install 'ackqueue[zeo]'"
+        ) from None
+    try:
+        factory, dbkw = zodburi.resolve_uri(uri)
+    except Exception as exc:
+        raise StorageError(f"cannot open storage {uri}: {exc}") from exc
+    for attempt in range(OPEN_RETRIES):
+        try:
+            storage = factory()
+        except Exception as exc:
+            raise StorageError(f"cannot open storage {uri}: {exc!r}") from exc
+        try:
+            return ZODB.DB(storage, **dbkw)
+        except ConflictError:
+            # Another process created the root of a new database at the same moment.
+            storage.close()
+            if attempt == OPEN_RETRIES - 1:
+                raise
+        except Exception:
+            storage.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+def is_shared_storage(storage: Any) -> bool:
+    """Whether other processes may write this storage at the same time as this one.
+
+    ZEO's ClientStorage and RelStorage are the ZODB storages built for that; a FileStorage or
+    a MappingStorage belongs to one process.
+    """
+    module = type(storage).__module__
+    return module.startswith(("ZEO.", "relstorage."))
