@@ -11,7 +11,6 @@
 """
 
 from ackqueue.base.clock import ManualClock
-from ackqueue.delivery.deadletters import DeadLetter, UnloadableItem
 from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import (
     AckQueueError,
@@ -26,9 +25,11 @@ from ackqueue.errors import (
     ShutDown,
     StorageError,
     UnpicklableItemError,
+    WrongThreadError,
 )
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+from ackqueue.storage.deadletters import DeadLetter, UnloadableItem
 from ackqueue.storage.transactions import TransactionError
 from ackqueue.workers.pool import PoolStats, Retry, WorkerPool
 
@@ -57,5 +58,6 @@ __all__ = [
     "UnloadableItem",
     "UnpicklableItemError",
     "WorkerPool",
+    "WrongThreadError",
 ]
 __version__ = "0.1.0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from polling import wait_until
 
 import ackqueue
 
@@ -219,3 +220,47 @@ def test_closing_the_queue_gives_back_what_consumers_hold(qpath):
         assert drain(q) == ["a", "b"]
         with pytest.raises(ackqueue.QueueClosedError):
             c.get_nowait()
+
+
+def test_a_consumer_gets_only_in_the_thread_that_connected_it(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("x")
+        c = q.connect()
+        errors: list[str] = []
+
+        def get_elsewhere() -> None:
+            try:
+                c.get(timeout=1)
+            except ackqueue.WrongThreadError as exc:
+                errors.append(str(exc))
+
+        t = threading.Thread(target=get_elsewhere, name="worker-7")
+        t.start()
+        t.join(10)
+        assert len(errors) == 1
+        assert "'MainThread'" in errors[0] and "'worker-7'" in errors[0]
+        assert (q.qsize(), q.unacked_count()) == (1, 0)  # nothing was taken
+        item = c.get()
+        acker = threading.Thread(target=c.ack, args=(item,))  # settling from elsewhere is fine
+        acker.start()
+        acker.join(10)
+        assert (q.qsize(), q.unacked_count()) == (0, 0)
+
+
+def test_a_consumer_whose_thread_ended_says_so(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("x")
+        made: list[ackqueue.Consumer] = []
+
+        def connect_and_hold() -> None:
+            c = q.connect()
+            c.get()
+            made.append(c)
+
+        t = threading.Thread(target=connect_and_hold, name="gone-worker")
+        t.start()
+        t.join(10)
+        wait_until(lambda: made[0].closed, what="the ended thread's consumer closed")
+        with pytest.raises(ackqueue.QueueClosedError, match="its thread 'gone-worker' ended"):
+            made[0].get(timeout=1)
+        assert (q.qsize(), q.unacked_count()) == (1, 0)

@@ -16,7 +16,7 @@ from ackqueue.records import Entry
 def fill_directly(q, n, chunk=10_000):
     """Write what n puts leave (entries, length, reserved numbers) in big commits: a fast
     stand-in for n puts. The entries are ready once the queue is reopened."""
-    rec, seq0 = q._wrec, q._next_seq
+    rec, seq0 = q._book.record, q._book.seq_reserved()
     for s in range(0, n, chunk):
         k = min(chunk, n - s)
 
@@ -76,7 +76,7 @@ def test_object_caches_stay_bounded_while_many_items_pass(qpath):
         for _ in range(1000):
             c.ack(c.get())
         writer = q._store.writer._cache.cache_non_ghost_count
-        reader = q._reader._cache.cache_non_ghost_count
+        reader = q._book._reader._cache.cache_non_ghost_count
     limit = 2 * q._store.db.getCacheSize()
     assert writer <= limit and reader <= limit
 

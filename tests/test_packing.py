@@ -172,8 +172,8 @@ def test_backlog_read_after_a_pack_that_dropped_the_readers_snapshot(qpath):
                 c.ack(x)
                 got.append(x)
             q.pack()
-            q._reader.cacheMinimize()  # as if evicted: the next reads must load
-            q._items = type(q._items)()  # and nothing read ahead
+            q._book._reader.cacheMinimize()  # as if evicted: the next reads must load
+            q._supply.items = type(q._supply.items)()  # and nothing read ahead
         assert got == list(range(100))
 
 

@@ -156,6 +156,35 @@ def test_nowait_calls_raise_like_the_stdlib(std_cls, ack_cls, qpath):
     assert got == expected == [queue.Empty, None, queue.Full, 1, queue.Empty, queue.Empty]
 
 
+@pytest.mark.parametrize("std_cls, ack_cls", PAIRS)
+def test_argument_errors_are_the_standard_librarys(std_cls, ack_cls, qpath):
+    """Negative timeouts on blocking calls are a ValueError (with or without items), a
+    negative timeout on a non-blocking call is ignored, as in the standard library."""
+
+    def program(q):
+        out = []
+        for step in (
+            lambda: q.get(timeout=-1),
+            lambda: q.put(1, timeout=-1),
+            lambda: q.put(1, block=False, timeout=-1),
+            lambda: q.get(timeout=-1),
+            lambda: q.get(block=False, timeout=-1),
+            lambda: q.put_nowait(2),
+            q.task_done,
+            q.task_done,
+            q.task_done,
+        ):
+            try:
+                out.append(step())
+            except (queue.Empty, queue.Full, ValueError) as exc:
+                out.append((type(exc), str(exc)))
+        return out
+
+    expected, got = run_on_both(std_cls, ack_cls, qpath, program)
+    assert got == expected
+    assert expected[0] == (ValueError, "'timeout' must be a non-negative number")
+
+
 @pytest.mark.parametrize("ack_cls", ACK_CLASSES)
 def test_put_with_timeout_on_full_raises_full_after_the_timeout(ack_cls, qpath):
     with ack_cls(qpath, maxsize=2) as q:
@@ -428,8 +457,8 @@ def test_close_wakes_a_blocked_get_with_queue_closed_error(ack_cls, qpath):
 
 def test_close_wakes_a_blocked_consumer_get(qpath):
     q = ackqueue.AckQueue(qpath)
-    c = q.connect()
-    outcome = blocked_call_outcome(q, lambda: c.get(timeout=30), q.not_empty)
+    # The consumer is connected in the thread that gets, as a consumer must be.
+    outcome = blocked_call_outcome(q, lambda: q.connect().get(timeout=30), q.not_empty)
     assert outcome == [ackqueue.QueueClosedError]
 
 
@@ -467,7 +496,7 @@ def put_in_flight(qpath):
     assert committer_busy.wait(10)
     putter = threading.Thread(target=q.put, args=("in flight",))
     putter.start()
-    wait_until(lambda: q._staged == 1)
+    wait_until(lambda: q._supply.staged == 1)
     yield q
     release.set()
     holder.join(10)

@@ -246,7 +246,7 @@ def test_failed_commit_rolls_the_transaction_back(qpath):
         item = c.get()
         # An entry deleted behind the queue's back makes the transaction's check fail at
         # commit: nothing of the transaction may be written then.
-        q._store.run(lambda: q._remove_entry(q._wrec, c._table.find(item).key))
+        q._store.run(lambda: q._book.remove_entry(c._table.find(item).key))
         with pytest.raises(ackqueue.AckQueueError, match="not stored"), c.transaction():
             c.ack(item)
             q.put("must vanish")

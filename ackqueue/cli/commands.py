@@ -24,7 +24,7 @@ from ackqueue.errors import AckQueueError, Empty
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
 from ackqueue.storage.counts import stored_count
 
-QUEUE_CLASSES: dict[str, type[AckQueue]] = {
+QUEUE_CLASSES: dict[str, type[AckQueue[Any]]] = {
     "fifo": AckQueue,
     "lifo": LifoAckQueue,
     "priority": PriorityAckQueue,
@@ -254,7 +254,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _purge_ready(q: AckQueue, progress: Callable[[int, int], None]) -> int:
+def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
     total, removed = q.qsize(), 0
     grouped: Any = getattr(q, "transaction", None)  # one commit per batch where available
     while True:

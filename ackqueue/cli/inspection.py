@@ -127,7 +127,7 @@ class QueueFile:
         return list(self._queues.keys())
 
     def record(self, name: str) -> QueueRecord:
-        record = self._queues.get(name)
+        record: QueueRecord | None = self._queues.get(name)
         if record is None:
             known = ", ".join(repr(n) for n in self.names()) or "none"
             raise StorageError(f"no queue named {name!r} in {self.path} (queues: {known})")
