@@ -4,6 +4,9 @@ import sys
 
 import pytest
 
+# The contract suite's ``queues`` fixture (see that module for why it is a plugin).
+pytest_plugins = ["contracts.implementations"]
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -1,0 +1,61 @@
+"""Held items go back, in their place, when the consumer is closed or its thread ends
+(normally or by an exception), the same on every implementation.
+
+In shared mode a thread's end is noticed in this process and committed by the session thread
+moments later (README.rst, "Ordering across processes"), so the tests wait for the item to be
+ready rather than expecting it at once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from contracts.implementations import GIVE_BACK_TIMEOUT, drain, settled
+
+
+def test_closing_a_consumer_gives_back_what_it_holds_in_place(queues) -> None:
+    q = queues()
+    q.put_many(["a", "b", "c"])
+    with q.connect() as c:
+        assert [c.get_nowait(), c.get_nowait()] == ["a", "b"]
+    settled(q, ready=3, held=0)
+    with q.connect() as c:
+        assert drain(c) == ["a", "b", "c"]
+
+
+def test_closing_the_queue_gives_back_what_its_consumers_hold(queues) -> None:
+    q = queues(name="closed")
+    q.put_many(["a", "b"])
+    c = q.connect()
+    assert c.get_nowait() == "a"
+    q.close()
+    if queues.implementation == "memory":
+        return  # its database went with it
+    q = queues(name="closed")
+    with q.connect() as c:
+        assert drain(c) == ["a", "b"]
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_thread_that_ends_holding_items_gives_them_back_in_place(
+    queues, ending: str, monkeypatch
+) -> None:
+    q = queues()
+    q.put_many(["a", "b", "c"])
+    got: list[object] = []
+
+    def worker() -> None:
+        c = q.connect()
+        got.extend([c.get_nowait(), c.get_nowait()])
+        if ending == "raises":
+            raise RuntimeError("the worker dies holding two items")
+
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(GIVE_BACK_TIMEOUT)
+    assert got == ["a", "b"] and not t.is_alive()
+    settled(q, ready=3, held=0)
+    with q.connect() as c:
+        assert drain(c) == ["a", "b", "c"]
