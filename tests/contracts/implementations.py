@@ -137,6 +137,23 @@ def drain(c: ackqueue.Consumer) -> list[Any]:
             return got
 
 
+def take_given_back(queues: Queues, c: ackqueue.Consumer, expected: list[Any]) -> None:
+    """Take the ``expected`` items, just given back, with ``c``: in their order, or in shared
+    mode in any order.
+
+    Shared mode commits a give-back that cannot commit where it happens (a consumer's close,
+    its thread's end, a rolled-back transaction, a lapsed lease) on the session thread moments
+    later (README.rst, "Ordering across processes"); until then the next ready item is handed
+    out in its stead, and no public call waits for that commit. So there blocking gets take the
+    items as they come back, and only which items came back is checked.
+    """
+    got = [c.get(timeout=GIVE_BACK_TIMEOUT) for _ in expected]
+    if queues.shared:
+        assert sorted(map(repr, got)) == sorted(map(repr, expected))
+    else:
+        assert got == expected
+
+
 def settled(q: ackqueue.AckQueue, ready: int, held: int, dead: int | None = None) -> None:
     """Wait until ``q`` counts ``ready`` items ready and ``held`` held (and ``dead`` dead).
 

@@ -2,8 +2,8 @@
 (normally or by an exception), the same on every implementation.
 
 In shared mode a thread's end is noticed in this process and committed by the session thread
-moments later (README.rst, "Ordering across processes"), so the tests wait for the item to be
-ready rather than expecting it at once.
+moments later (README.rst, "Ordering across processes"): see ``take_given_back`` for what that
+allows the tests to check.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from contracts.implementations import GIVE_BACK_TIMEOUT, drain, settled
+from contracts.implementations import GIVE_BACK_TIMEOUT, drain, take_given_back
 
 
 def test_closing_a_consumer_gives_back_what_it_holds_in_place(queues) -> None:
@@ -19,9 +19,36 @@ def test_closing_a_consumer_gives_back_what_it_holds_in_place(queues) -> None:
     q.put_many(["a", "b", "c"])
     with q.connect() as c:
         assert [c.get_nowait(), c.get_nowait()] == ["a", "b"]
-    settled(q, ready=3, held=0)
     with q.connect() as c:
-        assert drain(c) == ["a", "b", "c"]
+        take_given_back(queues, c, ["a", "b", "c"])
+        assert drain(c) == []
+
+
+@pytest.fixture
+def close_returns_in_shared_mode(queues, request) -> None:
+    if queues.shared:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="shared mode: Consumer.close() gives back through _close_table -> "
+                "_release_locked -> SharedReadyIndex.push -> release_if_mine_locked -> "
+                "session.release_later, a commit on the session thread, so a get right "
+                "after close() returns raises Empty (nack commits at once); README lists "
+                "only thread end, rollback and ack_timeout as deferred",
+            )
+        )
+
+
+def test_items_given_back_by_close_are_ready_when_close_returns(
+    queues, close_returns_in_shared_mode
+) -> None:
+    q = queues()
+    q.put_many(["a", "b"])
+    with q.connect() as c:
+        assert c.get_nowait() == "a"
+    with q.connect() as c:
+        assert c.get_nowait() == "a"
+        assert c.get_nowait() == "b"
 
 
 def test_closing_the_queue_gives_back_what_its_consumers_hold(queues) -> None:
@@ -56,6 +83,6 @@ def test_a_thread_that_ends_holding_items_gives_them_back_in_place(
     t.start()
     t.join(GIVE_BACK_TIMEOUT)
     assert got == ["a", "b"] and not t.is_alive()
-    settled(q, ready=3, held=0)
     with q.connect() as c:
-        assert drain(c) == ["a", "b", "c"]
+        take_given_back(queues, c, ["a", "b", "c"])
+        assert drain(c) == []
