@@ -44,6 +44,8 @@ class Queues:
     def __init__(self, implementation: str, directory: str, zeo_uri: str | None) -> None:
         self.implementation = implementation
         self.shared = implementation in SHARED
+        # Whether a queue closed and opened again under its name finds what it left.
+        self.reopens = implementation != "memory"
         self._directory = directory
         self._zeo_uri = zeo_uri
         self._prefix = f"t{next(_test_numbers)}-"  # this test's names on the session's server
