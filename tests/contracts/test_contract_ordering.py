@@ -7,7 +7,8 @@ consumer in one process: items come out in key order, and one process's puts kee
 
 from __future__ import annotations
 
-from contracts.implementations import drain, settled
+import pytest
+from contracts.implementations import GIVE_BACK_TIMEOUT, drain, settled
 
 import ackqueue
 
@@ -69,3 +70,34 @@ def test_plain_get_takes_the_item_for_good(queues) -> None:
     settled(q, ready=1, held=0)
     with q.connect() as c:
         assert drain(c) == ["stays"]
+
+
+# The same items in delivery order for each kind of queue, and the order they are put in.
+KINDS = {
+    "fifo": (ackqueue.AckQueue, ["a", {"b": 1}, "c"], [0, 1, 2]),
+    "lifo": (ackqueue.LifoAckQueue, ["c", {"b": 1}, "a"], [2, 1, 0]),
+    "priority": (ackqueue.PriorityAckQueue, [(1, {"a": 1}), (2, ["b"]), (3, "c")], [2, 0, 1]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_gives_nacked_and_delayed_items_back_in_their_place(queues, kind) -> None:
+    cls, ordered, put_order = KINDS[kind]
+    clock = ackqueue.ManualClock(1_000_000.0)
+    q = queues(cls, clock=clock, max_attempts=5)
+    for i in put_order:
+        q.put(ordered[i])
+    with q.connect() as c:
+        first, second = c.get_nowait(), c.get_nowait()
+        assert [first, second] == ordered[:2]
+        c.nack(second, delay=10)
+        c.nack(first)
+        assert drain(c) == [ordered[0], ordered[2]]
+        clock.advance(10)
+        again = c.get(timeout=GIVE_BACK_TIMEOUT)
+        assert again == ordered[1] and c.deliveries()[-1].attempts == 2
+        c.reject(again, reason="dead")
+    [letter] = q.dead_letters()
+    assert (letter.item, letter.attempts) == (ordered[1], 2)
+    q.requeue_dead()
+    settled(q, ready=3, held=0, dead=0)
