@@ -12,6 +12,9 @@ import threading
 
 import pytest
 from contracts.implementations import GIVE_BACK_TIMEOUT, drain, take_given_back
+from polling import wait_for_waiter
+
+import ackqueue
 
 
 def test_closing_a_consumer_gives_back_what_it_holds_in_place(queues) -> None:
@@ -86,3 +89,29 @@ def test_a_thread_that_ends_holding_items_gives_them_back_in_place(
     with q.connect() as c:
         take_given_back(queues, c, ["a", "b", "c"])
         assert drain(c) == []
+
+
+def test_closing_a_consumer_from_another_thread_wakes_its_blocked_get(queues) -> None:
+    q = queues()
+    opened = threading.Event()
+    consumers: list[ackqueue.Consumer] = []
+    outcome: list[BaseException] = []
+
+    def worker() -> None:
+        consumers.append(q.connect())
+        opened.set()
+        try:
+            consumers[0].get(timeout=GIVE_BACK_TIMEOUT)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert opened.wait(GIVE_BACK_TIMEOUT)
+    wait_for_waiter(q.not_empty, GIVE_BACK_TIMEOUT)
+    consumers[0].close()
+    t.join(GIVE_BACK_TIMEOUT)
+    assert len(outcome) == 1 and isinstance(outcome[0], ackqueue.QueueClosedError)
+    q.put("for the others")
+    with q.connect() as c:
+        assert c.get(timeout=GIVE_BACK_TIMEOUT) == "for the others"
