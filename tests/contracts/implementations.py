@@ -6,7 +6,8 @@ contract test in this folder runs, unchanged, on every one of them.
 - ``file``: ``AckQueue(path)`` on a FileStorage file in the test's temporary directory;
 - ``zeo``: shared mode, ``AckQueue("zeo://...")`` on a real ZEO server on 127.0.0.1 that the
   test session starts once; each test's queue names are its own, so no test sees another's;
-- ``relstorage``: shared mode on RelStorage's SQLite adapter (``db=``), a database per test.
+- ``relstorage``: shared mode on RelStorage's SQLite adapter (``db=``), one database for the
+  session, opened once, with names per test as on ZEO.
 
 This is a plugin (``pytest_plugins`` in ``tests/conftest.py``), not ``tests/contracts/
 conftest.py``: the tests import helpers with ``from conftest import ...``, and a second module
@@ -41,14 +42,21 @@ class Queues:
     max_attempts=3)`` another kind, another named queue of the same database, options.
     """
 
-    def __init__(self, implementation: str, directory: str, zeo_uri: str | None) -> None:
+    def __init__(
+        self,
+        implementation: str,
+        directory: str,
+        zeo_uri: str | None = None,
+        relstorage_db: ZODB.DB | None = None,
+    ) -> None:
         self.implementation = implementation
         self.shared = implementation in SHARED
         # Whether a queue closed and opened again under its name finds what it left.
         self.reopens = implementation != "memory"
         self._directory = directory
         self._zeo_uri = zeo_uri
-        self._prefix = f"t{next(_test_numbers)}-"  # this test's names on the session's server
+        self._relstorage_db = relstorage_db
+        self._prefix = f"t{next(_test_numbers)}-"  # this test's names in the session's database
         self._db: ZODB.DB | None = None
         self._opened: list[ackqueue.AckQueue] = []
 
@@ -78,14 +86,12 @@ class Queues:
         if self.implementation == "zeo":
             assert self._zeo_uri is not None
             return kind(self._zeo_uri, maxsize, name=self._prefix + name, **options)
-        return kind(maxsize=maxsize, name=name, db=self._database(), **options)
+        assert self._relstorage_db is not None
+        return kind(maxsize=maxsize, name=self._prefix + name, db=self._relstorage_db, **options)
 
     def _database(self) -> ZODB.DB:
         if self._db is None:
-            if self.implementation == "relstorage":
-                self._db = open_relstorage(os.path.join(self._directory, "rs"))
-            else:
-                self._db = ZODB.DB(MappingStorage())
+            self._db = ZODB.DB(MappingStorage())
         return self._db
 
     def close(self) -> None:
@@ -117,12 +123,30 @@ def contracts_zeo_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         server.close()
 
 
+@pytest.fixture(scope="session")
+def contracts_relstorage_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZODB.DB]:
+    """One RelStorage database (SQLite) for every contract test of the session."""
+    db = open_relstorage(str(tmp_path_factory.mktemp("contracts-relstorage")))
+    try:
+        yield db
+    finally:
+        db.close()
+
+
 @pytest.fixture(params=IMPLEMENTATIONS)
 def queues(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Queues]:
     """A :class:`Queues` factory for each implementation of the queue."""
     implementation: str = request.param
-    zeo_uri = request.getfixturevalue("contracts_zeo_uri") if implementation == "zeo" else None
-    factory = Queues(implementation, str(tmp_path), zeo_uri)
+    if implementation == "zeo":
+        factory = Queues(implementation, str(tmp_path), zeo_uri=request.getfixturevalue(
+            "contracts_zeo_uri"
+        ))
+    elif implementation == "relstorage":
+        factory = Queues(implementation, str(tmp_path), relstorage_db=request.getfixturevalue(
+            "contracts_relstorage_db"
+        ))
+    else:
+        factory = Queues(implementation, str(tmp_path))
     try:
         yield factory
     finally:
