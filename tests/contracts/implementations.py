@@ -153,16 +153,6 @@ def queues(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Queues]:
         factory.close()
 
 
-def drain(c: ackqueue.Consumer) -> list[Any]:
-    """Every item ready now, got and held by ``c``, in the order handed out."""
-    got = []
-    while True:
-        try:
-            got.append(c.get_nowait())
-        except ackqueue.Empty:
-            return got
-
-
 def take_given_back(queues: Queues, c: ackqueue.Consumer, expected: list[Any]) -> None:
     """Take the ``expected`` items, just given back, with ``c``: in their order, or in shared
     mode in any order.

@@ -5,7 +5,8 @@ gives back, ``reject`` dead-letters, and settling what this consumer does not ho
 from __future__ import annotations
 
 import pytest
-from contracts.implementations import drain, settled
+from conftest import drain
+from contracts.implementations import settled
 
 import ackqueue
 

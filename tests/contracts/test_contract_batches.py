@@ -4,7 +4,8 @@ keep the order and act on all of the batch or none of it."""
 from __future__ import annotations
 
 import pytest
-from contracts.implementations import drain, settled
+from conftest import drain
+from contracts.implementations import settled
 
 import ackqueue
 

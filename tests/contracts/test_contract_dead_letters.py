@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import contextlib
 
-from contracts.implementations import GIVE_BACK_TIMEOUT, drain, settled
+from conftest import drain
+from contracts.implementations import GIVE_BACK_TIMEOUT, settled
 from polling import wait_until
 
 import ackqueue

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from contracts.implementations import GIVE_BACK_TIMEOUT, drain, take_given_back
+from conftest import drain
+from contracts.implementations import GIVE_BACK_TIMEOUT, take_given_back
 from polling import wait_for_waiter
 
 import ackqueue

@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from contracts.implementations import GIVE_BACK_TIMEOUT, drain
+from conftest import drain
+from contracts.implementations import GIVE_BACK_TIMEOUT
 from polling import wait_for_waiter
 
 import ackqueue

@@ -10,7 +10,8 @@ check.
 from __future__ import annotations
 
 import pytest
-from contracts.implementations import drain, settled, take_given_back
+from conftest import drain
+from contracts.implementations import settled, take_given_back
 
 import ackqueue
 

@@ -8,7 +8,8 @@ consumer in one process: items come out in key order, and one process's puts kee
 from __future__ import annotations
 
 import pytest
-from contracts.implementations import GIVE_BACK_TIMEOUT, drain, settled
+from conftest import drain
+from contracts.implementations import GIVE_BACK_TIMEOUT, settled
 
 import ackqueue
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from contracts.implementations import GIVE_BACK_TIMEOUT, drain, settled
+from conftest import drain
+from contracts.implementations import GIVE_BACK_TIMEOUT, settled
 from polling import wait_for_waiter
 
 import ackqueue

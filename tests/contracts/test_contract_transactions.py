@@ -9,7 +9,8 @@ later (README.rst): see ``take_given_back`` for what that allows the tests to ch
 from __future__ import annotations
 
 import pytest
-from contracts.implementations import GIVE_BACK_TIMEOUT, drain, settled, take_given_back
+from conftest import drain
+from contracts.implementations import GIVE_BACK_TIMEOUT, settled, take_given_back
 
 
 def test_a_transaction_commits_its_operations_on_two_queues_together(queues) -> None:
