@@ -1,8 +1,12 @@
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+
+# The contract suite's ``queues`` fixture (see that module for why it is a plugin).
+pytest_plugins = ["contracts.implementations"]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,6 +38,19 @@ def stored_items(path: str) -> list[object]:
                 break
         assert q.unacked_count() == len(items)
         return items
+
+
+def drain(source: Any) -> list[Any]:
+    """Every item ready now, taken with ``source.get_nowait()`` (a queue or a consumer), in the
+    order handed out."""
+    import ackqueue
+
+    got = []
+    while True:
+        try:
+            got.append(source.get_nowait())
+        except ackqueue.Empty:
+            return got
 
 
 def spawn_child(code: str, *args: str) -> subprocess.Popen[str]:

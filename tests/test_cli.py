@@ -246,6 +246,16 @@ def test_delayed_items_are_counted_apart_from_ready_ones(qpath, capsys):
     ]
 
 
+def test_stats_counts_a_priority_queue_of_unhashable_items(qpath, capsys):
+    with ackqueue.PriorityAckQueue(qpath) as q:
+        q.put((1, {"url": "/a"}))
+        q.put((0, {"url": "/b"}), delay=3600)
+    code, out, err = run(capsys, "stats", qpath, "--json")
+    assert code == 0, err
+    queue = json.loads(out)["queues"][0]
+    assert (queue["ready"], queue["delayed"], queue["stored"]) == (1, 1, 2)
+
+
 @pytest.mark.parametrize(
     "make, message",
     [

@@ -5,18 +5,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import drain
 from polling import wait_until
 
 import ackqueue
-
-
-def drain(q):
-    out = []
-    while True:
-        try:
-            out.append(q.get_nowait())
-        except ackqueue.Empty:
-            return out
 
 
 def test_leaving_the_with_block_gives_back_what_is_held_in_place(qpath):
