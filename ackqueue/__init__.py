@@ -25,7 +25,6 @@ from ackqueue.errors import (
     ShutDown,
     StorageError,
     UnpicklableItemError,
-    WrongThreadError,
 )
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
@@ -58,6 +57,5 @@ __all__ = [
     "UnloadableItem",
     "UnpicklableItemError",
     "WorkerPool",
-    "WrongThreadError",
 ]
 __version__ = "0.1.0"

@@ -37,10 +37,6 @@ class QueueClosedError(AckQueueError, ValueError):
     """The queue or consumer was closed."""
 
 
-class WrongThreadError(AckQueueError, RuntimeError):
-    """A consumer was used to get items from a thread other than the one that connected it."""
-
-
 class StorageError(AckQueueError, OSError):
     """The storage could not be opened or written; the message says which file and why."""
 

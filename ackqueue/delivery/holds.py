@@ -41,7 +41,7 @@ class HoldTable:
     """The holds of one consumer. Guarded by its queue's mutex."""
 
     owner: str = field(default_factory=lambda: threading.current_thread().name)
-    owner_ident: int = field(default_factory=threading.get_ident)
+    watched: set[int] = field(default_factory=set)  # threads whose end closes it
     by_id: dict[int, Hold] = field(default_factory=dict)
     by_object: dict[int, list[Hold]] = field(default_factory=dict)
     closed: bool = False

@@ -128,6 +128,9 @@ class LocalMode:
     def on_session_lost(self, void: Void) -> None:
         pass  # a session belongs to shared mode
 
+    def flush(self) -> None:
+        pass  # nothing is deferred: holds live in memory
+
     def dropped(self) -> Edit | None:
         return None  # holds live in memory: the stored entries are ready for the next opener
 

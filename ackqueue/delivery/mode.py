@@ -80,6 +80,10 @@ class Mode(Protocol):
         """Call ``void(is_void)`` when this process's holds become void (shared mode only)."""
         ...
 
+    def flush(self) -> None:
+        """Commit now the give-backs deferred while the mutex was held (a consumer closed)."""
+        ...
+
     def dropped(self) -> Edit | None:
         """What gives back this mode's holds if the queue is collected without ``close()``
         (None: nothing to do). It must not reference the queue, and may commit."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -10,7 +9,7 @@ from typing import Any
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.holds import Delivery, Hold, HoldTable
-from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError, WrongThreadError
+from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError
 from ackqueue.queue.deliveries import Deliveries, Outcome
 from ackqueue.storage.transactions import Transaction, transaction
 
@@ -35,7 +34,7 @@ class Consumer:
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """The next item, held for this consumer; blocks like ``queue.Queue.get``.
 
-        Only the thread that connected the consumer may get with it (see :meth:`_check_getter`).
+        Any thread may get with it; see :meth:`_check_getter` for what that means.
         """
         self._check_getter()
         return self._deliveries.hold_next(self._table, block, timeout)
@@ -149,17 +148,11 @@ class Consumer:
     # -- finding holds ---------------------------------------------------------------------
 
     def _check_getter(self) -> None:
-        """A get from another thread would hold items that go back when *this* consumer's
-        thread ends, not the getter's: the thread-death guarantee would silently not hold.
-        Acks, nacks and the rest may come from any thread."""
-        table = self._table
-        if threading.get_ident() != table.owner_ident and not table.closed:
-            raise WrongThreadError(
-                f"this consumer belongs to thread {table.owner!r}, which connected it; what "
-                "it gets goes back to the queue when that thread ends. Call q.connect() in "
-                f"thread {threading.current_thread().name!r} and get with that consumer"
-            )
+        """A thread other than the one that connected the consumer may get with it too: from
+        then on, the consumer is closed (what it holds goes back) when either thread ends, so
+        the thread-death guarantee holds for the getter as well."""
         self._check_open()
+        self._deliveries.watch_getter(self._table)
 
     def _check_open(self) -> None:
         if self._table.closed:

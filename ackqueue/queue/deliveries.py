@@ -21,6 +21,7 @@ from ackqueue.delivery.claims import Claim
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.holds import Hold, HoldTable
 from ackqueue.delivery.mode import Mode, exhausted_reason
+from ackqueue.delivery.recovery import ThreadExitWatch
 from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Supply
 from ackqueue.errors import QueueClosedError
@@ -59,6 +60,7 @@ class Deliveries:
         self._tasks = tasks
         self._clock = clock
         self._max_attempts = max_attempts
+        self._thread_watch = ThreadExitWatch(self.release_at_thread_end)
 
     @property
     def name(self) -> str:
@@ -241,18 +243,28 @@ class Deliveries:
     # -- giving holds back when their holder goes away (see recovery.py) ---------------
 
     def new_table(self) -> HoldTable:
+        """A consumer's table for the calling thread, given back when that thread ends."""
         with self.signals.mutex:
             self.life.check_open()
-            return self.holds.new_table()
+            table = self.holds.new_table()
+        self.watch_getter(table)
+        return table
+
+    def watch_getter(self, table: HoldTable) -> None:
+        """Close ``table`` (giving back its holds) when the calling thread ends, too."""
+        ident = threading.get_ident()
+        if ident not in table.watched:
+            table.watched.add(ident)
+            self._thread_watch.watch(table)
 
     def release_table(self, table: HoldTable) -> None:
         with self.signals.mutex:
             self.holds.release_locked(table)
 
-    def release_at_thread_end(self, table: HoldTable) -> None:
-        """The thread that connected the consumer ended: give back what it held."""
+    def release_at_thread_end(self, table: HoldTable, thread: str) -> None:
+        """A thread that connected or got with the consumer ended: give back what it held."""
         with self.signals.mutex:
-            self.holds.release_locked(table, because=f"its thread {table.owner!r} ended")
+            self.holds.release_locked(table, because=f"its thread {thread!r} ended")
 
     def close_table(self, table: HoldTable) -> None:
         """Close a consumer: give back its holds and wake any get blocked on it, which raises."""
@@ -260,6 +272,7 @@ class Deliveries:
             self.holds.release_locked(table)
             self.signals.not_empty.notify_all()
             self.signals.landed.notify_all()
+        self._mode.flush()  # shared mode: ready for every process when close returns
 
     def release_table_from_finalizer(self, table: HoldTable) -> None:
         """Give back a garbage-collected consumer's holds without waiting for the mutex here.

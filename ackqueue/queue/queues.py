@@ -30,7 +30,6 @@ from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield, checkpoint
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
-from ackqueue.delivery.recovery import ThreadExitWatch
 from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
 from ackqueue.queue.consumer import Consumer
@@ -120,7 +119,6 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._signals, self._timers, self._mode = parts.signals, parts.timers, parts.mode
         self._supply, self._holds, self._calls = parts.supply, parts.holds, parts.calls
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
-        self._thread_watch = ThreadExitWatch(self._deliveries.release_at_thread_end)
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
 
@@ -226,9 +224,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
     def connect(self) -> Consumer:
         """A consumer for the calling thread: what it gets is held until acked."""
-        table = self._deliveries.new_table()
-        self._thread_watch.watch(table)
-        return Consumer(self._deliveries, table)
+        return Consumer(self._deliveries, self._deliveries.new_table())
 
     def transaction(self) -> AbstractContextManager[Transaction]:
         """``with q.transaction():`` commits the block's queue operations together or not at all.

@@ -24,6 +24,7 @@ Ordering across processes is documented in README.rst ("Scaling out").
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -45,6 +46,8 @@ from ackqueue.shared.sessions import SessionLost
 from ackqueue.storage.book import Book
 from ackqueue.storage.store import Store
 from ackqueue.storage.transactions import current
+
+log = logging.getLogger("ackqueue")
 
 # A process numbers its puts from a block of sequence numbers reserved in the shared record,
 # used for at most SEQ_BLOCK puts or SEQ_BLOCK_SECONDS, whichever ends first, so that items put
@@ -342,6 +345,14 @@ class SharedMode:
 
     def on_session_lost(self, void: Void) -> None:
         self._void = void
+
+    def flush(self) -> None:
+        try:
+            self.session.apply_releases()
+        except Exception as exc:  # the server is away: the session thread tries again
+            log.debug("ackqueue: releases of queue %r deferred: %s", self.name, exc)
+            return
+        self.refresh()  # what came back is ready here at once, in its place
 
     def dropped(self) -> Edit | None:
         # Nothing here may lead back to the queue, or it would never be collected: the session

@@ -230,7 +230,8 @@ class Session:
             self._releases.append((name, key, value))
             self._cond.notify()
 
-    def _apply_releases(self) -> None:
+    def apply_releases(self) -> None:
+        """Commit the releases asked for so far (the session thread does so soon anyway)."""
         with self._cond:
             batch, self._releases = self._releases, []
         if not batch:
@@ -267,7 +268,7 @@ class Session:
                 if time.monotonic() >= next_renewal:  # first: a release must not delay it
                     next_renewal = time.monotonic() + interval
                     self._beat()
-                self._apply_releases()
+                self.apply_releases()
             except SessionLost as lost:
                 self.start_over(lost.sid)
             except Exception as exc:  # the server is away (ZEO reconnects by itself), or a bug

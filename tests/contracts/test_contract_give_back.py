@@ -28,24 +28,7 @@ def test_closing_a_consumer_gives_back_what_it_holds_in_place(queues) -> None:
         assert drain(c) == []
 
 
-@pytest.fixture
-def close_returns_in_shared_mode(queues, request) -> None:
-    if queues.shared:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="shared mode: Consumer.close() gives back through _close_table -> "
-                "_release_locked -> SharedReadyIndex.push -> release_if_mine_locked -> "
-                "session.release_later, a commit on the session thread, so a get right "
-                "after close() returns raises Empty (nack commits at once); README lists "
-                "only thread end, rollback and ack_timeout as deferred",
-            )
-        )
-
-
-def test_items_given_back_by_close_are_ready_when_close_returns(
-    queues, close_returns_in_shared_mode
-) -> None:
+def test_items_given_back_by_close_are_ready_when_close_returns(queues) -> None:
     q = queues()
     q.put_many(["a", "b"])
     with q.connect() as c:
