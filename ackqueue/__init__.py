@@ -27,6 +27,7 @@ from ackqueue.errors import (
     UnpicklableItemError,
 )
 from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.metrics import PrometheusCollector, QueueMetrics
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
 from ackqueue.storage.deadletters import DeadLetter, UnloadableItem
 from ackqueue.storage.transactions import TransactionError
@@ -48,6 +49,8 @@ __all__ = [
     "NotHeldError",
     "PoolStats",
     "PriorityAckQueue",
+    "PrometheusCollector",
+    "QueueMetrics",
     "QueueClosedError",
     "QueueLockedError",
     "ShutDown",

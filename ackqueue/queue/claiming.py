@@ -16,6 +16,7 @@ from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import checkpoint, hold_back
 from ackqueue.delivery.claims import Claim, GetAgain
 from ackqueue.delivery.holds import HoldTable
+from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Supply
@@ -38,8 +39,10 @@ class Claimer:
         mode: Mode,
         book: Book,
         tasks: Tasks,
+        meter: Meter,
         clock: Clock,
     ) -> None:
+        self._meter = meter
         self._stdlib_get = stdlib_get
         self._calls = calls
         self._signals = signals
@@ -190,6 +193,7 @@ class Claimer:
         with self._signals.mutex:
             self._mode.forget_locked(key)
             self._tasks.finished_locked(1)
+            self._meter.buried_locked()
         return ItemLoadError(f"{exc}; it was moved to the dead letters")
 
     def wake_waits(self) -> None:

@@ -20,6 +20,7 @@ from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.claims import Claim
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.holds import Hold, HoldTable
+from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode, exhausted_reason
 from ackqueue.delivery.recovery import ThreadExitWatch
 from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
@@ -46,9 +47,11 @@ class Deliveries:
         mode: Mode,
         book: Book,
         tasks: Tasks,
+        meter: Meter,
         clock: Clock,
         max_attempts: int | None,
     ) -> None:
+        self.meter = meter
         self._claimer = claimer
         self.signals = signals
         self.life = lifecycle
@@ -80,6 +83,8 @@ class Deliveries:
             taken = self._mode.take_away(claim, self._supply)
             self._forget_buried(taken.buried)
             if taken.kept:
+                with self.signals.mutex:
+                    self.meter.got_locked()
                 return claim.item
 
     def hold_next(self, table: HoldTable, block: bool, timeout: float | None) -> Any:
@@ -133,6 +138,7 @@ class Deliveries:
                 for claim in buried:
                     self._mode.forget_locked(claim.key)
                 self._tasks.finished_locked(len(buried))
+                self.meter.buried_locked(len(buried))
 
     def _hold(self, table: HoldTable, claims: list[Claim]) -> list[Any]:
         with self.signals.mutex:
@@ -214,15 +220,22 @@ class Deliveries:
         with self.signals.mutex:
             self._mode.settled_locked([hold.key for hold, _ in plan])
             finished = 0
+            now = time.time()
             for hold, action in plan:
                 self.holds.drop_locked(table, hold)
                 if action == "return":
                     self._supply.make_ready_locked(hold.key)
+                    self.meter.nacked_locked()
                 elif action == "delay":
                     self._supply.land_locked(hold.key, due)
+                    self.meter.nacked_locked()
                 else:
                     self._mode.forget_locked(hold.key)
                     finished += 1
+                    if action == "delete":
+                        self.meter.acked_locked(now - hold.delivery.got_at)
+                    else:
+                        self.meter.buried_locked()
             self._tasks.finished_locked(finished)
             self.holds.forget_if_done_locked(table)
 

@@ -14,6 +14,7 @@ from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.local import LocalMode
+from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
@@ -50,6 +51,7 @@ class Parts:
     claimer: Claimer
     puts: Puts
     deliveries: Deliveries
+    meter: Meter
 
 
 def open_mode(
@@ -85,14 +87,17 @@ def assemble(
     holds = Holds(supply, timers, clock, opts.name, opts.ack_timeout)
     mode.on_session_lost(holds.void_locked)
     calls = Calls()
-    claimer = Claimer(stdlib_get, calls, signals, life, supply, mode, book, tasks, clock)
+    meter = Meter()
+    claimer = Claimer(stdlib_get, calls, signals, life, supply, mode, book, tasks, meter, clock)
     puts = Puts(
-        stdlib_put, calls, signals, life, supply, mode, order, book, tasks, clock, opts.maxsize
+        stdlib_put, calls, signals, life, supply, mode, order, book, tasks, meter, clock,
+        opts.maxsize,
     )
     deliveries = Deliveries(
-        claimer, signals, life, supply, holds, mode, book, tasks, clock, opts.max_attempts
+        claimer, signals, life, supply, holds, mode, book, tasks, meter, clock,
+        opts.max_attempts,
     )
-    return Parts(signals, timers, mode, supply, holds, calls, claimer, puts, deliveries)
+    return Parts(signals, timers, mode, supply, holds, calls, claimer, puts, deliveries, meter)
 
 
 def signals_of(

@@ -15,6 +15,7 @@ from typing import Any
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import checkpoint, hold_back
+from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
@@ -40,9 +41,11 @@ class Puts:
         ordering: Ordering,
         book: Book,
         tasks: Tasks,
+        meter: Meter,
         clock: Clock,
         maxsize: int,
     ) -> None:
+        self._meter = meter
         self._stdlib_put = stdlib_put
         self._calls = calls
         self._signals = signals
@@ -103,6 +106,7 @@ class Puts:
         with self._signals.mutex:
             self._supply.staged -= 1
             self._supply.land_staged_locked(staged)
+            self._meter.put_locked(1)
             self._signals.landed.notify_all()
 
     def _unstage(self, counted: bool, staged: Staged | None = None) -> None:
@@ -142,6 +146,7 @@ class Puts:
             supply.staged -= len(batch)
             for staged in batch:
                 supply.land_staged_locked(staged)
+            self._meter.put_locked(len(batch))
             signals.landed.notify_all()
 
     def put_in_transaction(
@@ -164,6 +169,7 @@ class Puts:
                 self._tasks.added_locked(len(batch))
                 for staged in batch:
                     supply.land_staged_locked(staged)
+                self._meter.put_locked(len(batch))
 
         def drop() -> None:
             with signals.mutex:

@@ -33,6 +33,7 @@ from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
 from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.metrics import QueueMetrics, measure_locked
 from ackqueue.queue.opening import Options, assemble, signals_of
 from ackqueue.shared.mode import wants_shared
 from ackqueue.storage.book import Book
@@ -119,6 +120,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._signals, self._timers, self._mode = parts.signals, parts.timers, parts.mode
         self._supply, self._holds, self._calls = parts.supply, parts.holds, parts.calls
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
+        self._meter, self._clock = parts.meter, opts.clock
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
 
@@ -252,6 +254,14 @@ class AckQueue(queue.Queue[T], Generic[T]):
         """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
         with self.mutex:
             return len(self._supply.delays)
+
+    def metrics(self) -> QueueMetrics:
+        """Live figures: items by state, holds by owner, ages, rates, ack latency."""
+        with self.mutex:
+            self._life.check_open()
+            return measure_locked(
+                self.name, self._supply, self._holds, self._book, self._meter, self._clock
+            )
 
     # -- dead letters --------------------------------------------------------------------------
 

@@ -131,6 +131,10 @@ class Book:
 
         return self.read(read)
 
+    def put_at(self, key: Any) -> float:
+        """When entry ``key`` was put (the queue's clock); KeyError if it is not stored."""
+        return self.read(lambda record: float(record.entries[key].put_at))
+
     def count(self) -> int:
         """How many entries are stored (ready, delayed or held)."""
         return self.read(stored_count)
