@@ -35,6 +35,7 @@ class Lifecycle:
         self.closed = False
         self.shut_down = False
         self.drained = False
+        self.paused = False  # no deliveries until resumed (stored: see QueueRecord.paused)
 
     def check_open(self) -> None:
         if self.closed:

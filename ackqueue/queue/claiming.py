@@ -108,6 +108,23 @@ class Claimer:
                 raise self._life.shut_down_error()
             raise QueueClosedError("this consumer was closed while its get was waiting")
 
+    def size_seen(self) -> int:
+        """The ``_qsize`` hook: what the standard library's put and get (and ``qsize()``) see."""
+        checkpoint(self.wake_waits)  # queue.Queue asks before each of its waits
+        supply, life, op = self._supply, self._life, self._calls.op
+        if life.closed or life.shut_down:
+            # Let blocked callers through to _put/_get, which raise; public calls see the truth.
+            if op == "put":
+                return 0
+            if op == "get":
+                return max(1, len(supply))
+        n = len(supply) + supply.staged
+        if life.paused and op == "get":
+            n = 0  # a paused queue hands nothing out: gets wait (or time out) as if empty
+        if not n and self._calls.getter_closed():
+            return 1  # about to wait for a consumer closed meanwhile: on to _get, which raises
+        return n
+
     def claim_head(self) -> Any:
         """The ``_get`` hook: claim the first ready item (the mutex is held)."""
         supply, life, calls = self._supply, self._life, self._calls
@@ -155,6 +172,8 @@ class Claimer:
         hold_back()  # called with an item already claimed; these claims belong to it too
         with self._signals.mutex:
             while len(claims) < limit and len(supply) and not life.closed and not life.drained:
+                if life.paused:
+                    break
                 key = supply.pop()
                 try:
                     item, attempts = self._load(key)

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import ZODB
 
 from ackqueue.base.clock import Clock
-from ackqueue.base.interrupts import Shield, checkpoint
+from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
@@ -121,6 +121,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._supply, self._holds, self._calls = parts.supply, parts.holds, parts.calls
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
         self._meter, self._clock = parts.meter, opts.clock
+        life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
 
@@ -152,19 +153,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         pass  # the supply is made once the standard library's mutex exists
 
     def _qsize(self) -> int:
-        checkpoint(self._claimer.wake_waits)  # queue.Queue asks before each of its waits
-        supply, life = self._supply, self._life
-        if life.closed or life.shut_down:
-            # Let blocked callers through to _put/_get, which raise; public calls see the truth.
-            op = self._calls.op
-            if op == "put":
-                return 0
-            if op == "get":
-                return max(1, len(supply))
-        n = len(supply) + supply.staged
-        if not n and self._calls.getter_closed():
-            return 1  # about to wait for a consumer closed meanwhile: on to _get, which raises
-        return n
+        return self._claimer.size_seen()
 
     def _put(self, item: Any) -> None:
         self._puts.stage(item)
@@ -314,6 +303,28 @@ class AckQueue(queue.Queue[T], Generic[T]):
                 self._tasks.finished_locked(forgotten)
                 self.all_tasks_done.notify_all()
             self._signals.wake_all_locked()
+
+    def pause(self) -> None:
+        """Hand out nothing until :meth:`resume`: gets wait, or time out, as on an empty queue;
+        puts, acks and nacks go on. Stored, so the queue opens paused again, and seen by every
+        process of a shared queue."""
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        """Hand items out again after :meth:`pause`; blocked gets wake."""
+        self._set_paused(False)
+
+    @property
+    def paused(self) -> bool:
+        return self._life.paused
+
+    def _set_paused(self, paused: bool) -> None:
+        self._life.check_open()
+        with Shield(interruptible=False):
+            self._store.run(self._book.pauser(paused))
+            with self.mutex:
+                self._life.paused = paused
+                self._signals.wake_all_locked()
 
     def pack(self) -> None:
         """Drop old revisions from the storage file, keeping only the live state."""

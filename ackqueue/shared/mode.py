@@ -329,6 +329,7 @@ class SharedMode:
                 return
             index = self._require_index()  # an immediate shutdown may have made a new one
             index.refresh()
+            self._life.paused = self._book.paused()  # another process may have paused it
             if len(index):
                 signals.not_empty.notify_all()
             signals.not_full.notify_all()

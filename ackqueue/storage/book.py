@@ -135,6 +135,10 @@ class Book:
         """When entry ``key`` was put (the queue's clock); KeyError if it is not stored."""
         return self.read(lambda record: float(record.entries[key].put_at))
 
+    def paused(self) -> bool:
+        """Whether the queue is paused, as of the last read (see ``read``)."""
+        return bool(self._reader_record.paused)
+
     def count(self) -> int:
         """How many entries are stored (ready, delayed or held)."""
         return self.read(stored_count)
@@ -303,6 +307,16 @@ class Book:
             return len(doomed)
 
         return purge
+
+    def pauser(self, paused: bool) -> Callable[[], None]:
+        """The edit pausing the queue (or resuming it, with False)."""
+        record = self.record
+
+        def set_paused() -> None:
+            if record.paused != paused:
+                record.paused = paused
+
+        return set_paused
 
     def seq_reserver(self, block: int) -> Callable[[], int]:
         """The edit reserving ``block`` sequence numbers for this process; it returns the first."""
