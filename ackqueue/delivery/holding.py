@@ -47,6 +47,7 @@ class Holds:
         return table
 
     def next_delivery_id(self) -> int:
+        """A delivery id never handed out before (itertools.count is safe without the mutex)."""
         return next(self._delivery_ids)
 
     def add_locked(self, table: HoldTable, claims: list[Claim]) -> list[Hold]:

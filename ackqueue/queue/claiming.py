@@ -158,6 +158,8 @@ class Claimer:
             supply.ready.push(key)
             raise
         calls.claim = Claim(key, item, attempts)
+        if calls.getter is None:
+            self._meter.got_locked()  # a plain get: it leaves the queue for good
         return item
 
     def _load(self, key: Any) -> tuple[Any, int]:

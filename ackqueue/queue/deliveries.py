@@ -78,13 +78,10 @@ class Deliveries:
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             claim = self._claimer.claim_next(block, remaining)
-            with self.signals.mutex:
-                claim.delivery_id = self.holds.next_delivery_id()
+            claim.delivery_id = self.holds.next_delivery_id()
             taken = self._mode.take_away(claim, self._supply)
             self._forget_buried(taken.buried)
             if taken.kept:
-                with self.signals.mutex:
-                    self.meter.got_locked()
                 return claim.item
 
     def hold_next(self, table: HoldTable, block: bool, timeout: float | None) -> Any:
@@ -125,9 +122,8 @@ class Deliveries:
 
     def _take(self, claims: list[Claim]) -> list[Claim]:
         """Count this delivery of each claim; drop (dead-letter) those out of attempts."""
-        with self.signals.mutex:
-            for claim in claims:
-                claim.delivery_id = self.holds.next_delivery_id()
+        for claim in claims:
+            claim.delivery_id = self.holds.next_delivery_id()
         taken = self._mode.take(claims, self._supply)
         self._forget_buried(taken.buried)
         return taken.kept
@@ -174,8 +170,9 @@ class Deliveries:
         now = self._clock()
         due = now + delay if delay else 0.0
         plan = [(hold, self._action(hold, outcome, due)) for hold in holds]
+        why = self._reason(outcome, reason)
         stored = [
-            (hold.key, action, self._reason(outcome, reason), hold.delivery.attempts)
+            (hold.key, action, why, hold.delivery.attempts)
             for hold, action in plan
             if action != "return"
         ]

@@ -28,7 +28,8 @@ class QueueMetrics:
     ``next_ready_age`` since the item that would be delivered next was put,
     ``oldest_held_age`` since the longest-held item was got. The counters (``puts``,
     ``gets`` for plain gets, ``acks``, ``nacks``, ``dead_lettered``) count this process's
-    operations since the queue was opened; the rates are over the last minute;
+    operations since the queue was opened (a plain get counts once claimed); the rates are
+    over the last minute;
     ``ack_latency_p50``/``p99`` are seconds from a consumer's get to its ack over the last
     1,024 acks.
     """
