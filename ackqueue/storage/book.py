@@ -136,20 +136,25 @@ class Book:
         return self.read(lambda record: float(record.entries[key].put_at))
 
     def paused(self) -> bool:
-        """Whether the queue is paused, as of the last read (see ``read``)."""
-        return bool(self._reader_record.paused)
+        """Whether the queue is paused (:meth:`pauser`)."""
+        return self.read(lambda record: bool(record.paused))
 
     def count(self) -> int:
         """How many entries are stored (ready, delayed or held)."""
         return self.read(stored_count)
 
     def seq_reserved(self) -> int:
-        return int(self._reader_record.seq_reserved)
+        """The sequence numbers below this one may be in use."""
+        return self.read(lambda record: int(record.seq_reserved))
 
     def delayed_at_open(self) -> list[tuple[Any, float]]:
         """Every entry of the stored delay index with its due time."""
-        index = self._reader_record.delayed
-        return list(index.items()) if index is not None else []
+
+        def read(record: QueueRecord) -> list[tuple[Any, float]]:
+            index = record.delayed
+            return list(index.items()) if index is not None else []
+
+        return self.read(read)
 
     def dead_letters(self) -> list[DeadLetter]:
         def read(record: QueueRecord) -> list[DeadLetter]:
