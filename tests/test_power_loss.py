@@ -130,8 +130,9 @@ def _prepared(qpath: str, **options: object) -> ackqueue.AckQueue:
     return q
 
 
-def _measure(call: Callable[[ackqueue.AckQueue], None], q: ackqueue.AckQueue, qpath: str,
-             fsyncs: FsyncLog) -> tuple[int, int, int]:
+def _measure(
+    call: Callable[[ackqueue.AckQueue], None], q: ackqueue.AckQueue, qpath: str, fsyncs: FsyncLog
+) -> tuple[int, int, int]:
     """Run ``call``; return the fsync mark before it, and the file's size before and after."""
     size_before = os.path.getsize(qpath)
     mark = fsyncs.mark()
@@ -160,7 +161,7 @@ def test_strict_puts_from_threads_each_return_after_a_covering_fsync(qpath, fsyn
         def produce(k: int) -> None:
             for i in range(20):
                 with lock:
-                    mark, _, size_after = _measure(lambda q: q.put((k, i)), q, qpath, fsyncs)
+                    mark, _, size_after = _measure(lambda q, n=(k, i): q.put(n), q, qpath, fsyncs)
                 if not fsyncs.covered_since(mark, size_after):
                     failures.append(f"put {(k, i)} returned before an fsync to {size_after}")
 
@@ -177,8 +178,11 @@ def test_relaxed_put_is_fsynced_within_its_sync_interval(qpath, fsyncs):
     with _prepared(qpath, durability="relaxed") as q:
         mark, _, size_after = _measure(_put, q, qpath, fsyncs)
         # The promise is one second (the default interval); the margin is for a loaded machine.
-        wait_until(lambda: fsyncs.covered_since(mark, size_after), timeout=10,
-                   what="the background fsync of a relaxed put")
+        wait_until(
+            lambda: fsyncs.covered_since(mark, size_after),
+            timeout=10,
+            what="the background fsync of a relaxed put",
+        )
 
 
 def test_relaxed_queue_fsyncs_everything_when_closed(qpath, fsyncs):
