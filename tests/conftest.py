@@ -1,10 +1,23 @@
 import os
+import random
 import subprocess
 import sys
 
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def seed_for(default: int) -> int:
+    """The seed of a randomized test: ``default`` unless ``ACKQUEUE_TEST_SEED`` says otherwise
+    (a number, or ``random`` to explore; the seed used is printed so a failure can be rerun)."""
+    chosen = os.environ.get("ACKQUEUE_TEST_SEED", "")
+    if chosen == "random":
+        seed = random.SystemRandom().randrange(1_000_000)
+    else:
+        seed = int(chosen) if chosen else default
+    print(f"seed {seed} (rerun with ACKQUEUE_TEST_SEED={seed})")
+    return seed
 
 
 def child_env(**extra: str) -> dict[str, str]:
