@@ -103,7 +103,7 @@ for batch in range(start, start + 1000):
 def test_a_sigkilled_put_many_stores_all_of_a_batch_or_none(qpath):
     rng, confirmed, start = random.Random(7), set(), 0
     for _ in range(8):
-        _finished, out = run_and_maybe_kill(PUT_BATCHES, qpath, str(start), rng=rng, max_life=0.3)
+        _finished, out = run_and_maybe_kill(PUT_BATCHES, qpath, str(start), rng=rng, max_events=40)
         done = [int(line) for line in out.split()]
         confirmed.update(done)
         start += 1000
@@ -158,7 +158,7 @@ def test_a_sigkilled_ack_many_removes_all_of_a_batch_or_none(qpath):
             q.put_many(range(start, start + 1000))
     rng, acked, kills = random.Random(11), set(), 0
     for _ in range(30):
-        finished, out = run_and_maybe_kill(ACK_BATCHES, qpath, rng=rng, max_life=0.15)
+        finished, out = run_and_maybe_kill(ACK_BATCHES, qpath, rng=rng, max_events=30)
         acked.update(int(n) for n in out.split())
         if finished:
             break
