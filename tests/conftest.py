@@ -4,6 +4,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import settings
+
+# In CI every run tries the same examples (derandomized), so that whether a bug is caught does
+# not depend on luck; elsewhere hypothesis explores, and keeps what it finds in its database.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
