@@ -5,6 +5,7 @@ import sys
 
 import pytest
 from hypothesis import settings
+from polling import bounded
 
 # In CI every run tries the same examples (derandomized), so that whether a bug is caught does
 # not depend on luck; elsewhere hypothesis explores, and keeps what it finds in its database.
@@ -47,7 +48,7 @@ def stored_items(path: str) -> list[object]:
 
     with ackqueue.AckQueue(path) as q, q.connect() as c:
         items = []
-        while True:
+        for _ in bounded(10_000_000, "reading the stored items"):
             try:
                 items.append(c.get_nowait())
             except ackqueue.Empty:

@@ -6,6 +6,7 @@ import random
 import threading
 
 import pytest
+from polling import bounded
 from semantic_helpers import run_and_maybe_kill
 
 from ackqueue import AckQueue, Empty, Full, NotHeldError, UnpicklableItemError
@@ -110,7 +111,9 @@ def test_a_sigkilled_put_many_stores_all_of_a_batch_or_none(qpath):
     with AckQueue(qpath) as q:
         c = q.connect()
         stored: dict[int, int] = {}
-        while q.qsize():
+        for _ in bounded(100_000, "reading every batch"):
+            if not q.qsize():
+                break
             for batch, _i in c.get_many(1000):
                 stored[batch] = stored.get(batch, 0) + 1
     assert confirmed, "no batch was ever confirmed: the test proved nothing"
@@ -167,7 +170,9 @@ def test_a_sigkilled_ack_many_removes_all_of_a_batch_or_none(qpath):
     with AckQueue(qpath) as q:
         c = q.connect()
         left = []
-        while q.qsize():
+        for _ in bounded(100_000, "reading what is left"):
+            if not q.qsize():
+                break
             left += c.get_many(1000)
     gone = set(range(8000)) - set(left)
     assert acked <= gone, "an item whose ack_many returned came back"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from polling import wait_for_waiter
+from polling import bounded, wait_for_waiter
 
 import ackqueue
 
 
 def drain(q):
     out = []
-    while True:
+    for _ in bounded(1_000_000, "draining the queue"):
         try:
             out.append(q.get_nowait())
         except ackqueue.Empty:

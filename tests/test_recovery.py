@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import child_argv, child_env
-from polling import wait_for_waiter
+from polling import bounded, wait_for_waiter
 
 import ackqueue
 
@@ -165,7 +165,7 @@ def test_many_worker_threads_dying_lose_nothing(qpath, quiet_thread_deaths):
 
         def worker():
             with q.connect() as c:
-                while True:
+                for _ in bounded(10 * n_items, "a worker's get loop"):
                     try:
                         item = c.get(timeout=0.5)
                     except ackqueue.Empty:
