@@ -40,6 +40,8 @@ CORE = [
 ]
 
 # Tests that run in seconds, with no kill loops, servers or long hypothesis searches.
+# (test_dead_letters is left out: its unloadable-item test crashed mutmut 3.8's stats run
+# with a segmentation fault.)
 FAST_TESTS = [
     "tests/test_smoke.py",
     "tests/test_consumer.py",
@@ -50,7 +52,6 @@ FAST_TESTS = [
     "tests/test_shutdown.py",
     "tests/test_close_wakes.py",
     "tests/test_leases.py",
-    "tests/test_dead_letters.py",
     "tests/test_durability.py",
 ]
 

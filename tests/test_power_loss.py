@@ -96,16 +96,29 @@ def _counted_get(q: ackqueue.AckQueue) -> None:
     q.connect().get_nowait()  # with max_attempts, the delivery is counted on disk first
 
 
-def _reject(q: ackqueue.AckQueue) -> None:
-    c = q.connect()
-    c.reject(c.get_nowait(), reason="poison")
-
-
 def _transaction(q: ackqueue.AckQueue) -> None:
     c = q.connect()
     with c.transaction():
         c.ack(c.get_nowait())
         q.put("follow-up")
+
+
+def _delayed_nack(q: ackqueue.AckQueue) -> None:
+    c = q.connect()
+    c.nack(c.get_nowait(), delay=3600)
+
+
+def _reject_one(q: ackqueue.AckQueue) -> None:
+    c = q.connect()
+    c.reject(c.get_nowait(), reason="poison")
+
+
+def _requeue_dead(q: ackqueue.AckQueue) -> None:
+    assert q.requeue_dead() == 1
+
+
+def _purge_dead(q: ackqueue.AckQueue) -> None:
+    assert q.purge_dead() == 1
 
 
 # nack is left out: without max_attempts it writes nothing (held items come back at open anyway).
@@ -116,9 +129,14 @@ CALLS = {
     "ack": _ack,
     "ack_many": _ack_many,
     "counted get": _counted_get,
-    "reject": _reject,
+    "reject": _reject_one,
     "transaction": _transaction,
+    "delayed nack": _delayed_nack,
+    "requeue_dead": _requeue_dead,
+    "purge_dead": _purge_dead,
 }
+# What must be committed before the call (then it is not the call's own write).
+SETUP = {"requeue_dead": _reject_one, "purge_dead": _reject_one}
 
 OPTIONS: dict[str, dict[str, object]] = {"counted get": {"max_attempts": 3}}
 
@@ -143,6 +161,7 @@ def _measure(
 @pytest.mark.parametrize("name", list(CALLS))
 def test_strict_call_returns_only_after_an_fsync_covering_what_it_wrote(qpath, fsyncs, name):
     with _prepared(qpath, **OPTIONS.get(name, {})) as q:
+        SETUP.get(name, lambda q: None)(q)
         mark, size_before, size_after = _measure(CALLS[name], q, qpath, fsyncs)
         # Nothing else runs meanwhile, so the call's commit ends where the file ends now.
         assert size_after > size_before, f"{name} wrote nothing to the queue file"
