@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from conftest import drain
-from polling import wait_until
+from polling import wait_for_waiter, wait_until
 
 import ackqueue
 
@@ -183,18 +183,16 @@ def test_consumer_get_blocks_and_times_out_like_queue_get(qpath):
         with pytest.raises(ackqueue.Empty):
             c.get_nowait()
         got = []
-        waiter_ready = threading.Event()
 
         def other():
             with q.connect() as c2:
-                waiter_ready.set()
                 item = c2.get(timeout=10)
                 got.append(item)
                 c2.ack(item)
 
         t = threading.Thread(target=other)
         t.start()
-        waiter_ready.wait(5)
+        wait_for_waiter(q.not_empty)  # the get really blocked: the put is what wakes it
         q.put("wake")
         t.join(10)
         assert got == ["wake"]

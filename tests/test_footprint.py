@@ -46,7 +46,9 @@ def test_counters_take_constant_time_with_many_items_queued(qpath):
         held = [c.get() for _ in range(10)]
         assert q.qsize() == 30_000 - 10 and q.unacked_count() == 10
         for fn in (q.qsize, q.unacked_count, q.empty, q.full):
-            assert median_call_us(fn) < 50, fn.__name__
+            # A few us measured; a count that walked 30,000 entries would take milliseconds.
+            # Wide, for a loaded machine (speed itself is measured in benchmarks/).
+            assert median_call_us(fn) < 1000, fn.__name__
         # Reading counters loaded no entries: the backlog is still unread behind its cursor.
         assert q._store.writer._cache.cache_non_ghost_count < 1000
         assert held == list(range(10))

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 from conftest import child_argv, child_env
 from ZODB.FileStorage import FileStorage
@@ -80,7 +81,9 @@ def test_packs_while_threads_put_and_ack_lose_and_repeat_nothing(tmp_path):
 
         def consume():
             c = q.connect()
+            deadline = time.monotonic() + 120
             while len(got) < n:
+                assert time.monotonic() < deadline, f"only {len(got)} of {n} items acked"
                 try:
                     x = c.get(timeout=0.05)
                 except ackqueue.Empty:

@@ -6,6 +6,7 @@ import queue
 import threading
 
 import pytest
+from polling import wait_for_waiter
 from semantic_helpers import wait_until
 
 import ackqueue
@@ -101,6 +102,7 @@ def test_join_returns_after_immediate_shutdown_from_another_thread(qpath):
         joined = threading.Event()
         t = threading.Thread(target=lambda: (q.join(), joined.set()))
         t.start()
+        wait_for_waiter(q.all_tasks_done)  # join really waits: the shutdown is what ends it
         q.shutdown(immediate=True)
         t.join(5)
         assert joined.is_set()

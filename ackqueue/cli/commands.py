@@ -38,14 +38,15 @@ class CommandError(Exception):
 
 
 class Progress:
-    """Reports a long operation's progress on stderr, at most once a second."""
+    """Reports a long operation's progress on stderr, at most once a second of ``clock``."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.what = what
-        self._last = time.monotonic()
+        self._clock = clock
+        self._last = clock()
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last >= 1.0:
             self._last = now
             of = f"/{total}" if total else ""
