@@ -73,6 +73,18 @@ def test_incomparable_item_in_a_priority_queue_is_refused_like_the_stdlib(qpath)
         assert q.get() == 1
 
 
+@pytest.mark.parametrize("priority", ["high", 1.5, None, True])
+@pytest.mark.parametrize("call", ["put", "put_many"])
+def test_a_priority_that_is_not_an_int_is_refused_saying_so(qpath, priority, call):
+    with ackqueue.AckQueue(qpath) as q:
+        with pytest.raises(TypeError, match="priority must be an int"):
+            if call == "put":
+                q.put("x", priority=priority)
+            else:
+                q.put_many(["x"], priority=priority)
+        assert q.qsize() == 0
+
+
 def test_unpicklable_item_does_not_stall_a_blocked_getter(qpath):
     with ackqueue.AckQueue(qpath) as q:
         got = []
