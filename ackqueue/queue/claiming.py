@@ -12,46 +12,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import checkpoint, hold_back
 from ackqueue.delivery.claims import Claim, GetAgain
 from ackqueue.delivery.holds import HoldTable
-from ackqueue.delivery.metering import Meter
-from ackqueue.delivery.mode import Mode
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
-from ackqueue.delivery.supply import Supply
 from ackqueue.errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
-from ackqueue.queue.calls import Calls, calling_stdlib
-from ackqueue.storage.book import Book
+from ackqueue.queue.calls import calling_stdlib
+from ackqueue.queue.core import Core
 from ackqueue.storage.items import unpickle_item
 
 StdlibGet = Callable[[bool, float | None], Any]
 
 
 class Claimer:
-    def __init__(
-        self,
-        stdlib_get: StdlibGet,
-        calls: Calls,
-        signals: Signals,
-        lifecycle: Lifecycle,
-        supply: Supply,
-        mode: Mode,
-        book: Book,
-        tasks: Tasks,
-        meter: Meter,
-        clock: Clock,
-    ) -> None:
-        self._meter = meter
+    def __init__(self, core: Core, stdlib_get: StdlibGet) -> None:
+        self._signals, self._life, self._tasks = core.signals, core.life, core.tasks
+        self._book, self._supply, self._mode = core.book, core.supply, core.mode
+        self._meter, self._calls, self._clock = core.meter, core.calls, core.clock
         self._stdlib_get = stdlib_get
-        self._calls = calls
-        self._signals = signals
-        self._life = lifecycle
-        self._supply = supply
-        self._mode = mode
-        self._book = book
-        self._tasks = tasks
-        self._clock = clock
 
     def claim_next(
         self, block: bool, timeout: float | None, table: HoldTable | None = None

@@ -15,20 +15,17 @@ import threading
 import time
 from typing import Any, Literal
 
-from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.claims import Claim
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.holds import Hold, HoldTable
-from ackqueue.delivery.metering import Meter
-from ackqueue.delivery.mode import Mode, exhausted_reason
+from ackqueue.delivery.mode import exhausted_reason
 from ackqueue.delivery.recovery import ThreadExitWatch
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
-from ackqueue.delivery.supply import Supply
 from ackqueue.errors import QueueClosedError
 from ackqueue.queue.calls import check_timeout
 from ackqueue.queue.claiming import Claimer
-from ackqueue.storage.book import Book, Settlement
+from ackqueue.queue.core import Core
+from ackqueue.storage.book import Settlement
 from ackqueue.storage.transactions import current
 
 Outcome = Literal["ack", "nack", "reject"]
@@ -38,30 +35,14 @@ Action = Literal["delete", "bury", "delay", "return"]
 
 class Deliveries:
     def __init__(
-        self,
-        claimer: Claimer,
-        signals: Signals,
-        lifecycle: Lifecycle,
-        supply: Supply,
-        holds: Holds,
-        mode: Mode,
-        book: Book,
-        tasks: Tasks,
-        meter: Meter,
-        clock: Clock,
-        max_attempts: int | None,
+        self, core: Core, claimer: Claimer, holds: Holds, max_attempts: int | None
     ) -> None:
-        self.meter = meter
+        self.signals, self.life, self._tasks = core.signals, core.life, core.tasks
+        self._book, self._supply, self._mode = core.book, core.supply, core.mode
+        self.meter, self._clock = core.meter, core.clock
+        self.store = core.book.store
         self._claimer = claimer
-        self.signals = signals
-        self.life = lifecycle
-        self._supply = supply
         self.holds = holds
-        self._mode = mode
-        self._book = book
-        self.store = book.store
-        self._tasks = tasks
-        self._clock = clock
         self._max_attempts = max_attempts
         self._thread_watch = ThreadExitWatch(self.release_at_thread_end)
 

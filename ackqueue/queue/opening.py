@@ -21,6 +21,7 @@ from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Supply
 from ackqueue.queue.calls import Calls
 from ackqueue.queue.claiming import Claimer, StdlibGet
+from ackqueue.queue.core import Core
 from ackqueue.queue.deliveries import Deliveries
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.shared.mode import SharedMode
@@ -42,16 +43,12 @@ class Options:
 class Parts:
     """The collaborators of one open queue."""
 
-    signals: Signals
+    core: Core
     timers: Timers
-    mode: Mode
-    supply: Supply
     holds: Holds
-    calls: Calls
     claimer: Claimer
     puts: Puts
     deliveries: Deliveries
-    meter: Meter
 
 
 def open_mode(
@@ -86,18 +83,11 @@ def assemble(
     supply = Supply(signals, life, tasks, book, order, clock, timers, mode.new_index)
     holds = Holds(supply, timers, clock, opts.name, opts.ack_timeout)
     mode.on_session_lost(holds.void_locked)
-    calls = Calls()
-    meter = Meter()
-    claimer = Claimer(stdlib_get, calls, signals, life, supply, mode, book, tasks, meter, clock)
-    puts = Puts(
-        stdlib_put, calls, signals, life, supply, mode, order, book, tasks, meter, clock,
-        opts.maxsize,
-    )
-    deliveries = Deliveries(
-        claimer, signals, life, supply, holds, mode, book, tasks, meter, clock,
-        opts.max_attempts,
-    )
-    return Parts(signals, timers, mode, supply, holds, calls, claimer, puts, deliveries, meter)
+    core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
+    claimer = Claimer(core, stdlib_get)
+    puts = Puts(core, stdlib_put, order, opts.maxsize)
+    deliveries = Deliveries(core, claimer, holds, opts.max_attempts)
+    return Parts(core, timers, holds, claimer, puts, deliveries)
 
 
 def signals_of(

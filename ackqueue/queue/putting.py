@@ -13,16 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import checkpoint, hold_back
-from ackqueue.delivery.metering import Meter
-from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
-from ackqueue.delivery.supply import Supply
 from ackqueue.errors import Full
-from ackqueue.queue.calls import Calls, calling_stdlib, check_timeout
-from ackqueue.storage.book import Book
+from ackqueue.queue.calls import calling_stdlib, check_timeout
+from ackqueue.queue.core import Core
 from ackqueue.storage.items import Staged, pickle_item
 from ackqueue.storage.transactions import Transaction, current
 
@@ -31,32 +26,14 @@ StdlibPut = Callable[[Any, bool, float | None], None]
 
 class Puts:
     def __init__(
-        self,
-        stdlib_put: StdlibPut,
-        calls: Calls,
-        signals: Signals,
-        lifecycle: Lifecycle,
-        supply: Supply,
-        mode: Mode,
-        ordering: Ordering,
-        book: Book,
-        tasks: Tasks,
-        meter: Meter,
-        clock: Clock,
-        maxsize: int,
+        self, core: Core, stdlib_put: StdlibPut, ordering: Ordering, maxsize: int
     ) -> None:
-        self._meter = meter
+        self._signals, self._life, self._tasks = core.signals, core.life, core.tasks
+        self._book, self._supply, self._mode = core.book, core.supply, core.mode
+        self._meter, self._calls, self._clock = core.meter, core.calls, core.clock
+        self._store = core.book.store
         self._stdlib_put = stdlib_put
-        self._calls = calls
-        self._signals = signals
-        self._life = lifecycle
-        self._supply = supply
-        self._mode = mode
         self._order = ordering
-        self._book = book
-        self._store = book.store
-        self._tasks = tasks
-        self._clock = clock
         self._maxsize = maxsize
 
     def due_time(self, delay: float | None, not_before: float | None) -> float:

@@ -117,10 +117,11 @@ class AckQueue(queue.Queue[T], Generic[T]):
         except BaseException:
             store.release(name)
             raise
-        self._signals, self._timers, self._mode = parts.signals, parts.timers, parts.mode
-        self._supply, self._holds, self._calls = parts.supply, parts.holds, parts.calls
+        core = parts.core
+        self._signals, self._mode, self._supply = core.signals, core.mode, core.supply
+        self._meter, self._clock = core.meter, core.clock
+        self._timers, self._holds = parts.timers, parts.holds
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
-        self._meter, self._clock = parts.meter, opts.clock
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
