@@ -65,3 +65,23 @@ def test_tests_run_from_the_unpacked_sdist(tmp_path):
                               cwd=root, env=env, capture_output=True, text=True, timeout=60)
     assert imported.stdout.startswith(str(root)), imported.stdout
     assert ackqueue.__file__.startswith(REPO_ROOT)
+
+
+def test_every_install_command_in_the_readme_installs_from_the_checkout_with_real_extras():
+    import configparser
+    import re
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(REPO_ROOT, "setup.cfg"))
+    extras = set(config["options.extras_require"])
+    with open(os.path.join(REPO_ROOT, "README.rst")) as f:
+        readme = f.read()
+    commands = re.findall(r"pip install ((?:-e )?'?[^`\s']+'?)", readme)
+    assert len(commands) >= 5, commands
+    for target in commands:
+        spec = target.removeprefix("-e ").strip("'")
+        match = re.fullmatch(r"\.(?:\[(\w+)\])?", spec)
+        assert match, f"pip install {target}: ackqueue is not on the package index"
+        assert match.group(1) in extras | {None}, f"no extra {match.group(1)!r} in setup.cfg"
+    assert "3.10, 3.11, 3.12 and 3.13" in readme
+    assert config["options"]["python_requires"] == ">=3.10"
