@@ -186,12 +186,17 @@ def test_long_operations_report_progress_at_most_once_a_second(capsys, monkeypat
     assert capsys.readouterr().err.splitlines() == ["  purged: 200/1,000", "  purged: 400/1,000"]
 
 
-def test_pack_shrinks_a_churned_file_and_keeps_the_items(qpath, capsys):
-    with ackqueue.AckQueue(qpath) as q:
-        for n in range(300):
+def churn(path, count, keep_every, name="default"):
+    """Put ``count`` items and take all but every ``keep_every``-th back out: garbage to pack."""
+    with ackqueue.AckQueue(path, name=name) as q:
+        for n in range(count):
             q.put(n)
-            if n % 3:
+            if n % keep_every:
                 q.get()
+
+
+def test_pack_shrinks_a_churned_file_and_keeps_the_items(qpath, capsys):
+    churn(qpath, 300, keep_every=3)
     before = os.path.getsize(qpath)
     code, out, _ = run(capsys, "pack", qpath)
     assert code == 0 and "packed" in out

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from test_cli import fill, run
+from test_cli import churn, fill, run
 
 import ackqueue
 from ackqueue.cli import commands as cli
@@ -17,11 +17,7 @@ from ackqueue.cli import commands as cli
 
 def test_pack_is_file_wide_and_needs_no_name_on_a_file_of_several_queues(qpath, capsys):
     for name in ("frontier", "pages"):
-        with ackqueue.AckQueue(qpath, name=name) as q:
-            for n in range(200):
-                q.put(n)
-                if n % 2:
-                    q.get()
+        churn(qpath, 200, keep_every=2, name=name)
     before = os.path.getsize(qpath)
     code, out, err = run(capsys, "pack", qpath)
     assert code == 0, err
