@@ -134,7 +134,8 @@ def test_peek_of_many_items_reports_progress(qpath, capsys, monkeypatch):
     with ackqueue.AckQueue(qpath) as q:
         q.put_many(range(25_000))
     ticks = iter(range(0, 10**6, 2))  # every reading two seconds after the last: all shown
-    monkeypatch.setattr(cli.time, "monotonic", lambda: float(next(ticks)))
+    real = cli.Progress
+    monkeypatch.setattr(cli, "Progress", lambda what: real(what, clock=lambda: next(ticks)))
     code, out, err = run(capsys, "peek", qpath, "-n", 25_000)
     assert code == 0 and len(out.splitlines()) == 25_000
     assert "reading items: 10,000/25,000" in err and "20,000/25,000" in err

@@ -31,7 +31,7 @@ from ackqueue.storage.counts import stored_count
 from ackqueue.storage.store import open_file_storage
 from ackqueue.storage.uri import is_uri
 
-QUEUE_CLASSES: dict[str, type[AckQueue]] = {
+QUEUE_CLASSES: dict[str, type[AckQueue[Any]]] = {
     "fifo": AckQueue,
     "lifo": LifoAckQueue,
     "priority": PriorityAckQueue,
@@ -46,14 +46,15 @@ class CommandError(Exception):
 
 
 class Progress:
-    """Reports a long operation's progress on stderr, at most once a second."""
+    """Reports a long operation's progress on stderr, at most once a second of ``clock``."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.what = what
-        self._last = time.monotonic()
+        self._clock = clock
+        self._last = clock()
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last >= 1.0:
             self._last = now
             of = f"/{total:,}" if total else ""
@@ -276,7 +277,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _purge_ready(q: AckQueue, progress: Callable[[int, int], None]) -> int:
+def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
     total, removed = q.qsize(), 0
     grouped: Any = getattr(q, "transaction", None)  # one commit per batch where available
     while True:

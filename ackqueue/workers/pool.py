@@ -189,7 +189,7 @@ class WorkerPool:
         with self._lock:
             if self._busy or time.time() < self._retry_due:
                 return False
-        return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
+        return bool(self.queue.qsize() == 0 and self.queue.unacked_count() == 0)
 
     def _release_all(self) -> None:
         with self._lock:
