@@ -8,6 +8,9 @@ is one transaction, so a crash anywhere leaves either all of the step or none of
     python examples/crawler.py /tmp/crawl            # crawl; Ctrl-C or kill -9 it, then
     python examples/crawler.py /tmp/crawl            # run again: it resumes
 
+Each page takes the server 0.2 s (``--delay``), so a crawl of 50 pages with 4 threads runs for
+a few seconds, time enough to stop it; it reports its progress every second.
+
 At the end it checks its own work: every page stored exactly once, and no page that an earlier
 run had finished was fetched again.
 """
@@ -152,8 +155,14 @@ class Crawler:
         for w in workers:
             w.start()
         quiet = 0
+        reported = time.monotonic()
         while not self.stop.wait(0.05):
             quiet = quiet + 1 if self.finished() else 0
+            if not self.verbose and time.monotonic() - reported >= 1.0:
+                reported = time.monotonic()
+                with self.lock:
+                    print(f"  {self.fetched} pages so far; Ctrl-C stops, a rerun resumes",
+                          flush=True)
             if quiet >= 3:  # empty and idle three checks in a row: done
                 self.stop.set()
                 break
@@ -172,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("state_dir", help="where the crawl's queue file lives")
     parser.add_argument("--pages", type=int, default=200, help="size of the generated site")
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--delay", type=float, default=0.01, help="server time per page (s)")
+    parser.add_argument("--delay", type=float, default=0.2,
+                        help="server time per page in seconds (default 0.2)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every page")
     args = parser.parse_args(argv)
 

@@ -1,18 +1,27 @@
 """A queue.Queue program made durable by changing one line.
 
-Run it twice: the second run finds what the first left behind.
+Its numbers survive a crash. Run it once with ``--crash-after 5``: it dies after squaring five
+numbers (``os._exit``, as abruptly as kill -9). Run it again: it finds the other fifteen on disk
+and squares them, and none of the first five again.
+
+    python examples/drop_in.py /tmp/drop_in.fs --crash-after 5
     python examples/drop_in.py /tmp/drop_in.fs
 """
 
-import sys
+import argparse
+import os
 import threading
 
 import ackqueue
 
-path = sys.argv[1] if len(sys.argv) > 1 else "drop_in.fs"
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("path", nargs="?", default="drop_in.fs")
+parser.add_argument("--crash-after", type=int, default=0, metavar="N",
+                    help="die after squaring N numbers, as kill -9 would")
+args = parser.parse_args()
 
-# Was: q = queue.Queue(maxsize=10)
-q = ackqueue.AckQueue(path, maxsize=10)
+# Was: q = queue.Queue()
+q = ackqueue.AckQueue(args.path)
 
 results = []
 
@@ -25,14 +34,17 @@ def consumer():
             break
         results.append(item * item)
         q.task_done()
+        if len(results) == args.crash_after:
+            os._exit(1)  # no cleanup at all: what is on disk is all the next run gets
 
 
 left_over = q.qsize()
+if not left_over:  # a fresh start; otherwise finish what an earlier run left
+    for n in range(20):
+        q.put(n)
+    q.put(None)
 thread = threading.Thread(target=consumer)
 thread.start()
-for n in range(20):
-    q.put(n)
-q.put(None)
 q.join()
 thread.join()
 q.close()

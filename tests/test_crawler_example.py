@@ -68,3 +68,20 @@ def test_sigkill_at_random_moments_then_rerun_ends_with_every_page_once(tmp_path
     out = finish(tmp_path, 150)
     assert "150 of 150 pages, each stored once" in out
     assert "0 finished pages fetched again" in out
+
+
+def test_the_readme_crawl_runs_long_enough_to_interrupt_and_then_resumes(tmp_path):
+    """README's own command, default settings: a Ctrl-C after the first progress report
+    stops it midway (it used to finish in under a second), and the rerun resumes."""
+    argv = [sys.executable, CRAWLER, str(tmp_path / "crawl-state"), "--pages", "50"]
+    child = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().startswith("starting a crawl")
+    progress = child.stdout.readline()
+    assert "pages so far; Ctrl-C stops, a rerun resumes" in progress
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 130 and "run again to resume" in out
+    rerun = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert rerun.stdout.startswith("resuming")
+    assert "50 of 50 pages, each stored once" in rerun.stdout

@@ -35,6 +35,18 @@ def test_drop_in_squares_twenty_numbers_and_finds_nothing_left_over(tmp_path):
     assert second.stdout.splitlines()[0].startswith("found 0 items")
 
 
+def test_drop_in_killed_midway_leaves_the_rest_for_the_second_run(tmp_path):
+    path = str(tmp_path / "drop_in.fs")
+    first = run_example("drop_in.py", path, "--crash-after", "5")
+    assert first.returncode == 1 and first.stdout == "", first.stderr
+    second = run_example("drop_in.py", path)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [
+        "found 16 items left by an earlier run; squared 15 numbers:",  # 15 numbers and the end
+        str(sum(n * n for n in range(5, 20))),
+    ]
+
+
 def test_thread_pool_finishes_every_job_although_a_worker_dies(tmp_path):
     done = run_example("thread_pool.py", str(tmp_path / "pool.fs"))
     assert done.returncode == 0, done.stdout + done.stderr

@@ -16,9 +16,11 @@ import ast
 import fcntl
 import os
 import random
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import ZODB
 
@@ -29,7 +31,7 @@ from ackqueue.cli.reports import (
     SessionInfo,
     StoredItem,
     dead_item,
-    render,
+    shown_item,
 )
 from ackqueue.errors import NotAQueueFileError, StorageError
 from ackqueue.queue.status import read_status
@@ -45,6 +47,25 @@ Progress = Callable[[int, int], None]
 # Bounds that keep `stats` quick on a queue of millions (see QueueFile.stats and live_size).
 OLDEST_SCAN = 20_000
 LIVE_SAMPLE = 20_000
+CONNECT_TIMEOUT = 3.0  # seconds to reach a ZEO server before saying it is not there
+
+
+def reachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail at once, naming the address, if the ZEO server ``uri`` names accepts no connection.
+
+    ZEO's client would otherwise wait 30 seconds in silence before giving up; a TCP connect
+    answers in milliseconds (refused) or ``timeout`` seconds (nobody there)."""
+    parts = urlsplit(uri)
+    if parts.scheme != "zeo" or not parts.hostname or parts.port is None:
+        return  # a unix socket, or not a ZEO URI: the storage's own opening reports it
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__  # socket.timeout has no strerror
+        raise StorageError(
+            f"cannot reach the ZEO server at {parts.hostname}:{parts.port}: {why}"
+        ) from None
 
 
 def live_owner(path: str) -> int | None:
@@ -85,6 +106,7 @@ class QueueFile:
             self._status = self._fresh_status()
             self._storage = open_file_storage(self.path, read_only=True)
         else:  # a shared storage: every live process keeps its holds in it
+            reachable(path)
             self.path = path
             self.live_pid = None
             self._status = None
@@ -250,30 +272,36 @@ class QueueFile:
             return None
         return max(0.0, time.time() - float(self._status.get("written_at", 0)))
 
-    def peek(self, name: str, count: int, limit: int | None = 200) -> list[StoredItem]:
-        """The first ``count`` stored items in delivery order, each with its state."""
+    def peek(self, name: str, count: int, limit: int | None = 200, for_json: bool = False,
+             progress: Progress | None = None) -> list[StoredItem]:
+        """The first ``count`` stored items in delivery order, each with its state; items as
+        JSON values where they have one with ``for_json`` (see ``shown_item``)."""
         record = self.record(name)
         now = time.time()
         held_keys = self._held_keys(name) or set()
         found: list[StoredItem] = []
-        for key, entry in self._entries(record, None, 0):
-            if len(found) >= count:
-                break
+        if count <= 0:
+            return found
+        for key, entry in self._entries(record, progress, min(count, stored_count(record))):
             state = (
                 "delayed" if _due_time(entry) > now
                 else "held" if repr(key) in held_keys else "ready"
             )
+            item, is_repr = shown_item(entry.data, limit, for_json)
             found.append(StoredItem(
-                key=repr(key), item=render(entry.data, limit), put_age=max(0.0, now - entry.put_at),
+                key=repr(key), item=item, item_is_repr=is_repr,
+                put_age=max(0.0, now - entry.put_at),
                 attempts=getattr(entry, "attempts", 0), state=state,
             ))
+            if len(found) >= count:
+                break
         return found
 
-    def dead(self, name: str, limit: int | None = 200) -> list[DeadItem]:
+    def dead(self, name: str, limit: int | None = 200, for_json: bool = False) -> list[DeadItem]:
         tree = _dead_tree(self.record(name))
         if tree is None:
             return []
-        return [dead_item(key, letter, limit) for key, letter in tree.items()]
+        return [dead_item(key, letter, limit, for_json) for key, letter in tree.items()]
 
     # -- holds, from the live process's status file ---------------------------------------------
 

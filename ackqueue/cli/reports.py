@@ -3,6 +3,7 @@ dataclasses that the command line prints as text or as JSON."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -47,29 +48,60 @@ class QueueStats:
 @dataclass
 class StoredItem:
     key: str
-    item: str
+    item: Any  # the item as JSON shows it (see shown_item); its repr for text
     put_age: float
     attempts: int
     state: str  # ready, held or delayed
+    item_is_repr: bool = False  # item is a repr string: the item itself has no JSON form
 
 
 @dataclass
 class DeadItem:
     id: str
-    item: str
+    item: Any  # as in StoredItem
     attempts: int
     reason: str | None
     when: float | None
+    item_is_repr: bool = False
 
 
-def render(item_data: bytes, limit: int | None) -> str:
+def age_text(seconds: float | None) -> str:
+    """An age for people: seconds, minutes or hours, one decimal; "-" when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` with thousands separators and ``noun`` in the singular or plural, as ``n`` asks."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def shown_item(item_data: bytes, limit: int | None, as_json: bool) -> tuple[Any, bool]:
+    """An item for display, and whether it is a repr string standing in for it.
+
+    For JSON (``as_json``), an item that JSON carries unchanged (it reads back equal: no
+    tuples, no non-string keys, no NaN) is given as itself; any other item as its repr.
+    For text, always its repr, cut to ``limit`` characters.
+    """
     try:
-        text = repr(pickle.loads(item_data))
+        item = pickle.loads(item_data)
     except Exception as exc:
-        return f"<cannot load: {type(exc).__name__}: {exc}>"
+        return f"<cannot load: {type(exc).__name__}: {exc}>", True
+    if as_json:
+        try:
+            if json.loads(json.dumps(item, allow_nan=False)) == item:
+                return item, False
+        except (TypeError, ValueError, RecursionError):
+            pass
+    text = repr(item)
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
-    return text
+    return text, True
 
 
 def as_json(value: Any) -> Any:
@@ -80,12 +112,15 @@ def as_json(value: Any) -> Any:
 
 
 
-def dead_item(key: Any, letter: Any, limit: int | None) -> DeadItem:
+def dead_item(key: Any, letter: Any, limit: int | None, for_json: bool = False) -> DeadItem:
     data = getattr(letter, "data", None)
-    item = render(data, limit) if isinstance(data, bytes) else repr(getattr(letter, "item", letter))
+    if not isinstance(data, bytes):
+        data = pickle.dumps(getattr(letter, "item", letter))
+    item, is_repr = shown_item(data, limit, for_json)
     return DeadItem(
         id=repr(key),
         item=item,
+        item_is_repr=is_repr,
         attempts=int(getattr(letter, "attempts", 0)),
         reason=getattr(letter, "reason", None),
         when=getattr(letter, "when", getattr(letter, "dead_at", None)),

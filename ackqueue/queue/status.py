@@ -131,7 +131,11 @@ class StatusBeacon:
         body = {"pid": os.getpid(), "written_at": time.time(), "queues": state}
         target = status_path(path)
         tmp = f"{target}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        # Owner only: the status file names held items' keys and owners, as the queue file
+        # holds their contents, and a process of another user has no business reading either.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a leftover of a killed writer may have been made otherwise
+        with open(fd, "w") as f:
             json.dump(body, f)
         os.replace(tmp, target)
 

@@ -8,12 +8,14 @@ writer connection of its database; all writes go through its :class:`GroupCommit
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import gc
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import transaction
@@ -41,6 +43,11 @@ T = TypeVar("T")
 # Each connection's object cache is bounded by count (ZODB's default, 400 objects) and, so
 # that big items cannot make 400 objects huge, by their pickled size.
 CACHE_BYTES = 32 * 1024 * 1024
+# ZODB warns (20 lines, about blobs) when a record passes its large_record_size, 16 MB by
+# default. A queue's items are the user's: one of 50 MB is what they chose to put, and
+# nothing in the warning is theirs to act on. Each item is its own record, so a big one
+# costs one big write and slows nothing else.
+LARGE_RECORD_SIZE = 1 << 62
 
 _registry_lock = threading.Lock()
 _by_path: dict[str, Store] = {}
@@ -49,6 +56,70 @@ _by_db: dict[int, Store] = {}
 
 def _strong_claim() -> object:
     return True  # a claim made without an owner object: never considered dropped
+
+
+class _IndexRebuildNotice(logging.Filter):
+    """FileStorage's "Ignoring index for PATH", for the files ackqueue is opening, as
+    ackqueue's own INFO line: after a kill -9 the index saved earlier is older than the file
+    and is rebuilt from it, as expected, with nothing for the user to do."""
+
+    MESSAGE = "Ignoring index for %s"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._opening: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != self.MESSAGE or not isinstance(record.args, tuple) or not record.args:
+            return True
+        with self._lock:
+            ours = record.args[0] in self._opening
+        if ours:
+            log.info("%s was not closed cleanly; rebuilding its index from the file",
+                     record.args[0])
+        return not ours
+
+    def opening(self, path: str) -> contextlib.AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def scope() -> Iterator[None]:
+            with self._lock:
+                self._opening[path] = self._opening.get(path, 0) + 1
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._opening[path] -= 1
+                    if not self._opening[path]:
+                        del self._opening[path]
+
+        return scope()
+
+
+_index_notice = _IndexRebuildNotice()
+logging.getLogger("ZODB.FileStorage").addFilter(_index_notice)
+
+
+def _created_beside(path: str) -> list[str]:
+    """The files FileStorage makes beside ``path`` on open that are not there yet."""
+    return [p for p in (path + ".lock", path + ".tmp", path + ".index") if not os.path.exists(p)]
+
+
+def _check_is_filestorage(path: str) -> None:
+    """Refuse a directory or a foreign file before FileStorage creates anything beside it."""
+    if os.path.isdir(path):
+        raise StorageError(f"cannot open queue file {path}: {os.strerror(errno.EISDIR)}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(repair.FILESTORAGE_MAGIC))
+    except FileNotFoundError:
+        return  # a new queue file
+    except OSError:
+        return  # let FileStorage's own opening report it, as before
+    if len(head) == len(repair.FILESTORAGE_MAGIC) and head != repair.FILESTORAGE_MAGIC:
+        raise NotAQueueFileError(
+            f"{path} is not a ZODB FileStorage file (it does not start with a FileStorage header)"
+        )
 
 
 def _lock_owner(path: str) -> str:
@@ -68,15 +139,21 @@ def open_file_storage(
     if not os.path.isdir(directory):
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
+    _check_is_filestorage(path)
+    created: list[str] = []
     try:
         if read_only:
             return kind(path, read_only=True, pack_keep_old=False)
+        created = _created_beside(path)
         repair.before_open(path)
         copies = leftovers.truncation_copies(path)
-        storage = kind(path, read_only=False, pack_keep_old=False)
+        with _index_notice.opening(path):
+            storage = kind(path, read_only=False, pack_keep_old=False)
+        created = []
         leftovers.remove_new_truncation_copies(path, copies)
         return storage
     except zc.lockfile.LockError:
+        created = []  # the lock file is the other process's
         raise QueueLockedError(
             f"queue file {path} is open in another process{_lock_owner(path)}; "
             "only one process may open a FileStorage at a time (use ZEO to share it)"
@@ -88,6 +165,10 @@ def open_file_storage(
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
     except OSError as exc:
         raise StorageError(f"cannot open queue file {path}: {exc}") from None
+    finally:
+        for leftover in created:  # an open that failed leaves nothing beside the user's file
+            with contextlib.suppress(OSError):
+                os.remove(leftover)
 
 
 class Store:
@@ -104,7 +185,10 @@ class Store:
         self._refs = 0
         self._names: dict[str, Callable[[], object | None]] = {}
         self._tm = transaction.TransactionManager()
+        if owns_db:
+            db.large_record_size = LARGE_RECORD_SIZE  # every connection, sessions' included
         self.writer: Connection = db.open(transaction_manager=self._tm)
+        self.writer.large_record_size = LARGE_RECORD_SIZE  # a caller's database: ours only
         storage = db.storage
         syncer = storage if getattr(storage, "sync_each_commit", False) else None
         # One writer process per file: queue counts can be kept off each commit (counts.py).

@@ -43,7 +43,8 @@ def open_db(uri: str) -> ZODB.DB:
         import zodburi
     except ImportError:
         raise StorageError(
-            f"opening {uri} needs the zodburi package: pip install 'ackqueue[zeo]'"
+            f"opening {uri} needs the zodburi package: "
+            "pip install '.[zeo]' in a checkout of ackqueue"
         ) from None
     try:
         factory, dbkw = zodburi.resolve_uri(uri)

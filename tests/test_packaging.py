@@ -1,0 +1,87 @@
+"""The source distribution carries the license, the tests, the examples and the benchmarks,
+and tests run from an unpacked sdist."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+from conftest import REPO_ROOT
+
+import ackqueue
+
+
+def _build_sdist(tmp_path) -> str:
+    # A copy, so that the build's egg-info never lands in the working tree.
+    source = tmp_path / "source"
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "build", "dist", "*.fs*"))
+    out = tmp_path / "dist"
+    out.mkdir()
+    built = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, setuptools.build_meta as b; print(b.build_sdist(sys.argv[1]))", str(out)],
+        cwd=source, capture_output=True, text=True, timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    assert "License classifiers are deprecated" not in built.stderr
+    return str(out / built.stdout.strip().splitlines()[-1])
+
+
+def test_the_sdist_holds_license_tests_examples_and_benchmarks(tmp_path):
+    with tarfile.open(_build_sdist(tmp_path)) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    for needed in ("LICENSE", "README.rst", "tests/conftest.py", "tests/polling.py",
+                   "tests/semantic_helpers.py", "tests/crash_child.py", "tests/test_smoke.py",
+                   "examples/drop_in.py", "examples/crawler.py", "benchmarks/_common.py",
+                   "benchmarks/README.rst", "ackqueue/py.typed"):
+        assert needed in names, f"{needed} is missing from the sdist"
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_the_license_is_mit_for_the_ackqueue_authors():
+    with open(os.path.join(REPO_ROOT, "LICENSE")) as f:
+        text = f.read()
+    assert text.startswith("MIT License") and "2026 the ackqueue authors" in text
+
+
+def test_tests_run_from_the_unpacked_sdist(tmp_path):
+    with tarfile.open(_build_sdist(tmp_path)) as tar:
+        tar.extractall(tmp_path / "unpacked")
+    (root,) = (tmp_path / "unpacked").iterdir()
+    env = dict(os.environ, PYTHONPATH=str(root))
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/test_smoke.py", "tests/test_examples.py::"
+         "test_drop_in_squares_twenty_numbers_and_finds_nothing_left_over"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    # The tests ran on the sdist's own copy of the package, not on this tree's.
+    imported = subprocess.run([sys.executable, "-c", "import ackqueue; print(ackqueue.__file__)"],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert imported.stdout.startswith(str(root)), imported.stdout
+    assert ackqueue.__file__.startswith(REPO_ROOT)
+
+
+def test_every_install_command_in_the_readme_installs_from_the_checkout_with_real_extras():
+    import configparser
+    import re
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(REPO_ROOT, "setup.cfg"))
+    extras = set(config["options.extras_require"])
+    with open(os.path.join(REPO_ROOT, "README.rst")) as f:
+        readme = f.read()
+    commands = re.findall(r"pip install ((?:-e )?'?[^`\s']+'?)", readme)
+    assert len(commands) >= 5, commands
+    for target in commands:
+        spec = target.removeprefix("-e ").strip("'")
+        match = re.fullmatch(r"\.(?:\[(\w+)\])?", spec)
+        assert match, f"pip install {target}: ackqueue is not on the package index"
+        assert match.group(1) in extras | {None}, f"no extra {match.group(1)!r} in setup.cfg"
+    assert "3.10, 3.11, 3.12 and 3.13" in readme
+    assert config["options"]["python_requires"] == ">=3.10"
