@@ -77,11 +77,7 @@ KNOWN_GAPS: dict[str, str] = {}  # test name -> reason
 # The join() hang after shutdown(immediate=True) is fixed (issue 15); what still differs is
 # by design for now (README: an immediate shutdown keeps ready items stored for the next
 # start), so qsize() is not 0 after it as the stdlib test expects. The lead decides.
-HANGS = {
-    "test_shutdown_immediate_all_methods_in_many_threads":
-        "after shutdown(immediate=True) ready items stay stored for the next start, so "
-        "qsize() != 0 (queue.Queue discards them)",
-}
+HANGS: dict[str, str] = {}
 HANG_WATCHED = "TestAckQueueInMemory"  # remove the skips of the other classes with the fix
 HANG_DEADLINE = 60.0  # queue.Queue takes 0.2 s here, ackqueue in memory ~17 s without immediate
 # 64k puts, each a commit with an fsync, take ~30 s per class on a file; in memory they run the

@@ -95,7 +95,8 @@ class Claimer:
                 return 0
             if op == "get":
                 return max(1, len(supply))
-        n = len(supply) + supply.staged
+        # Puts still committing count, unless an immediate shutdown will forget them as they land.
+        n = len(supply) + (0 if life.drained else supply.staged)
         if life.paused and op == "get":
             n = 0  # a paused queue hands nothing out: gets wait (or time out) as if empty
         if not n and self._calls.getter_closed():
