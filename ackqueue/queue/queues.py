@@ -111,7 +111,9 @@ class AckQueue(
         self._clock: Clock = clock or time.time
         self._closed = False
         self._drained = False
-        self._store = Store.acquire(path, db, durability=durability, autopack=autopack)
+        self._store = Store.acquire(
+            path, db, durability=durability, autopack=autopack, shared=shared
+        )
         try:
             claim = self._store.claim_name(name, self)
         except BaseException:
