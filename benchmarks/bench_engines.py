@@ -14,11 +14,13 @@ last put or ack. Prints items/s, the ratio of 4 processes to 1, and RelStorage's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import _common
@@ -109,6 +111,22 @@ def start_zeo(directory: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, sock
 
 
+@contextlib.contextmanager
+def engine_at(engine: str) -> Iterator[str]:
+    """A fresh place for ``engine`` in a temporary directory: a ZEO server's socket (the
+    server runs until the block ends) or a RelStorage SQLite directory."""
+    with _common.tmpdir() as tmp:
+        if engine != "zeo":
+            yield os.path.join(tmp, "rs")
+            return
+        server, sock = start_zeo(tmp)
+        try:
+            yield sock
+        finally:
+            server.terminate()
+            server.wait()
+
+
 def run(engine: str, where: str, job: str, processes: int, items: int, batch: int) -> float:
     """Items/s of ``processes`` workers doing ``job`` on ``items`` items between them."""
     # Fills the queue, or for puts only creates the database: RelStorage's SQLite adapter
@@ -176,12 +194,7 @@ def main() -> None:
         for engine in ("zeo", "sqlite"):
             for job, batch, items in jobs:
                 for n in counts:
-                    with _common.tmpdir() as tmp:
-                        server = None
-                        if engine == "zeo":
-                            server, where = start_zeo(tmp)
-                        else:
-                            where = os.path.join(tmp, "rs")
+                    with engine_at(engine) as where:
                         try:
                             rate = run(engine, where, job.split()[0], n, items, batch)
                         except (AssertionError, ValueError) as exc:
@@ -190,27 +203,13 @@ def main() -> None:
                             failures[engine] = failures.get(engine, 0) + 1
                             print(f"  {engine:6} {job:12} {n} proc: FAILED ({exc})", flush=True)
                             continue
-                        finally:
-                            if server is not None:
-                                server.terminate()
-                                server.wait()
                     table.setdefault((engine, job, n), []).append(rate)
                     print(f"  {engine:6} {job:12} {n} proc: {rate:7.0f} items/s", flush=True)
     wakes: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for engine in ("zeo", "sqlite"):
-            with _common.tmpdir() as tmp:
-                server = None
-                if engine == "zeo":
-                    server, where = start_zeo(tmp)
-                else:
-                    where = os.path.join(tmp, "rs")
-                try:
-                    wakes.setdefault(engine, []).append(wake_ms(engine, where, 10))
-                finally:
-                    if server is not None:
-                        server.terminate()
-                        server.wait()
+            with engine_at(engine) as where:
+                wakes.setdefault(engine, []).append(wake_ms(engine, where, 10))
             print(f"  {engine:6} wake-up across processes: {wakes[engine][-1]:.0f} ms (median)",
                   flush=True)
     print(f"\nmedians over {args.rounds} round(s), items/s "

@@ -74,6 +74,8 @@ def tcp_inodes() -> set[str]:
 
 PUT_AND_PRINT_PID = """
 import sys, ackqueue
+if sys.argv[3:] == ["wait"]:
+    sys.stdin.readline()  # opens when told to, at the same moment as the others
 q = ackqueue.AckQueue(sys.argv[1], shared=True, session_timeout=5)
 q.put(sys.argv[2])
 print("put", flush=True)
@@ -154,26 +156,15 @@ def test_stale_socket_and_locks_of_a_killed_server_never_stop_the_next_opener(qp
     assert out.stdout.strip() == "kept"
 
 
-OPEN_AT_ONCE = """
-import sys, ackqueue
-sys.stdin.readline()
-q = ackqueue.AckQueue(sys.argv[1], shared=True, session_timeout=5)
-q.put(sys.argv[2])
-print("open", flush=True)
-sys.stdin.readline()
-q.close()
-"""
-
-
 def test_processes_opening_at_once_end_up_with_one_server(qpath) -> None:
-    children = [spawn_child(OPEN_AT_ONCE, qpath, str(n)) for n in range(4)]
+    children = [spawn_child(PUT_AND_PRINT_PID, qpath, str(n), "wait") for n in range(4)]
     try:
         for child in children:
             assert child.stdin is not None
             child.stdin.write("go\n")
             child.stdin.flush()
         for child in children:
-            assert child.stdout is not None and child.stdout.readline().strip() == "open"
+            assert child.stdout is not None and child.stdout.readline().strip() == "put"
         pid = server_pid(qpath)
         servers = [
             p for p in os.listdir("/proc") if p.isdigit() and _runs_server_for(int(p), qpath)
