@@ -244,7 +244,7 @@ def test_a_socket_others_may_use_is_refused_until_put_right(qpath) -> None:
         out = subprocess.run(child_argv(OPEN_SHARED, qpath), env=child_env(),
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        assert "mode 0666" in out.stdout and f"rm {sock}" in out.stdout
+        assert "mode 0666" in out.stdout and f"chmod 600 {sock}" in out.stdout
         os.chmod(sock, 0o600)
         assert q.get(timeout=10) == "kept"  # nothing lost
 

@@ -102,11 +102,12 @@ def check_private(path: str, what: str) -> None:
             "every process as that user, or give the queue a path of your own"
         )
     if stat.S_IMODE(st.st_mode) & 0o077:
-        fix = "chmod 700" if stat.S_ISDIR(st.st_mode) else "rm"
+        fix = "chmod 700" if stat.S_ISDIR(st.st_mode) else "chmod 600"
         raise StorageError(
             f"the {what} {path} may be used by other users (mode "
             f"{stat.S_IMODE(st.st_mode):04o}); a shared queue's server must be private to its "
-            f"owner: run {fix} {path} (nothing in the queue is lost) and open it again"
+            f"owner: if nobody else should reach it, run {fix} {path} and open the queue "
+            "again (nothing in it is lost)"
         )
 
 
