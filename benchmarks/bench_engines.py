@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -134,23 +133,8 @@ def run(engine: str, where: str, job: str, processes: int, items: int, batch: in
     subprocess.run([sys.executable, "-c", FILL, engine, where, str(0 if job == "put" else items)],
                    env=env(), check=True)
     share = items // processes
-    procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, engine, where, job, str(share), str(batch)],
-                         env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for _ in range(processes)
-    ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    go = time.time()
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    results = []
-    for p in procs:
-        assert p.stdout is not None
-        results.append(json.loads(p.stdout.readline()))
-        p.wait()
+    argv = [sys.executable, "-c", WORKER, engine, where, job, str(share), str(batch)]
+    go, results = _common.start_together([argv] * processes, env())
     done = sum(r["done"] for r in results)
     expected = share * processes if job == "put" else items
     assert done == expected, f"{engine} {job}: {done} of {expected}"
