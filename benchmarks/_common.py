@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 # Run from a checkout without installing: the benchmarks measure the tree they sit in.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -92,3 +95,24 @@ def rst_table(rows: list[list[str]], head: list[str]) -> str:
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lines.append(rule)
     return "\n".join(lines)
+
+
+def start_together(argvs: list[list[str]], env: dict[str, str]) -> tuple[float, list[Any]]:
+    """Run one process per argv; once each has printed ``ready``, send all of them ``go``.
+
+    Returns the time of the go and the JSON line each printed last, in argv order."""
+    procs = [subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) for argv in argvs]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    go = time.time()
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = []
+    for p in procs:
+        assert p.stdout is not None
+        results.append(json.loads(p.stdout.readline()))
+        p.wait()
+    return go, results

@@ -14,7 +14,6 @@ A ZEO server (``runzeo``) on 127.0.0.1 is started and stopped by the script.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -23,6 +22,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import _common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,23 +108,8 @@ def consume(
 ) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
         "PYTHONPATH")])))
-    procs = [
-        subprocess.Popen([sys.executable, "-c", CONSUMER, where, str(threads), str(batch)], env=env,
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for _ in range(processes)
-    ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    go = time.time()
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    results = []
-    for p in procs:
-        assert p.stdout is not None
-        results.append(json.loads(p.stdout.readline()))
-        p.wait()
+    argv = [sys.executable, "-c", CONSUMER, where, str(threads), str(batch)]
+    go, results = _common.start_together([argv] * processes, env)
     done = sum(r["done"] for r in results)
     assert done == items, f"consumed {done} of {items}"
     seconds = max(r["last"] for r in results) - go

@@ -97,7 +97,8 @@ def test_closing_the_queue_wakes_blocked_consumer_gets(qpath, call, shared):
     thread.join(5)
     assert not thread.is_alive()
     assert outcome == [QueueClosedError]
-    with ackqueue.AckQueue(qpath) as again:
+    # Shared: the file's server outlives the queue for a while; open it as the queue did.
+    with ackqueue.AckQueue(qpath, shared=shared) as again:
         assert again.qsize() == 0
 
 

@@ -13,14 +13,19 @@ import threading
 import weakref
 
 import pytest
+import ZODB
 from conftest import child_argv, child_env
 from polling import wait_until
 
 import ackqueue
 
 COUNT_IN_CHILD = """
-import sys, ackqueue
-q = ackqueue.AckQueue(sys.argv[1], shared=sys.argv[2] == "shared", session_timeout=60)
+import sys, ackqueue, ZODB
+if sys.argv[2] == "shared":  # shared mode on the file itself, through a database of our own
+    db = ZODB.DB(sys.argv[1])
+    q = ackqueue.AckQueue(db=db, shared=True, session_timeout=60)
+else:
+    q = ackqueue.AckQueue(sys.argv[1])
 print(q.qsize(), q.delayed_count())
 q.close()
 """
@@ -101,7 +106,10 @@ def test_dropping_one_queue_keeps_the_file_open_for_the_others(qpath):
 
 
 def test_a_dropped_shared_queue_gives_back_its_stored_holds(qpath):
-    q = ackqueue.AckQueue(qpath, shared=True, session_timeout=60)
+    # Shared mode on one FileStorage (a database of the test's own), so that the status file
+    # tells when the background threads had the queue in hand.
+    db = ZODB.DB(qpath)
+    q = ackqueue.AckQueue(db=db, shared=True, session_timeout=60)
     fill(q, hold=True)
     wait_for_background_threads(qpath)
     ref = weakref.ref(q)
@@ -113,5 +121,6 @@ def test_a_dropped_shared_queue_gives_back_its_stored_holds(qpath):
         lambda: not any(t.name == "ackqueue-dropped" for t in threading.enumerate()),
         what="the dropped queue's clean-up",
     )
+    db.close()
     # Without the give-back the hold would last the whole 60 s session lease.
     assert counts_in_another_process(qpath, "shared") == (2, 1)

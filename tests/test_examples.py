@@ -53,3 +53,20 @@ def test_thread_pool_finishes_every_job_although_a_worker_dies(tmp_path):
     lines = done.stdout.splitlines()
     assert "worker died: this worker dies holding job 42" in lines
     assert lines[-1] == "100 of 100 jobs done; job 42 done: True"
+
+
+def test_a_producer_and_two_worker_processes_share_one_file(tmp_path):
+    path = str(tmp_path / "jobs.fs")
+    assert run_example("shared_producer.py", path, "60").stdout == "put 60 jobs\n"
+    workers = [
+        subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "shared_worker.py"), path,
+                          "--until-empty"], env=child_env(), stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [w.communicate(timeout=60)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0]
+    done = [int(out.split()[3]) for out in outs]
+    assert sum(done) == 60
+    results = run_example("shared_results.py", path)
+    assert results.returncode == 0, results.stderr
+    assert results.stdout.startswith(f"60 results, sum of squares {sum(n * n for n in range(60))}")

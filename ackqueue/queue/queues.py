@@ -57,7 +57,10 @@ class AckQueue(queue.Queue[T], Generic[T]):
     durably before handing the item out. ``ack_timeout``: seconds a consumer may hold an item
     before it goes back to the queue. ``clock``: a ``time.time``-like callable (for tests).
     ``path`` may be a URI (``zeo://host:port``, ``file://``, ``memory://``); on a storage
-    processes share (or ``shared=True``), see :mod:`ackqueue.shared` and ``session_timeout``.
+    processes share, see :mod:`ackqueue.shared` and ``session_timeout``. ``shared=True``
+    with a file path opens the file through a private ZEO server of its own, started by
+    the first process that opens it so and found by the others (:mod:`ackqueue.storage.
+    sharedserver`); every process must open the file that way.
 
     ``durability="relaxed"`` makes ``put``/``ack`` return once the commit is handed to the
     operating system (it survives ``kill -9``) and fsyncs once a second, so a power loss may
@@ -95,7 +98,9 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._order = order
         self._life = life = Lifecycle(name)
         self._tasks = Tasks()
-        self._store = store = Store.acquire(path, db, durability=durability, autopack=autopack)
+        self._store = store = Store.acquire(
+            path, db, durability=durability, autopack=autopack, shared=shared
+        )
         try:
             claim = store.claim_name(name, self)
         except BaseException:

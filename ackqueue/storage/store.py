@@ -30,7 +30,7 @@ from ackqueue.base.interrupts import Shield
 from ackqueue.errors import NotAQueueFileError, QueueLockedError, StorageError
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
-from ackqueue.storage import leftovers, repair
+from ackqueue.storage import leftovers, repair, sharedserver
 from ackqueue.storage.commit import GroupCommitter
 from ackqueue.storage.durability import QueueFileStorage, RelaxedFileStorage, check_durability
 from ackqueue.storage.packing import PACK_STATE_KEY, AutoPacker
@@ -154,9 +154,16 @@ def open_file_storage(
         return storage
     except zc.lockfile.LockError:
         created = []  # the lock file is the other process's
+        if sharedserver.served_by(path):
+            raise QueueLockedError(
+                f"queue file {path} is in use by processes that opened it with shared=True "
+                f"(its server{_lock_owner(path)} holds it); open it with "
+                f"AckQueue({path!r}, shared=True) here too"
+            ) from None
         raise QueueLockedError(
-            f"queue file {path} is open in another process{_lock_owner(path)}; "
-            "only one process may open a FileStorage at a time (use ZEO to share it)"
+            f"queue file {path} is open in another process{_lock_owner(path)}; only one "
+            "process may open it like this: to use it from several processes, open it with "
+            f"AckQueue({path!r}, shared=True) in every process"
         ) from None
     except FileStorageError as exc:
         why = "it does not start with a FileStorage header" if str(exc) == path else str(exc)
@@ -215,12 +222,14 @@ class Store:
         db: ZODB.DB | None,
         durability: str = "strict",
         autopack: bool = True,
+        shared: bool | None = None,
     ) -> Store:
         """The store for a file path or storage URI, a caller's database, or (both None) a new
         in-memory one.
 
         ``durability`` and ``autopack`` apply to a file path only (see ``durability.py`` and
-        ``packing.py``); a caller's database or a URI's storage is used as it is.
+        ``packing.py``); a caller's database or a URI's storage is used as it is. A path with
+        ``shared=True`` is served to every process that opens it so (``sharedserver.py``).
         """
         check_durability(durability)
         path = as_path(path)
@@ -235,6 +244,12 @@ class Store:
                 store = _by_path.get(path)
                 if store is None:
                     store = _by_path[path] = cls(open_db(path), owns_db=True, where=path)
+            elif shared:
+                key = os.path.realpath(os.fspath(path))
+                store = _by_path.get(key)
+                if store is None:
+                    zdb = sharedserver.connect(key, durability)
+                    store = _by_path[key] = cls(zdb, owns_db=True, where=key)
             else:
                 key = os.path.realpath(os.fspath(path))
                 store = _by_path.get(key)

@@ -9,6 +9,7 @@ any storage it knows (RelStorage's ``postgres://`` among them, when installed) o
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -50,19 +51,27 @@ def open_db(uri: str) -> ZODB.DB:
         factory, dbkw = zodburi.resolve_uri(uri)
     except Exception as exc:
         raise StorageError(f"cannot open storage {uri}: {exc}") from exc
-    for attempt in range(OPEN_RETRIES):
+    def opened() -> Any:
         try:
-            storage = factory()
+            return factory()
         except Exception as exc:
             raise StorageError(f"cannot open storage {uri}: {exc!r}") from exc
+
+    return db_on(opened, **dbkw)
+
+
+def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:
+    """A database on the storage ``open_storage()`` returns, opened again if another process
+    created the root of a new database at the same moment."""
+    for attempt in range(OPEN_RETRIES):
+        storage = open_storage()
         try:
             return ZODB.DB(storage, **dbkw)
         except ConflictError:
-            # Another process created the root of a new database at the same moment.
             storage.close()
             if attempt == OPEN_RETRIES - 1:
                 raise
-        except Exception:
+        except BaseException:
             storage.close()
             raise
     raise AssertionError("unreachable")
@@ -71,8 +80,9 @@ def open_db(uri: str) -> ZODB.DB:
 def is_shared_storage(storage: Any) -> bool:
     """Whether other processes may write this storage at the same time as this one.
 
-    ZEO's ClientStorage and RelStorage are the ZODB storages built for that; a FileStorage or
-    a MappingStorage belongs to one process.
+    ZEO's ClientStorage and RelStorage (and their subclasses, as ``sharedserver.py``'s) are
+    the ZODB storages built for that; a FileStorage or a MappingStorage belongs to one process.
     """
-    module = type(storage).__module__
-    return module.startswith(("ZEO.", "relstorage."))
+    return any(
+        kind.__module__.startswith(("ZEO.", "relstorage.")) for kind in type(storage).__mro__
+    )

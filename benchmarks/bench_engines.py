@@ -1,0 +1,219 @@
+"""Which engine should carry ``AckQueue(path, shared=True)``: the queue on ZEO over a Unix
+socket (runzeo, FileStorage with an fsync a commit) beside the queue on RelStorage's SQLite
+adapter with ``synchronous=FULL`` (an fsync a commit too: as durable as strict single-process
+mode), with 1, 2 and 4 processes, in one run (the machine is shared: read the ratios).
+
+    python benchmarks/bench_engines.py [--items 1000] [--processes 1,2,4] [--rounds 1]
+
+For each engine and process count: ``put`` one at a time (the items split between the
+processes), then get+ack one at a time, then ``get_many``/``ack_many`` of 10, each process with
+one consumer thread. Items are put beforehand with ``put_many``; the clock runs from "go" to the
+last put or ack. Prints items/s, the ratio of 4 processes to 1, and RelStorage's ratio to ZEO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import _common
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+OPEN = r"""
+import sys, ackqueue
+
+def open_queue(engine, where):
+    if engine == "zeo":
+        return ackqueue.AckQueue("zeo://" + where, session_timeout=30)
+    import ZODB
+    from relstorage.adapters.sqlite.adapter import Sqlite3Adapter
+    from relstorage.options import Options
+    from relstorage.storage import RelStorage
+    options = Options(keep_history=False)
+    adapter = Sqlite3Adapter(where, {"synchronous": "FULL"}, options=options)
+    return ackqueue.AckQueue(db=ZODB.DB(RelStorage(adapter, options=options)), session_timeout=30)
+"""
+
+WORKER = OPEN + r"""
+import json, time
+engine, where, job, count, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(
+    sys.argv[5])
+q = open_queue(engine, where)
+c = q.connect()
+print("ready", flush=True)
+sys.stdin.readline()
+done = 0
+if job == "put":
+    for n in range(count):
+        q.put({"n": n, "url": f"http://example.org/{n}"})
+    done = count
+else:
+    while True:
+        try:
+            items = c.get_many(batch, timeout=1.0)
+        except ackqueue.Empty:
+            break
+        c.ack_many(items)
+        done += len(items)
+        last = time.time()
+print(json.dumps({"done": done, "last": time.time() if job == "put" else last}), flush=True)
+c.close()
+q.close()
+"""
+
+FILL = OPEN + r"""
+q = open_queue(sys.argv[1], sys.argv[2])
+items = int(sys.argv[3])
+for start in range(0, items, 500):
+    q.put_many([{"n": n, "url": f"http://example.org/{n}"} for n in
+                range(start, min(items, start + 500))])
+q.close()
+"""
+
+
+WAKER = OPEN + r"""
+import time
+q = open_queue(sys.argv[1], sys.argv[2])
+c = q.connect()
+for _ in range(int(sys.argv[3])):
+    print("ready", flush=True)
+    item = c.get(timeout=30)
+    print(time.time() - item, flush=True)
+    c.ack(item)
+c.close()
+q.close()
+"""
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
+        "PYTHONPATH")])))
+
+
+def start_zeo(directory: str) -> tuple[subprocess.Popen[bytes], str]:
+    sock = os.path.join(directory, "zeo.sock")
+    argv = [sys.executable, "-m", "ZEO.runzeo", "-a", sock, "-f", os.path.join(directory, "q.fs")]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError("runzeo did not start")
+        time.sleep(0.02)
+    return proc, sock
+
+
+@contextlib.contextmanager
+def engine_at(engine: str) -> Iterator[str]:
+    """A fresh place for ``engine`` in a temporary directory: a ZEO server's socket (the
+    server runs until the block ends) or a RelStorage SQLite directory."""
+    with _common.tmpdir() as tmp:
+        if engine != "zeo":
+            yield os.path.join(tmp, "rs")
+            return
+        server, sock = start_zeo(tmp)
+        try:
+            yield sock
+        finally:
+            server.terminate()
+            server.wait()
+
+
+def run(engine: str, where: str, job: str, processes: int, items: int, batch: int) -> float:
+    """Items/s of ``processes`` workers doing ``job`` on ``items`` items between them."""
+    # Fills the queue, or for puts only creates the database: RelStorage's SQLite adapter
+    # fails ("table pack_object already exists") when processes create one at the same time.
+    subprocess.run([sys.executable, "-c", FILL, engine, where, str(0 if job == "put" else items)],
+                   env=env(), check=True)
+    share = items // processes
+    argv = [sys.executable, "-c", WORKER, engine, where, job, str(share), str(batch)]
+    go, results = _common.start_together([argv] * processes, env())
+    done = sum(r["done"] for r in results)
+    expected = share * processes if job == "put" else items
+    assert done == expected, f"{engine} {job}: {done} of {expected}"
+    return done / (max(r["last"] for r in results) - go)
+
+
+def wake_ms(engine: str, where: str, rounds: int) -> float:
+    """Median ms from a put in this process to the return of a get blocked in another."""
+    subprocess.run([sys.executable, "-c", FILL, engine, where, "0"], env=env(), check=True)
+    opener: dict[str, Any] = {}
+    exec(OPEN, opener)
+    q = opener["open_queue"](engine, where)
+    waker = subprocess.Popen([sys.executable, "-c", WAKER, engine, where, str(rounds)], env=env(),
+                             stdout=subprocess.PIPE, text=True)
+    assert waker.stdout is not None
+    waits = []
+    try:
+        for _ in range(rounds):
+            assert waker.stdout.readline().strip() == "ready"
+            time.sleep(0.1)  # let the get block first: this measures the wake-up, not a race
+            q.put(time.time())
+            waits.append(float(waker.stdout.readline()) * 1000)
+    finally:
+        waker.wait()
+        q.close()
+    return _common.median(waits)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=1000)
+    parser.add_argument("--processes", default="1,2,4")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    counts = [int(n) for n in args.processes.split(",")]
+    jobs = [("put", 1, args.items), ("get+ack", 1, args.items), ("get+ack x10", 10,
+                                                                   args.items * 3)]
+    table: dict[tuple[str, str, int], list[float]] = {}
+    failures: dict[str, int] = {}
+    for _ in range(args.rounds):
+        for engine in ("zeo", "sqlite"):
+            for job, batch, items in jobs:
+                for n in counts:
+                    with engine_at(engine) as where:
+                        try:
+                            rate = run(engine, where, job.split()[0], n, items, batch)
+                        except (AssertionError, ValueError) as exc:
+                            # RelStorage 4.3's SQLite adapter has failed acks with a
+                            # KeyError in conflict resolution here: count it, go on.
+                            failures[engine] = failures.get(engine, 0) + 1
+                            print(f"  {engine:6} {job:12} {n} proc: FAILED ({exc})", flush=True)
+                            continue
+                    table.setdefault((engine, job, n), []).append(rate)
+                    print(f"  {engine:6} {job:12} {n} proc: {rate:7.0f} items/s", flush=True)
+    wakes: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for engine in ("zeo", "sqlite"):
+            with engine_at(engine) as where:
+                wakes.setdefault(engine, []).append(wake_ms(engine, where, 10))
+            print(f"  {engine:6} wake-up across processes: {wakes[engine][-1]:.0f} ms (median)",
+                  flush=True)
+    print(f"\nmedians over {args.rounds} round(s), items/s "
+          f"(4p/1p = the ratio of {counts[-1]} processes to {counts[0]})")
+    print(f"| job | engine | {' | '.join(f'{n} proc' for n in counts)} | "
+          f"{counts[-1]}p/{counts[0]}p |")
+    print("|---|---|" + "---:|" * (len(counts) + 1))
+    for job, _, _ in jobs:
+        for engine in ("zeo", "sqlite"):
+            rates = [_common.median(table.get((engine, job, n)) or [float("nan")])
+                     for n in counts]
+            print(f"| {job} | {engine} | " + " | ".join(f"{r:,.0f}" for r in rates)
+                  + f" | {rates[-1] / rates[0]:.2f} |")
+        ratios = [_common.median(table.get(("sqlite", job, n)) or [float("nan")])
+                  / _common.median(table.get(("zeo", job, n)) or [float("nan")]) for n in counts]
+        print(f"| {job} | sqlite/zeo | " + " | ".join(f"{r:.2f}x" for r in ratios) + " | |")
+    for engine in ("zeo", "sqlite"):
+        print(f"runs that failed, {engine}: {failures.get(engine, 0)}")
+        print(f"wake-up across processes, {engine}: median {_common.median(wakes[engine]):.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

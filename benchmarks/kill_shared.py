@@ -1,0 +1,47 @@
+"""Kill campaign on ``AckQueue(path, shared=True)``: 100+ SIGKILLs of workers (the server's
+starter among them) and of the server, at random moments of a mixed workload; prints what was
+confirmed and checked (see ``tests/shared_campaign.py``).
+
+    python benchmarks/kill_shared.py [--kills 100] [--workers 3] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import _common
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+import shared_campaign  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    os.environ.setdefault("ACKQUEUE_SERVER_IDLE", "2")
+    with _common.tmpdir() as tmp:
+        logs = os.path.join(tmp, "logs")
+        os.mkdir(logs)
+        r = shared_campaign.run(os.path.join(tmp, "q.fs"), logs, args.kills, ROOT,
+                                workers=args.workers, seed=args.seed)
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {r.kills} kills "
+          f"({r.server_kills} of the server, {r.kills - r.server_kills} of workers, the "
+          f"server's starter {'among them' if r.starter_killed else 'not among them'}) in "
+          f"{r.seconds:.0f} s; {r.confirmed_puts} confirmed puts, all consumed: "
+          f"{r.consumed == r.confirmed_puts}; {r.confirmed_acks} confirmed acks; "
+          f"{r.drained} left for the final drain; {r.duplicates} deliveries again, each from "
+          "a killed holder or a given-back item")
+    print("problems:", r.problems or "none")
+    sys.exit(1 if r.problems else 0)
+
+
+if __name__ == "__main__":
+    main()
