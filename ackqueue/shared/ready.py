@@ -117,7 +117,9 @@ class SharedReadyIndex:
         in the store and taken it already: then it stays with that thread."""
         if key in self._holder.taking or key in self._holder.mine:
             return
-        self._consider(key)
+        # Committed already: the next look at the store counts it (adding it to the estimate
+        # here would count it twice whenever the watcher's refresh came in between).
+        self._stale = True
 
     def _consider(self, key: Any) -> None:
         self._estimate += 1
