@@ -40,19 +40,17 @@ CORE = [
 ]
 
 # Tests that run in seconds, with no kill loops, servers or long hypothesis searches.
-# (test_dead_letters is left out: its unloadable-item test crashed mutmut 3.8's stats run
-# with a segmentation fault.)
+# (Adding test_queue_compat, test_recovery, test_leases or test_dead_letters made mutmut 3.8's
+# stats run die with a segmentation fault while pytest formatted a failure under its
+# trampolines; pass them with --tests to try again with a later mutmut.)
 FAST_TESTS = [
     "tests/test_smoke.py",
     "tests/test_consumer.py",
-    "tests/test_queue_compat.py",
     "tests/test_power_loss.py",
-    "tests/test_recovery.py",
-    "tests/test_priority.py",
-    "tests/test_shutdown.py",
-    "tests/test_close_wakes.py",
-    "tests/test_leases.py",
     "tests/test_durability.py",
+    "tests/test_shutdown.py",
+    "tests/test_priority.py",
+    "tests/test_close_wakes.py",
 ]
 
 

@@ -112,3 +112,13 @@ def test_negative_or_double_delays_are_refused(qpath):
         with pytest.raises(ValueError):
             c.nack(c.get(), delay=-5)
         assert q.qsize() == 0 and q.unacked_count() == 1
+
+
+def test_a_nack_with_zero_delay_gives_the_item_back_at_once_in_its_place(qpath):
+    # A mutation survivor (benchmarks/mutation.py): refusing delay=0 as if it were negative.
+    with AckQueue(qpath) as q:
+        q.put_many(["a", "b"])
+        c = q.connect()
+        c.nack(c.get(), delay=0)
+        assert q.delayed_count() == 0
+        assert c.get_nowait() == "a"
