@@ -1,15 +1,22 @@
 """A pool of worker threads over a queue: ack on success, retry with backoff, stop on a signal.
 
-Each worker holds one item at a time through its own consumer. When the handler returns, the
-item is acked; when it raises, the item is nacked with an exponential backoff delay, or sent to
-the dead letters once it has been delivered ``max_attempts`` times. On SIGINT or SIGTERM the
-pool stops taking new items and lets running handlers finish; a second SIGINT stops at once.
-Either way nothing is lost: what a worker still holds goes back to the queue (at once, or at
-the next open if the process is gone).
+One feeder thread owns the pool's consumer (a consumer belongs to the thread that connected
+it): it prefetches items in batches (``get_many``) into an in-memory buffer that the worker
+threads take from, and settles what the workers hand back: every success since its last commit
+in one ``ack_many`` (one commit, one fsync), failures by ``nack`` with an exponential backoff
+delay, or to the dead letters once an item has been delivered ``max_attempts`` times. Handlers
+never wait on a commit: while the feeder commits, the workers go on with the buffer. A job
+counts as done only once its ack is durable.
+
+On SIGINT or SIGTERM the pool stops taking new items, gives back what is buffered and lets
+running handlers finish; a second SIGINT stops at once. Either way nothing is lost: what the
+pool holds and has not acked goes back to the queue (at once, or at the next open if the
+process is gone), and nothing it acked comes back.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import signal
@@ -28,10 +35,17 @@ log = logging.getLogger("ackqueue")
 
 Handler = Callable[[Any], object]
 
-# A queue that was shut down (``q.shutdown()``) and has nothing left ends the workers' loops.
+# A queue that was shut down (``q.shutdown()``) and has nothing left ends the feeder's loop.
 _ENDED: tuple[type[BaseException], ...] = tuple(
     cls for cls in (QueueClosedError, getattr(errors, "ShutDown", None)) if cls is not None
 )
+
+# What a worker hands back to the feeder for one item: None for success, the exception for a
+# failure, _UNSTARTED for an item it gives back without running the handler.
+_UNSTARTED = object()
+
+# Seconds the feeder may wait for more results before a commit of only a few acks.
+LINGER = 0.002
 
 
 @dataclass(frozen=True)
@@ -57,21 +71,48 @@ class Retry:
 
 @dataclass
 class PoolStats:
-    """What a pool has done so far."""
+    """What a pool has done so far, and why its last run ended.
+
+    ``done`` counts jobs whose ack is durable. ``stopped_by`` is None when the run ended by
+    itself (``run_until_empty()`` found the queue drained, or the queue was shut down and
+    drained), else what stopped it: ``"SIGINT"``, ``"SIGTERM"`` or ``"stop()"``.
+    """
 
     done: int = 0
     failed: int = 0
     dead: int = 0
+    stopped_by: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a signal (Ctrl-C, SIGTERM) ended the run before its work was done."""
+        return self.stopped_by in ("SIGINT", "SIGTERM")
+
+    @property
+    def exit_code(self) -> int:
+        """A process exit status saying how the run ended, as a shell reports a signal:
+        0 when it ended by itself or by ``stop()``, 128 + the signal number when a signal
+        stopped it (130 for Ctrl-C, 143 for SIGTERM)."""
+        if self.interrupted:
+            return 128 + int(signal.Signals[str(self.stopped_by)])
+        return 0
 
 
 class WorkerPool:
     """``threads`` worker threads calling ``handler(item)`` for each item of ``queue``.
 
     ``run()`` works until :meth:`stop` (or SIGINT/SIGTERM when called from the main thread);
-    ``run_until_empty()`` also returns once the queue is empty and no retry is pending.
-    ``stop_timeout`` bounds how long a graceful stop waits for running handlers; items still
-    held then go back to the queue when the process exits. Progress is logged through the
+    ``run_until_empty()`` also returns once the queue is empty and no retry is pending. Both
+    return :class:`PoolStats`, whose ``stopped_by`` and ``exit_code`` tell a finished run from
+    an interrupted one. ``stop_timeout`` bounds how long a graceful stop waits for running
+    handlers; items still held then go back to the queue. Progress is logged through the
     ``ackqueue`` logger every ``log_interval`` seconds.
+
+    ``prefetch`` is how many items the pool holds ahead of its workers (default: 32 a
+    thread). Prefetched items are held (``q.unacked_count()`` counts them) and go back to the
+    queue when the pool stops; with ``max_attempts`` set, a delivery counts when an item is
+    prefetched. With ``ack_timeout`` set, an item whose lease ran out while buffered is given
+    back without running its handler.
     """
 
     def __init__(
@@ -84,9 +125,12 @@ class WorkerPool:
         stop_timeout: float = 30.0,
         log_interval: float = 10.0,
         poll: float = 0.2,
+        prefetch: int | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError("a pool needs at least one thread")
+        if prefetch is not None and prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
         self.queue = queue
         self.handler = handler
         self.threads = threads
@@ -94,14 +138,26 @@ class WorkerPool:
         self.stop_timeout = stop_timeout
         self.log_interval = log_interval
         self.poll = poll
+        self.prefetch = prefetch or 32 * threads
+        self._ack_batch = max(1, self.prefetch // 4)
+        self.linger = LINGER
         self.stats = PoolStats()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._busy = 0
+        self._stopped_by: str | None = None
         self._retry_due = 0.0
-        self._consumers: list[Consumer] = []
+        self._consumer: Consumer | None = None
         self._workers: list[threading.Thread] = []
+        self._feeder: threading.Thread | None = None
         self._interrupts = 0
+        # The buffer: (item, monotonic time it was got). Workers popleft, the feeder appends;
+        # deque operations are atomic, so neither side takes a lock per item.
+        self._buffer: collections.deque[tuple[Any, float]] = collections.deque()
+        self._refilled = threading.Event()  # the feeder added to the buffer, or is stopping
+        self._results: collections.deque[tuple[Any, object]] = collections.deque()
+        self._wake_feeder = threading.Event()  # results are waiting, or a worker ended
+        self._running: list[bool] = []  # per worker: is a handler running now
+        self._workers_left = 0
 
     # -- running -------------------------------------------------------------------------------
 
@@ -113,131 +169,250 @@ class WorkerPool:
         return self._run(until_empty=False)
 
     def run_until_empty(self) -> PoolStats:
-        """Work until the queue is empty, nothing is held and no retry of ours is pending."""
+        """Work until the queue is empty, nothing is held and no retry of ours is pending.
+
+        A signal or :meth:`stop` ends it earlier: the returned stats' ``stopped_by`` says so.
+        """
         return self._run(until_empty=True)
 
     def stop(self) -> None:
         """Ask the pool to stop: no new items are taken; running handlers finish."""
-        self._stopping.set()
+        self._stop("stop()")
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    def _stop(self, by: str | None) -> None:
+        if not self._stopping.is_set() and self._stopped_by is None:
+            self._stopped_by = by
+        self._stopping.set()
+        self._refilled.set()
+        self._wake_feeder.set()
+
     def _run(self, until_empty: bool) -> PoolStats:
         self._stopping.clear()
+        self._stopped_by = None
         self._interrupts = 0
+        self.stats.stopped_by = None
         restore = self._install_signal_handlers()
         started = time.monotonic()
         try:
-            self._start_workers()
-            self._supervise(until_empty, started)
-            self._join_workers()
+            self._start_threads(until_empty)
+            self._supervise(started)
+            self._join_threads()
         except KeyboardInterrupt:
             # The second Ctrl-C: give back what is held now. Handlers still running cannot
             # ack afterwards (their items were given back), so nothing is lost or doubled
             # beyond an item whose handler finished but whose ack had not committed.
-            self._stopping.set()
+            self._stop("SIGINT")
+            self.stats.stopped_by = "SIGINT"
             self._release_all()
             log.warning("stopped at once; held items went back to the queue")
             raise
         finally:
             restore()
+        self.stats.stopped_by = self._stopped_by
         self._log_progress(started, final=True)
         return self.stats
 
-    def _start_workers(self) -> None:
-        ready = threading.Barrier(self.threads + 1)
+    def _start_threads(self, until_empty: bool) -> None:
+        self._buffer.clear()
+        self._results.clear()
+        self._running = [False] * self.threads
+        self._workers_left = self.threads
+        connected = threading.Event()
+        self._feeder = threading.Thread(
+            target=self._feed, args=(connected, until_empty), name="ackqueue-pool-feeder",
+            daemon=True,
+        )
+        self._feeder.start()
+        connected.wait()
         self._workers = [
-            threading.Thread(target=self._work, args=(ready,), name=f"ackqueue-worker-{n}",
+            threading.Thread(target=self._work, args=(n,), name=f"ackqueue-worker-{n}",
                              daemon=True)
             for n in range(self.threads)
         ]
         for worker in self._workers:
             worker.start()
-        ready.wait()
 
-    def _supervise(self, until_empty: bool, started: float) -> None:
+    def _supervise(self, started: float) -> None:
         last_log = time.monotonic()
+        feeder = self._feeder
+        assert feeder is not None
         while not self._stopping.wait(self.poll):
-            if not any(w.is_alive() for w in self._workers):
-                break
-            if until_empty and self._is_drained():
-                self._stopping.set()
+            if not feeder.is_alive():
+                self._stop(None)
                 break
             if time.monotonic() - last_log >= self.log_interval:
                 self._log_progress(started)
                 last_log = time.monotonic()
 
-    def _join_workers(self) -> None:
-        busy = self._busy
+    def _join_threads(self) -> None:
+        busy = sum(self._running)
         if busy:
             log.info("stopping: waiting up to %.0f s for %d running handler(s)",
                      self.stop_timeout, busy)
         deadline = time.monotonic() + self.stop_timeout
-        for worker in self._workers:
+        for thread in [*self._workers, self._feeder]:
             # Short waits so that a second Ctrl-C is seen at once.
-            while worker.is_alive() and time.monotonic() < deadline:
-                worker.join(0.1)
+            while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+                thread.join(0.1)
         late = [w.name for w in self._workers if w.is_alive()]
         if late:
             log.warning("%d handler(s) still running after %.0f s; their items go back to the "
                         "queue", len(late), self.stop_timeout)
             self._release_all()
+            self._wake_feeder.set()
+            feeder = self._feeder
+            if feeder is not None:
+                feeder.join(self.stop_timeout)
 
     def _is_drained(self) -> bool:
+        """Whether nothing is left: asked by the feeder, the only thread that gets for us,
+        with nothing of ours in flight, so no claim of ours can be under way."""
         with self._lock:
-            if self._busy or time.time() < self._retry_due:
+            if time.time() < self._retry_due:
                 return False
         return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
 
     def _release_all(self) -> None:
-        with self._lock:
-            consumers = list(self._consumers)
-        for consumer in consumers:
-            consumer.close()
+        consumer = self._consumer
+        if consumer is not None:
+            consumer.close()  # allowed from any thread: everything it holds goes back
 
-    # -- one worker ------------------------------------------------------------------------------
+    # -- the feeder: the one thread that gets and settles ----------------------------------------
 
-    def _work(self, ready: threading.Barrier) -> None:
-        consumer = self.queue.connect()
-        with self._lock:
-            self._consumers.append(consumer)
-        ready.wait()
-        with consumer:
-            while not self._stopping.is_set():
+    def _feed(self, connected: threading.Event, until_empty: bool) -> None:
+        try:
+            consumer = self._consumer = self.queue.connect()
+        finally:
+            connected.set()
+        try:
+            with consumer:
+                self._feed_loop(consumer, until_empty)
+        except _ENDED:
+            pass  # the queue was closed under us: what we held went back with it
+        except Exception:
+            log.exception("the pool's feeder failed; stopping the pool")
+        finally:
+            self._stop(self._stopped_by)
+
+    def _feed_loop(self, consumer: Consumer, until_empty: bool) -> None:
+        ended = False  # the queue was shut down and has nothing left for us
+        while True:
+            self._wake_feeder.clear()
+            self._settle(consumer)
+            if consumer.closed:
+                return
+            if self._stopping.is_set():
+                self._give_back_buffer(consumer)
+                if self._workers_left == 0 and not self._results:
+                    return
+                self._wake_feeder.wait(self.poll)
+                continue
+            idle = not self._in_flight()
+            if idle and (ended or until_empty and self._is_drained()):
+                self._stop(None)
+                continue
+            if not ended:
                 try:
-                    item = consumer.get(timeout=self.poll)
-                except Empty:
+                    if self._refill(consumer, block=False) or not idle:
+                        self._wake_feeder.wait(0 if self._results else self.poll)
+                        continue
+                    # Idle: wait for the queue itself (results cannot come meanwhile).
+                    self._refill(consumer, block=True)
                     continue
                 except _ENDED:
-                    return
-                with self._lock:
-                    self._busy += 1
-                try:
-                    self._handle(consumer, item)
-                except NotHeldError:
-                    pass  # given back (forced stop, lease ran out) while the handler ran
-                except QueueClosedError:
-                    return
-                except Exception:  # an ack or nack failed: the item stays held or goes back
-                    log.exception("settling item %r failed", item)
-                finally:
-                    with self._lock:
-                        self._busy -= 1
+                    ended = True
+                    continue
+            self._wake_feeder.wait(self.poll)
 
-    def _handle(self, consumer: Consumer, item: Any) -> None:
-        attempts = consumer.delivery(item).attempts
+    def _in_flight(self) -> bool:
+        return bool(self._buffer or self._results or any(self._running))
+
+    def _refill(self, consumer: Consumer, block: bool) -> bool:
+        """Top the buffer up to ``prefetch``; whether anything was added.
+
+        Only an idle pool blocks (up to ``poll``): otherwise results that come back
+        meanwhile would wait for their ack.
+        """
+        room = self.prefetch - len(self._buffer) - sum(self._running)
+        if room < 1 or (self._buffer and room < self.prefetch // 2):
+            return False
         try:
-            self.handler(item)
-        except Exception as exc:
-            self._failed(consumer, item, attempts, exc)
-            return
-        consumer.ack(item)
-        with self._lock:
-            self.stats.done += 1
+            items = consumer.get_many(room, timeout=self.poll, block=block)
+        except Empty:
+            return False
+        now = time.monotonic()
+        self._buffer.extend([(item, now) for item in items])
+        self._refilled.set()
+        return True
 
-    def _failed(self, consumer: Consumer, item: Any, attempts: int, exc: Exception) -> None:
+    def _settle(self, consumer: Consumer) -> None:
+        """Settle what the workers handed back: all successes in one durable commit."""
+        results = self._results
+        if not results:
+            return
+        # A few results and a full buffer: wait a moment for more, so that a commit carries
+        # many acks (each commit's CPU holds the GIL the workers need).
+        if len(results) < self._ack_batch and len(self._buffer) > self.prefetch // 4:
+            time.sleep(self.linger)
+        acks: list[Any] = []
+        others: list[tuple[Any, object]] = []
+        while results:
+            item, outcome = results.popleft()
+            if outcome is None:
+                acks.append(item)
+            else:
+                others.append((item, outcome))
+        if acks:
+            self._ack(consumer, acks)
+        for item, outcome in others:
+            self._settle_one(consumer, item, outcome)
+
+    def _ack(self, consumer: Consumer, items: list[Any]) -> None:
+        try:
+            consumer.ack_many(items)
+        except NotHeldError:
+            # Some were taken back (a lease ran out, a forced stop): ack the others one by one.
+            done = 0
+            for item in items:
+                try:
+                    consumer.ack(item)
+                except NotHeldError:
+                    continue
+                done += 1
+            with self._lock:
+                self.stats.done += done
+            return
+        with self._lock:
+            self.stats.done += len(items)
+
+    def _settle_one(self, consumer: Consumer, item: Any, outcome: object) -> None:
+        """Give back an unstarted item, or retry or bury a failed one."""
+        try:
+            if isinstance(outcome, Exception):
+                self._failed(consumer, item, outcome)
+            else:
+                consumer.nack(item)
+        except NotHeldError:
+            pass  # given back (forced stop, lease ran out) while the handler ran
+        except QueueClosedError:
+            raise
+        except Exception:  # a nack failed: the item stays held, and goes back at close
+            log.exception("settling item %r failed", item)
+
+    def _give_back_buffer(self, consumer: Consumer) -> None:
+        while True:
+            try:
+                item, _ = self._buffer.popleft()
+            except IndexError:
+                return
+            self._settle_one(consumer, item, _UNSTARTED)
+
+    def _failed(self, consumer: Consumer, item: Any, exc: Exception) -> None:
+        attempts = consumer.delivery(item).attempts
         limit = self.retry.max_attempts or self.queue.max_attempts
         if limit and attempts >= limit:
             consumer.reject(item, reason=f"{type(exc).__name__}: {exc}")
@@ -254,6 +429,42 @@ class WorkerPool:
             self.stats.failed += 1
         log.warning("item %r failed (attempt %d), retry in %.2f s: %s",
                     item, attempts, delay, exc)
+
+    # -- one worker ------------------------------------------------------------------------------
+
+    def _work(self, index: int) -> None:
+        buffer, results, running = self._buffer, self._results, self._running
+        refilled, wake, stopping = self._refilled, self._wake_feeder, self._stopping
+        handler = self.handler
+        lease = getattr(self.queue, "ack_timeout", None)
+        try:
+            while not stopping.is_set():
+                try:
+                    item, got_at = buffer.popleft()
+                except IndexError:
+                    # Clear before looking again: a refill between the two is not missed.
+                    refilled.clear()
+                    if not buffer and not stopping.is_set():
+                        refilled.wait(self.poll)
+                    continue
+                if lease is not None and time.monotonic() - got_at >= lease:
+                    outcome: object = _UNSTARTED  # taken back already: another may have it
+                else:
+                    running[index] = True
+                    try:
+                        handler(item)
+                        outcome = None
+                    except Exception as exc:
+                        outcome = exc
+                    finally:
+                        running[index] = False
+                results.append((item, outcome))
+                if not wake.is_set():
+                    wake.set()
+        finally:
+            with self._lock:
+                self._workers_left -= 1
+            wake.set()
 
     # -- signals and progress ------------------------------------------------------------------
 
@@ -277,7 +488,7 @@ class WorkerPool:
         name = signal.Signals(signum).name
         log.warning("%s: stopping after running handlers finish (Ctrl-C again to stop at once)",
                     name)
-        self._stopping.set()
+        self._stop(name)
 
     def _log_progress(self, started: float, final: bool = False) -> None:
         elapsed = max(1e-9, time.monotonic() - started)
