@@ -75,7 +75,9 @@ class PoolStats:
 
     ``done`` counts jobs whose ack is durable. ``stopped_by`` is None when the run ended by
     itself (``run_until_empty()`` found the queue drained, or the queue was shut down and
-    drained), else what stopped it: ``"SIGINT"``, ``"SIGTERM"`` or ``"stop()"``.
+    drained), else what stopped it: ``"SIGINT"``, ``"SIGTERM"``, ``"stop()"``, or
+    ``"error"`` (every worker thread ended by a ``BaseException`` from the handler, or the
+    feeder failed; the log says which).
     """
 
     done: int = 0
@@ -92,10 +94,10 @@ class PoolStats:
     def exit_code(self) -> int:
         """A process exit status saying how the run ended, as a shell reports a signal:
         0 when it ended by itself or by ``stop()``, 128 + the signal number when a signal
-        stopped it (130 for Ctrl-C, 143 for SIGTERM)."""
+        stopped it (130 for Ctrl-C, 143 for SIGTERM), 1 when an error stopped it."""
         if self.interrupted:
             return 128 + int(signal.Signals[str(self.stopped_by)])
-        return 0
+        return 1 if self.stopped_by == "error" else 0
 
 
 class WorkerPool:
@@ -295,6 +297,7 @@ class WorkerPool:
             pass  # the queue was closed under us: what we held went back with it
         except Exception:
             log.exception("the pool's feeder failed; stopping the pool")
+            self._stop("error")
         finally:
             self._stop(self._stopped_by)
 
@@ -456,6 +459,13 @@ class WorkerPool:
                         outcome = None
                     except Exception as exc:
                         outcome = exc
+                    except BaseException:
+                        # SystemExit and the like end this worker thread, as they would end
+                        # a thread of its own; its item goes back.
+                        results.append((item, _UNSTARTED))
+                        log.exception("worker %d ended by its handler on item %r; the item "
+                                      "goes back to the queue", index, item)
+                        return
                     finally:
                         running[index] = False
                 results.append((item, outcome))
@@ -464,6 +474,9 @@ class WorkerPool:
         finally:
             with self._lock:
                 self._workers_left -= 1
+                if self._workers_left == 0 and not stopping.is_set():
+                    log.error("every worker of the pool ended; stopping the pool")
+                    self._stop("error")
             wake.set()
 
     # -- signals and progress ------------------------------------------------------------------
