@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ackqueue.cli import inspection
+from ackqueue.cli import bench, inspection
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import QueueStats, SessionInfo, as_json
 from ackqueue.errors import AckQueueError, Empty
@@ -325,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--dead", action="store_true", help="every dead letter")
     purge.add_argument("--yes", action="store_true", help="really do it")
     command("pack", cmd_pack, "drop old revisions from the file, keeping the live state")
+    bench.add_command(commands)
     return parser
 
 
