@@ -1,11 +1,12 @@
 """A pool of worker threads over a queue: ack on success, retry with backoff, stop on a signal.
 
-One feeder thread owns the pool's consumer (a consumer belongs to the thread that connected
-it): it prefetches items in batches (``get_many``) into an in-memory buffer that the worker
-threads take from, and settles what the workers hand back: every success since its last commit
-in one ``ack_many`` (one commit, one fsync), failures by ``nack`` with an exponential backoff
-delay, or to the dead letters once an item has been delivered ``max_attempts`` times. Handlers
-never wait on a commit: while the feeder commits, the workers go on with the buffer. A job
+Two feeder threads each own a consumer (a consumer belongs to the thread that connected it):
+they prefetch items in batches (``get_many``) into an in-memory buffer that the worker threads
+take from, and each settles what the workers hand back for it: every success since its last
+commit in one ``ack_many`` (one commit, one fsync), failures by ``nack`` with an exponential
+backoff delay, or to the dead letters once an item has been delivered ``max_attempts`` times.
+Handlers never wait on a commit: while a feeder commits, the workers go on with the buffer, and
+while one feeder waits for its fsync (which releases the GIL) the other gets and settles. A job
 counts as done only once its ack is durable.
 
 On SIGINT or SIGTERM the pool stops taking new items, gives back what is buffered and lets
@@ -44,8 +45,22 @@ _ENDED: tuple[type[BaseException], ...] = tuple(
 # failure, _UNSTARTED for an item it gives back without running the handler.
 _UNSTARTED = object()
 
-# Seconds the feeder may wait for more results before a commit of only a few acks.
+# Seconds a feeder may wait for more results before a commit of only a few acks.
 LINGER = 0.002
+# Feeder threads (each with its consumer): while one waits for its commit's fsync, which
+# releases the GIL, the other gets and settles.
+FEEDERS = 2
+
+
+class _Feeder:
+    """One feeder thread's own state: its consumer, and the results workers hand back to it."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.consumer: Consumer | None = None
+        self.results: collections.deque[tuple[Any, object]] = collections.deque()
+        self.wake = threading.Event()  # results are waiting, or the pool is stopping
+        self.thread: threading.Thread | None = None
 
 
 @dataclass(frozen=True)
@@ -110,11 +125,14 @@ class WorkerPool:
     handlers; items still held then go back to the queue. Progress is logged through the
     ``ackqueue`` logger every ``log_interval`` seconds.
 
-    ``prefetch`` is how many items the pool holds ahead of its workers (default: 32 a
-    thread). Prefetched items are held (``q.unacked_count()`` counts them) and go back to the
-    queue when the pool stops; with ``max_attempts`` set, a delivery counts when an item is
-    prefetched. With ``ack_timeout`` set, an item whose lease ran out while buffered is given
-    back without running its handler.
+    Feeder threads, each owning a consumer (a consumer belongs to the thread that connected
+    it), prefetch items with ``get_many`` into a buffer the workers share and settle what the
+    workers hand back, all successes since their last commit in one ``ack_many``; handlers
+    never wait on a commit. ``prefetch`` is how many items the pool holds ahead of its
+    workers (default: 32 a thread). Prefetched items are held (``q.unacked_count()`` counts
+    them) and go back to the queue when the pool stops; with ``max_attempts`` set, a
+    delivery counts when an item is prefetched. With ``ack_timeout`` set, an item whose
+    lease ran out while buffered is given back without running its handler.
     """
 
     def __init__(
@@ -148,18 +166,16 @@ class WorkerPool:
         self._stopping = threading.Event()
         self._stopped_by: str | None = None
         self._retry_due = 0.0
-        self._consumer: Consumer | None = None
+        self._feeders: list[_Feeder] = []
         self._workers: list[threading.Thread] = []
-        self._feeder: threading.Thread | None = None
         self._interrupts = 0
-        # The buffer: (item, monotonic time it was got). Workers popleft, the feeder appends;
-        # deque operations are atomic, so neither side takes a lock per item.
-        self._buffer: collections.deque[tuple[Any, float]] = collections.deque()
-        self._refilled = threading.Event()  # the feeder added to the buffer, or is stopping
-        self._results: collections.deque[tuple[Any, object]] = collections.deque()
-        self._wake_feeder = threading.Event()  # results are waiting, or a worker ended
+        # The buffer: (item, monotonic time it was got, its feeder). Workers popleft, feeders
+        # append; deque operations are atomic, so neither side takes a lock per item.
+        self._buffer: collections.deque[tuple[Any, float, _Feeder]] = collections.deque()
+        self._refilled = threading.Event()  # a feeder added to the buffer, or is stopping
         self._running: list[bool] = []  # per worker: is a handler running now
         self._workers_left = 0
+        self._fetching = 0  # feeders in get_many now (under _lock)
 
     # -- running -------------------------------------------------------------------------------
 
@@ -190,7 +206,8 @@ class WorkerPool:
             self._stopped_by = by
         self._stopping.set()
         self._refilled.set()
-        self._wake_feeder.set()
+        for feeder in self._feeders:
+            feeder.wake.set()
 
     def _run(self, until_empty: bool) -> PoolStats:
         self._stopping.clear()
@@ -220,16 +237,18 @@ class WorkerPool:
 
     def _start_threads(self, until_empty: bool) -> None:
         self._buffer.clear()
-        self._results.clear()
         self._running = [False] * self.threads
         self._workers_left = self.threads
-        connected = threading.Event()
-        self._feeder = threading.Thread(
-            target=self._feed, args=(connected, until_empty), name="ackqueue-pool-feeder",
-            daemon=True,
-        )
-        self._feeder.start()
-        connected.wait()
+        self._fetching = 0
+        self._feeders = [_Feeder(n) for n in range(FEEDERS)]
+        for feeder in self._feeders:
+            connected = threading.Event()
+            feeder.thread = threading.Thread(
+                target=self._feed, args=(feeder, connected, until_empty),
+                name=f"ackqueue-pool-feeder-{feeder.index}", daemon=True,
+            )
+            feeder.thread.start()
+            connected.wait()
         self._workers = [
             threading.Thread(target=self._work, args=(n,), name=f"ackqueue-worker-{n}",
                              daemon=True)
@@ -240,10 +259,8 @@ class WorkerPool:
 
     def _supervise(self, started: float) -> None:
         last_log = time.monotonic()
-        feeder = self._feeder
-        assert feeder is not None
         while not self._stopping.wait(self.poll):
-            if not feeder.is_alive():
+            if not all(f.thread is not None and f.thread.is_alive() for f in self._feeders):
                 self._stop(None)
                 break
             if time.monotonic() - last_log >= self.log_interval:
@@ -256,7 +273,7 @@ class WorkerPool:
             log.info("stopping: waiting up to %.0f s for %d running handler(s)",
                      self.stop_timeout, busy)
         deadline = time.monotonic() + self.stop_timeout
-        for thread in [*self._workers, self._feeder]:
+        for thread in [*self._workers, *(f.thread for f in self._feeders)]:
             # Short waits so that a second Ctrl-C is seen at once.
             while thread is not None and thread.is_alive() and time.monotonic() < deadline:
                 thread.join(0.1)
@@ -265,34 +282,35 @@ class WorkerPool:
             log.warning("%d handler(s) still running after %.0f s; their items go back to the "
                         "queue", len(late), self.stop_timeout)
             self._release_all()
-            self._wake_feeder.set()
-            feeder = self._feeder
-            if feeder is not None:
-                feeder.join(self.stop_timeout)
+            for feeder in self._feeders:
+                feeder.wake.set()
+                if feeder.thread is not None:
+                    feeder.thread.join(self.stop_timeout)
 
     def _is_drained(self) -> bool:
-        """Whether nothing is left: asked by the feeder, the only thread that gets for us,
-        with nothing of ours in flight, so no claim of ours can be under way."""
+        """Whether nothing is left: asked by a feeder with nothing of ours in flight; the
+        lock keeps the other feeders from starting a get meanwhile, so no claim of ours is
+        under way (a claimed item is neither ready nor held until its get returns)."""
         with self._lock:
-            if time.time() < self._retry_due:
+            if self._fetching or time.time() < self._retry_due:
                 return False
-        return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
+            return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
 
     def _release_all(self) -> None:
-        consumer = self._consumer
-        if consumer is not None:
-            consumer.close()  # allowed from any thread: everything it holds goes back
+        for feeder in self._feeders:
+            if feeder.consumer is not None:
+                feeder.consumer.close()  # allowed from any thread: what it holds goes back
 
     # -- the feeder: the one thread that gets and settles ----------------------------------------
 
-    def _feed(self, connected: threading.Event, until_empty: bool) -> None:
+    def _feed(self, feeder: _Feeder, connected: threading.Event, until_empty: bool) -> None:
         try:
-            consumer = self._consumer = self.queue.connect()
+            consumer = feeder.consumer = self.queue.connect()
         finally:
             connected.set()
         try:
             with consumer:
-                self._feed_loop(consumer, until_empty)
+                self._feed_loop(feeder, consumer, until_empty)
         except _ENDED:
             pass  # the queue was closed under us: what we held went back with it
         except Exception:
@@ -301,18 +319,20 @@ class WorkerPool:
         finally:
             self._stop(self._stopped_by)
 
-    def _feed_loop(self, consumer: Consumer, until_empty: bool) -> None:
+    def _feed_loop(self, feeder: _Feeder, consumer: Consumer, until_empty: bool) -> None:
         ended = False  # the queue was shut down and has nothing left for us
+        wake = feeder.wake
         while True:
-            self._wake_feeder.clear()
-            self._settle(consumer)
+            wake.clear()
+            self._settle(feeder, consumer)
             if consumer.closed:
                 return
             if self._stopping.is_set():
-                self._give_back_buffer(consumer)
-                if self._workers_left == 0 and not self._results:
+                self._give_back_buffer()
+                if self._workers_left == 0 and not feeder.results and not self._buffer:
+                    self._settle(feeder, consumer)  # what the last giving back sent us
                     return
-                self._wake_feeder.wait(self.poll)
+                wake.wait(self.poll)
                 continue
             idle = not self._in_flight()
             if idle and (ended or until_empty and self._is_drained()):
@@ -320,21 +340,26 @@ class WorkerPool:
                 continue
             if not ended:
                 try:
-                    if self._refill(consumer, block=False) or not idle:
-                        self._wake_feeder.wait(0 if self._results else self.poll)
+                    if self._refill(feeder, consumer, block=False) or not idle:
+                        wake.wait(0 if feeder.results else self.poll)
                         continue
-                    # Idle: wait for the queue itself (results cannot come meanwhile).
-                    self._refill(consumer, block=True)
-                    continue
+                    # Idle: one feeder waits for the queue itself (results cannot come
+                    # meanwhile); two waiting in turn would never let _is_drained() see
+                    # no get under way.
+                    if feeder.index == 0:
+                        self._refill(feeder, consumer, block=True)
+                        continue
                 except _ENDED:
                     ended = True
                     continue
-            self._wake_feeder.wait(self.poll)
+            wake.wait(self.poll)
 
     def _in_flight(self) -> bool:
-        return bool(self._buffer or self._results or any(self._running))
+        return bool(
+            self._buffer or any(f.results for f in self._feeders) or any(self._running)
+        )
 
-    def _refill(self, consumer: Consumer, block: bool) -> bool:
+    def _refill(self, feeder: _Feeder, consumer: Consumer, block: bool) -> bool:
         """Top the buffer up to ``prefetch``; whether anything was added.
 
         Only an idle pool blocks (up to ``poll``): otherwise results that come back
@@ -343,18 +368,25 @@ class WorkerPool:
         room = self.prefetch - len(self._buffer) - sum(self._running)
         if room < 1 or (self._buffer and room < self.prefetch // 2):
             return False
+        with self._lock:
+            self._fetching += 1
         try:
-            items = consumer.get_many(room, timeout=self.poll, block=block)
+            # Each feeder takes its share, so that the other finds some left to take.
+            items = consumer.get_many(max(1, room // len(self._feeders)), timeout=self.poll,
+                                      block=block)
         except Empty:
             return False
+        finally:
+            with self._lock:
+                self._fetching -= 1
         now = time.monotonic()
-        self._buffer.extend([(item, now) for item in items])
+        self._buffer.extend([(item, now, feeder) for item in items])
         self._refilled.set()
         return True
 
-    def _settle(self, consumer: Consumer) -> None:
+    def _settle(self, feeder: _Feeder, consumer: Consumer) -> None:
         """Settle what the workers handed back: all successes in one durable commit."""
-        results = self._results
+        results = feeder.results
         if not results:
             return
         # A few results and a full buffer: wait a moment for more, so that a commit carries
@@ -406,13 +438,15 @@ class WorkerPool:
         except Exception:  # a nack failed: the item stays held, and goes back at close
             log.exception("settling item %r failed", item)
 
-    def _give_back_buffer(self, consumer: Consumer) -> None:
+    def _give_back_buffer(self) -> None:
+        """Hand every buffered item back to its feeder, which gives it back to the queue."""
         while True:
             try:
-                item, _ = self._buffer.popleft()
+                item, _, owner = self._buffer.popleft()
             except IndexError:
                 return
-            self._settle_one(consumer, item, _UNSTARTED)
+            owner.results.append((item, _UNSTARTED))
+            owner.wake.set()
 
     def _failed(self, consumer: Consumer, item: Any, exc: Exception) -> None:
         attempts = consumer.delivery(item).attempts
@@ -436,14 +470,14 @@ class WorkerPool:
     # -- one worker ------------------------------------------------------------------------------
 
     def _work(self, index: int) -> None:
-        buffer, results, running = self._buffer, self._results, self._running
-        refilled, wake, stopping = self._refilled, self._wake_feeder, self._stopping
+        buffer, running = self._buffer, self._running
+        refilled, stopping = self._refilled, self._stopping
         handler = self.handler
         lease = getattr(self.queue, "ack_timeout", None)
         try:
             while not stopping.is_set():
                 try:
-                    item, got_at = buffer.popleft()
+                    item, got_at, feeder = buffer.popleft()
                 except IndexError:
                     # Clear before looking again: a refill between the two is not missed.
                     refilled.clear()
@@ -462,22 +496,24 @@ class WorkerPool:
                     except BaseException:
                         # SystemExit and the like end this worker thread, as they would end
                         # a thread of its own; its item goes back.
-                        results.append((item, _UNSTARTED))
+                        feeder.results.append((item, _UNSTARTED))
+                        feeder.wake.set()
                         log.exception("worker %d ended by its handler on item %r; the item "
                                       "goes back to the queue", index, item)
                         return
                     finally:
                         running[index] = False
-                results.append((item, outcome))
-                if not wake.is_set():
-                    wake.set()
+                feeder.results.append((item, outcome))
+                if not feeder.wake.is_set():
+                    feeder.wake.set()
         finally:
             with self._lock:
                 self._workers_left -= 1
                 if self._workers_left == 0 and not stopping.is_set():
                     log.error("every worker of the pool ended; stopping the pool")
                     self._stop("error")
-            wake.set()
+            for each in self._feeders:
+                each.wake.set()
 
     # -- signals and progress ------------------------------------------------------------------
 
