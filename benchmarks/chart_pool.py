@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import datetime, timezone
 
 import _common as c
 import bench_pool
@@ -65,7 +66,10 @@ def main() -> None:
     axes[0].set_ylabel("jobs per second (log scale)")
     handles, labels = axes[1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, fontsize=9)
-    fig.suptitle(f"Worker pools draining a backlog ({c.machine()})", fontsize=10)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    fig.suptitle(f"Worker pools draining a backlog: {c.machine()}, {when}, median of "
+                 f"{args.runs} run(s) a point (a shared machine: read the gaps, not the wiggles)",
+                 fontsize=9)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(args.out, dpi=90)
     print(f"  wrote {args.out}")

@@ -321,6 +321,30 @@ def test_when_every_worker_thread_ends_the_pool_stops_and_keeps_the_items(qpath)
         assert q.qsize() == 5 and q.unacked_count() == 0
 
 
+def test_buffered_items_whose_lease_ran_out_are_not_handled_from_the_stale_buffer(qpath):
+    seen = []
+    lock = threading.Lock()
+
+    def handler(item):
+        with lock:
+            seen.append(item)
+            first = len(seen) == 1
+        if first:
+            time.sleep(0.45)  # a slow job: every lease of that first batch runs out meanwhile
+
+    with ackqueue.AckQueue(qpath, ack_timeout=0.3) as q:
+        for n in range(4):
+            q.put(n)
+        stats = WorkerPool(q, handler, threads=1, prefetch=4).run_until_empty()
+        assert q.qsize() == 0 and q.unacked_count() == 0
+    assert stats.done == 4
+    first = seen[0]
+    # The slow one ran twice (its lease ran out under it); the others waited in the buffer
+    # past their leases and were given back unstarted, so each ran once, when got again.
+    assert seen.count(first) == 2
+    assert all(seen.count(n) == 1 for n in range(4) if n != first)
+
+
 KILL_CHILD = """
 import sys, threading, time
 import ackqueue

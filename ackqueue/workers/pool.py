@@ -129,10 +129,11 @@ class WorkerPool:
     it), prefetch items with ``get_many`` into a buffer the workers share and settle what the
     workers hand back, all successes since their last commit in one ``ack_many``; handlers
     never wait on a commit. ``prefetch`` is how many items the pool holds ahead of its
-    workers (default: 32 a thread). Prefetched items are held (``q.unacked_count()`` counts
-    them) and go back to the queue when the pool stops; with ``max_attempts`` set, a
-    delivery counts when an item is prefetched. With ``ack_timeout`` set, an item whose
-    lease ran out while buffered is given back without running its handler.
+    workers (default: 32 a thread; one a thread when the queue has an ``ack_timeout``, whose
+    lease runs from the get). Prefetched items are held (``q.unacked_count()`` counts them)
+    and go back to the queue when the pool stops; with ``max_attempts`` set, a delivery
+    counts when an item is prefetched. An item whose lease ran out while buffered is given
+    back without running its handler.
     """
 
     def __init__(
@@ -158,7 +159,9 @@ class WorkerPool:
         self.stop_timeout = stop_timeout
         self.log_interval = log_interval
         self.poll = poll
-        self.prefetch = prefetch or 32 * threads
+        # A lease runs from the get: with one, read ahead only as far as the workers reach.
+        leased = getattr(queue, "ack_timeout", None) is not None
+        self.prefetch = prefetch or (threads if leased else 32 * threads)
         self._ack_batch = max(1, self.prefetch // 4)
         self.linger = LINGER
         self.stats = PoolStats()
