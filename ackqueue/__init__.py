@@ -11,7 +11,6 @@
 """
 
 from ackqueue.base.clock import ManualClock
-from ackqueue.delivery.deadletters import DeadLetter, UnloadableItem
 from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import (
     AckQueueError,
@@ -28,7 +27,9 @@ from ackqueue.errors import (
     UnpicklableItemError,
 )
 from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.metrics import PrometheusCollector, QueueMetrics
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+from ackqueue.storage.deadletters import DeadLetter, UnloadableItem
 from ackqueue.storage.transactions import TransactionError
 from ackqueue.workers.pool import PoolStats, Retry, WorkerPool
 
@@ -48,6 +49,8 @@ __all__ = [
     "NotHeldError",
     "PoolStats",
     "PriorityAckQueue",
+    "PrometheusCollector",
+    "QueueMetrics",
     "QueueClosedError",
     "QueueLockedError",
     "ShutDown",

@@ -83,6 +83,7 @@ class QueueRecord(Persistent):
     # True while a process keeps the count in transaction metadata instead of ``length``:
     # read the count with ``counts.stored_count`` (see counts.py).
     counted_in_log = False
+    paused = False  # while True no item is handed out, in any process (q.pause()); puts go on
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

@@ -1,10 +1,35 @@
 import os
+import random
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+from hypothesis import settings
+from polling import bounded
+
+# In CI every run tries the same examples (derandomized), so that whether a bug is caught does
+# not depend on luck; elsewhere hypothesis explores, and keeps what it finds in its database.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
+
+# The contract suite's ``queues`` fixture (see that module for why it is a plugin).
+pytest_plugins = ["contracts.implementations"]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def seed_for(default: int) -> int:
+    """The seed of a randomized test: ``default`` unless ``ACKQUEUE_TEST_SEED`` says otherwise
+    (a number, or ``random`` to explore; the seed used is printed so a failure can be rerun)."""
+    chosen = os.environ.get("ACKQUEUE_TEST_SEED", "")
+    if chosen == "random":
+        seed = random.SystemRandom().randrange(1_000_000)
+    else:
+        seed = int(chosen) if chosen else default
+    print(f"seed {seed} (rerun with ACKQUEUE_TEST_SEED={seed})")
+    return seed
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -27,13 +52,29 @@ def stored_items(path: str) -> list[object]:
 
     with ackqueue.AckQueue(path) as q, q.connect() as c:
         items = []
-        while True:
+        for _ in bounded(10_000_000, "reading the stored items"):
             try:
                 items.append(c.get_nowait())
             except ackqueue.Empty:
                 break
         assert q.unacked_count() == len(items)
         return items
+
+
+def drain(source: Any) -> list[Any]:
+    """Every item ready now, taken with ``source.get_nowait()`` (a queue or a consumer), in the
+    order handed out."""
+    from polling import bounded
+
+    import ackqueue
+
+    got = []
+    for _ in bounded(1_000_000, "draining the queue"):
+        try:
+            got.append(source.get_nowait())
+        except ackqueue.Empty:
+            break
+    return got
 
 
 def spawn_child(code: str, *args: str) -> subprocess.Popen[str]:

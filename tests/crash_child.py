@@ -8,6 +8,7 @@ call it records has returned, so the log never claims more than the queue did:
 
     put N     put(N) returned: N is durable
     got N     a consumer got N (it is held from here until its ack returns)
+    acking N  written before ack(N) is called: until then N was certainly not acked
     ack N     ack(N) returned: N is gone for good
 
 Numbers are unique across runs (RUN_NUMBER * 1,000,000 + i), so a put whose log line was lost
@@ -58,6 +59,7 @@ def consume(q: ackqueue.AckQueue, log: Log, idle_timeout: float) -> None:
                 if not held:
                     return
             for item in held:
+                log.write(f"acking {item}")
                 c.ack(item)
                 log.write(f"ack {item}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
@@ -23,3 +23,11 @@ def wait_for_waiter(condition: threading.Condition, timeout: float = 5.0) -> Non
     blocked (and so that a later notify is what wakes it) without sleeping and hoping.
     """
     wait_until(lambda: len(condition._waiters) > 0, timeout, "a thread blocked on the condition")  # type: ignore[attr-defined]
+
+
+def bounded(limit: int, what: str) -> Iterator[int]:
+    """``range(limit)`` for a loop that must end by itself (with ``break`` or ``return``): a
+    drain that goes on past ``limit`` rounds fails the test instead of hanging it, as one
+    whose acks never remove anything would."""
+    yield from range(limit)
+    raise AssertionError(f"{what}: still going after {limit} rounds")

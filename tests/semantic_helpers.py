@@ -18,10 +18,14 @@ def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.Complete
 
 
 def run_and_maybe_kill(
-    code: str, *args: str, rng: random.Random, max_life: float, timeout: float = 60
+    code: str, *args: str, rng: random.Random, max_events: int, timeout: float = 60
 ) -> tuple[bool, str]:
-    """Start ``code``; once it prints ``ready``, SIGKILL it after a random moment up to
-    ``max_life`` seconds unless it ended by then. Return (finished by itself, its stdout)."""
+    """Start ``code``; once it prints ``ready``, let it print a random number of lines (one per
+    step of its work, up to ``max_events``) and SIGKILL it, unless it ended by then. Return
+    (finished by itself, its stdout after ``ready``).
+
+    The kill point is counted in the child's own steps, not in seconds, so a kill lands as
+    often on a fast disk (or tmpfs) as on a slow one."""
     proc = subprocess.Popen(
         child_argv(code, *args), env=child_env(), stdout=subprocess.PIPE, text=True
     )
@@ -31,11 +35,15 @@ def run_and_maybe_kill(
         out = first + proc.stdout.read()
         proc.wait(timeout)
         return proc.returncode == 0, out
-    try:
-        proc.wait(rng.uniform(0, max_life))
-    except subprocess.TimeoutExpired:
+    seen = []
+    for _ in range(rng.randint(0, max_events)):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+    else:
         proc.send_signal(signal.SIGKILL)
-    out = proc.stdout.read()
+    out = "".join(seen) + proc.stdout.read()
     proc.wait(timeout)
     if proc.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(f"child failed with {proc.returncode}: {out}")

@@ -6,6 +6,7 @@ import random
 import threading
 
 import pytest
+from polling import bounded
 from semantic_helpers import run_and_maybe_kill
 
 from ackqueue import AckQueue, Empty, Full, NotHeldError, UnpicklableItemError
@@ -103,14 +104,16 @@ for batch in range(start, start + 1000):
 def test_a_sigkilled_put_many_stores_all_of_a_batch_or_none(qpath):
     rng, confirmed, start = random.Random(7), set(), 0
     for _ in range(8):
-        _finished, out = run_and_maybe_kill(PUT_BATCHES, qpath, str(start), rng=rng, max_life=0.3)
+        _finished, out = run_and_maybe_kill(PUT_BATCHES, qpath, str(start), rng=rng, max_events=40)
         done = [int(line) for line in out.split()]
         confirmed.update(done)
         start += 1000
     with AckQueue(qpath) as q:
         c = q.connect()
         stored: dict[int, int] = {}
-        while q.qsize():
+        for _ in bounded(100_000, "reading every batch"):
+            if not q.qsize():
+                break
             for batch, _i in c.get_many(1000):
                 stored[batch] = stored.get(batch, 0) + 1
     assert confirmed, "no batch was ever confirmed: the test proved nothing"
@@ -158,7 +161,7 @@ def test_a_sigkilled_ack_many_removes_all_of_a_batch_or_none(qpath):
             q.put_many(range(start, start + 1000))
     rng, acked, kills = random.Random(11), set(), 0
     for _ in range(30):
-        finished, out = run_and_maybe_kill(ACK_BATCHES, qpath, rng=rng, max_life=0.15)
+        finished, out = run_and_maybe_kill(ACK_BATCHES, qpath, rng=rng, max_events=30)
         acked.update(int(n) for n in out.split())
         if finished:
             break
@@ -167,7 +170,9 @@ def test_a_sigkilled_ack_many_removes_all_of_a_batch_or_none(qpath):
     with AckQueue(qpath) as q:
         c = q.connect()
         left = []
-        while q.qsize():
+        for _ in bounded(100_000, "reading what is left"):
+            if not q.qsize():
+                break
             left += c.get_many(1000)
     gone = set(range(8000)) - set(left)
     assert acked <= gone, "an item whose ack_many returned came back"

@@ -20,6 +20,7 @@ import warnings
 
 import pytest
 from conftest import child_env
+from polling import bounded
 
 import ackqueue
 
@@ -110,7 +111,7 @@ def test_a_hundred_thousand_items_are_kept_in_order_across_reopen(qpath):
         assert q.qsize() == n
         with q.connect() as c:
             everything = []
-            while True:
+            for _ in bounded(10 * n, "reading every item"):
                 try:
                     everything.append(c.get_nowait())
                 except ackqueue.Empty:

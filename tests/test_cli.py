@@ -175,12 +175,11 @@ def test_purge_needs_yes_then_removes_every_ready_item(qpath, capsys):
         assert q.qsize() == 0
 
 
-def test_long_operations_report_progress_at_most_once_a_second(capsys, monkeypatch):
+def test_long_operations_report_progress_at_most_once_a_second(capsys):
     from ackqueue.cli import commands as cli
 
     clock = iter([0.0, 0.5, 1.2, 1.4, 2.5])
-    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
-    progress = cli.Progress("purged")
+    progress = cli.Progress("purged", clock=lambda: next(clock))
     for done in (100, 200, 300, 400):
         progress(done, 1000)
     assert capsys.readouterr().err.splitlines() == ["  purged: 200/1000", "  purged: 400/1000"]
@@ -244,6 +243,16 @@ def test_delayed_items_are_counted_apart_from_ready_ones(qpath, capsys):
     assert [(p["item"], p["state"]) for p in json.loads(out)] == [
         ("'now'", "ready"), ("'in an hour'", "delayed"),
     ]
+
+
+def test_stats_counts_a_priority_queue_of_unhashable_items(qpath, capsys):
+    with ackqueue.PriorityAckQueue(qpath) as q:
+        q.put((1, {"url": "/a"}))
+        q.put((0, {"url": "/b"}), delay=3600)
+    code, out, err = run(capsys, "stats", qpath, "--json")
+    assert code == 0, err
+    queue = json.loads(out)["queues"][0]
+    assert (queue["ready"], queue["delayed"], queue["stored"]) == (1, 1, 2)
 
 
 @pytest.mark.parametrize(

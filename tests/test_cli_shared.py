@@ -33,7 +33,7 @@ def test_stats_over_zeo_counts_held_items_and_lists_live_sessions(
             c = q.connect()
             item = c.get()
             assert item == "a"
-            sid = q._shared.session.sid
+            sid = q._mode.session.sid
             report = stats(capsys, zeo_server.uri)
             by_name = {s["name"]: s for s in report["queues"]}
             assert (by_name["default"]["held"], by_name["default"]["ready"]) == (1, 2)
@@ -56,7 +56,7 @@ q = ackqueue.AckQueue(sys.argv[1], shared=True, session_timeout=60)
 q.put_many(["a", "b", "c"])
 c = q.connect()
 c.get()
-print(q._shared.session.sid, flush=True)
+print(q._mode.session.sid, flush=True)
 sys.stdin.read()
 """
 

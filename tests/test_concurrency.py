@@ -10,7 +10,7 @@ import threading
 from collections import Counter
 
 import pytest
-from polling import wait_until
+from polling import bounded, wait_until
 
 import ackqueue
 
@@ -128,7 +128,7 @@ def test_consumers_nacking_at_random_still_ack_each_item_once(qpath):
         def consume(seed, got):
             rng = random.Random(seed)
             with q.connect() as c:
-                while True:
+                for _ in bounded(100_000, "consuming until DONE"):
                     held = [c.get(timeout=30) for _ in range(rng.randint(1, 3))]
                     rng.shuffle(held)
                     for item in held:
@@ -151,7 +151,9 @@ def test_consumers_nacking_at_random_still_ack_each_item_once(qpath):
         consumers = [(consume, seed, got) for seed, got in enumerate(acked)]
         run_producers_and_consumers(q, consumers, dones=CONSUMERS * 3)
         leftover = []
-        while not q.empty():
+        for _ in bounded(100_000, "draining the queue"):
+            if q.empty():
+                break
             leftover.append(q.get())
         assert q.unacked_count() == 0
     # Items still queued when the consumers stopped (behind DONEs, or nacked late) are
@@ -169,7 +171,7 @@ def test_other_orders_deliver_each_item_once_under_concurrency(qpath, cls):
 
         def consume(got):
             with q.connect() as c:
-                while True:
+                for _ in bounded(100_000, "consuming until the stop item"):
                     item = c.get(timeout=30)
                     c.ack(item)
                     if item == stop:
@@ -298,7 +300,7 @@ def test_mixed_random_workload_delivers_each_item_once(tmp_path, seed):
             wait_until(lambda q=q: q.unacked_count() == 0, 5)
             q.close()
             q = cls(path, maxsize=maxsize)
-        while True:
+        for _ in bounded(100_000, "draining the queue"):
             try:
                 taken[q.get_nowait()] += 1
             except ackqueue.Empty:

@@ -5,17 +5,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import drain
+from polling import wait_for_waiter, wait_until
 
 import ackqueue
-
-
-def drain(q):
-    out = []
-    while True:
-        try:
-            out.append(q.get_nowait())
-        except ackqueue.Empty:
-            return out
 
 
 def test_leaving_the_with_block_gives_back_what_is_held_in_place(qpath):
@@ -190,18 +183,16 @@ def test_consumer_get_blocks_and_times_out_like_queue_get(qpath):
         with pytest.raises(ackqueue.Empty):
             c.get_nowait()
         got = []
-        waiter_ready = threading.Event()
 
         def other():
             with q.connect() as c2:
-                waiter_ready.set()
                 item = c2.get(timeout=10)
                 got.append(item)
                 c2.ack(item)
 
         t = threading.Thread(target=other)
         t.start()
-        waiter_ready.wait(5)
+        wait_for_waiter(q.not_empty)  # the get really blocked: the put is what wakes it
         q.put("wake")
         t.join(10)
         assert got == ["wake"]
@@ -219,3 +210,45 @@ def test_closing_the_queue_gives_back_what_consumers_hold(qpath):
         assert drain(q) == ["a", "b"]
         with pytest.raises(ackqueue.QueueClosedError):
             c.get_nowait()
+
+
+def test_a_thread_that_gets_with_another_threads_consumer_gives_back_when_it_dies(qpath):
+    """The main thread connects, a worker gets with that consumer and ends without acking:
+    the worker's end gives the item back, as if it had connected the consumer itself."""
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("job")
+        c = q.connect()
+        got: list[object] = []
+
+        def worker() -> None:
+            got.append(c.get(timeout=5))  # and ends without acking
+
+        t = threading.Thread(target=worker, name="worker-7")
+        t.start()
+        t.join(10)
+        assert got == ["job"]
+        wait_until(lambda: q.qsize() == 1, what="the job given back")
+        assert q.unacked_count() == 0 and c.closed
+        with pytest.raises(ackqueue.QueueClosedError, match="its thread 'worker-7' ended"):
+            c.get_nowait()
+        with q.connect() as again:
+            assert again.get_nowait() == "job"
+
+
+def test_a_consumer_whose_thread_ended_says_so(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("x")
+        made: list[ackqueue.Consumer] = []
+
+        def connect_and_hold() -> None:
+            c = q.connect()
+            c.get()
+            made.append(c)
+
+        t = threading.Thread(target=connect_and_hold, name="gone-worker")
+        t.start()
+        t.join(10)
+        wait_until(lambda: made[0].closed, what="the ended thread's consumer closed")
+        with pytest.raises(ackqueue.QueueClosedError, match="its thread 'gone-worker' ended"):
+            made[0].get(timeout=1)
+        assert (q.qsize(), q.unacked_count()) == (1, 0)

@@ -97,9 +97,9 @@ def test_a_reader_sees_the_exact_count_while_the_writer_defers_it(tmp_path, monk
             c.ack(c.get())
         entries, count = stored_entries(path)["default"]
         assert entries == count == 19
-        assert q._wrec.counted_in_log
+        assert q._book.record.counted_in_log
         # folded every 5 commits: the Length lags by the last few changes only
-        assert abs(q._wrec.length() - 19) < 5
+        assert abs(q._book.record.length() - 19) < 5
 
 
 def test_a_crashed_files_counts_are_settled_by_an_opener_that_does_not_defer(tmp_path):
@@ -118,8 +118,8 @@ def test_a_crashed_files_counts_are_settled_by_an_opener_that_does_not_defer(tmp
     try:
         with ackqueue.AckQueue(db=db) as q:
             assert q.qsize() == 23
-            assert not q._wrec.counted_in_log and q._wrec.length() == 23
+            assert not q._book.record.counted_in_log and q._book.record.length() == 23
             q.put("more")
-            assert q._wrec.length() == 24
+            assert q._book.record.length() == 24
     finally:
         db.close()

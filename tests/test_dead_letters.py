@@ -136,7 +136,7 @@ def test_requeue_and_purge_act_on_chosen_or_all_dead_letters(qpath):
 def test_a_record_without_dead_letters_opens_and_gains_them(qpath):
     with AckQueue(qpath) as q:
         q.put("x")
-        assert "dead" not in q._wrec.__dict__  # as written before dead letters existed
+        assert "dead" not in q._book.record.__dict__  # as written before dead letters existed
         assert q.dead_letters() == [] and q.dead_count() == 0
     with AckQueue(qpath) as q, q.connect() as c:
         c.reject(c.get(), reason="old file")

@@ -46,14 +46,17 @@ def test_nack_with_delay_retries_later_and_keeps_the_attempt_count(qpath):
 def test_a_blocked_get_wakes_when_the_first_delayed_item_falls_due(qpath):
     with AckQueue(qpath) as q:
         began = time.monotonic()
-        q.put("second", delay=0.6)
+        # 'first' falls due first unless its put started 1.7 s after the other's: a margin for
+        # a loaded machine (with 0.6 s here, a slow put once made 'second' due first).
+        q.put("second", delay=2.0)
         q.put("first", delay=0.3)
-        assert q.get(timeout=5) == "first"
+        assert q.get(timeout=30) == "first"
         first_at = time.monotonic() - began
-        assert q.get(timeout=5) == "second"
+        assert q.get(timeout=30) == "second"
         second_at = time.monotonic() - began
-        # Never early; late only by scheduling (generous: the test machine may be loaded).
-        assert 0.295 < first_at < 1.3 and 0.595 < second_at < 1.6
+        # Never early; late only by scheduling (wide: the test machine may be loaded), and far
+        # sooner than the gets' own timeouts, so the due time is what woke them.
+        assert 0.295 < first_at < 10 and 1.995 < second_at < 10
 
 
 def test_a_delayed_put_wakes_a_getter_blocked_before_it_was_put(qpath):

@@ -14,12 +14,12 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import ZODB
 from conftest import child_env
 from fault_child import load_stress
+from polling import wait_until
 from ZODB.FileStorage import FileStorage
 
 import ackqueue
@@ -49,6 +49,18 @@ def prefill(path: str, journal_path: str, n: int) -> None:
             journal.log("Q", q.get()[0])
 
 
+def journaled(journal_path: str, run: int, event: str) -> int:
+    """How many ``event`` lines run ``run`` has written to the journal so far."""
+    prefix = f"{run} {event} ".encode()
+    with open(journal_path, "rb") as f:
+        return sum(line.startswith(prefix) for line in f)
+
+
+def wait_for_journal(journal_path: str, run: int, event: str, count: int) -> None:
+    wait_until(lambda: journaled(journal_path, run, event) >= count, timeout=60,
+               what=f"{count} {event!r} events of run {run}")
+
+
 def test_sigkill_during_pack_loses_nothing_and_the_file_opens(tmp_path):
     path = str(tmp_path / "q.fs")
     journal_path = str(tmp_path / "journal.txt")
@@ -62,7 +74,12 @@ def test_sigkill_during_pack_loses_nothing_and_the_file_opens(tmp_path):
         )
         assert child.stdout is not None
         assert child.stdout.readline().strip() == b"ready"
-        time.sleep(rng.uniform(0.02, 0.3))  # the random moment of the kill, not a sync
+        # The kill point is counted in the child's own events, not in seconds, so that it
+        # lands in a pack as often on a fast disk as on a slow one: once the child journals
+        # the start of its n-th pack, after a few more of its puts (n and few at random).
+        wait_for_journal(journal_path, run, "k", rng.randint(1, 3))
+        more_puts = journaled(journal_path, run, "P") + rng.randint(0, 3)
+        wait_for_journal(journal_path, run, "P", more_puts)
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()

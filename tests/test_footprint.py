@@ -16,7 +16,7 @@ from ackqueue.records import Entry
 def fill_directly(q, n, chunk=10_000):
     """Write what n puts leave (entries, length, reserved numbers) in big commits: a fast
     stand-in for n puts. The entries are ready once the queue is reopened."""
-    rec, seq0 = q._wrec, q._next_seq
+    rec, seq0 = q._book.record, q._book.seq_reserved()
     for s in range(0, n, chunk):
         k = min(chunk, n - s)
 
@@ -46,7 +46,9 @@ def test_counters_take_constant_time_with_many_items_queued(qpath):
         held = [c.get() for _ in range(10)]
         assert q.qsize() == 30_000 - 10 and q.unacked_count() == 10
         for fn in (q.qsize, q.unacked_count, q.empty, q.full):
-            assert median_call_us(fn) < 50, fn.__name__
+            # A few us measured; a count that walked 30,000 entries would take milliseconds.
+            # Wide, for a loaded machine (speed itself is measured in benchmarks/).
+            assert median_call_us(fn) < 1000, fn.__name__
         # Reading counters loaded no entries: the backlog is still unread behind its cursor.
         assert q._store.writer._cache.cache_non_ghost_count < 1000
         assert held == list(range(10))
@@ -76,7 +78,7 @@ def test_object_caches_stay_bounded_while_many_items_pass(qpath):
         for _ in range(1000):
             c.ack(c.get())
         writer = q._store.writer._cache.cache_non_ghost_count
-        reader = q._reader._cache.cache_non_ghost_count
+        reader = q._book._reader._cache.cache_non_ghost_count
     limit = 2 * q._store.db.getCacheSize()
     assert writer <= limit and reader <= limit
 

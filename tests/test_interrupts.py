@@ -19,6 +19,7 @@ import time
 
 import pytest
 from conftest import child_env
+from polling import bounded
 
 import ackqueue
 
@@ -29,7 +30,7 @@ def stored_items(path: str) -> tuple[list[object], list[object]]:
     """The stored items and the dead letters' items."""
     items = []
     with ackqueue.AckQueue(path) as q, q.connect() as c:
-        while True:
+        for _ in bounded(1_000_000, "reading the stored items"):
             try:
                 items.append(c.get_nowait())
             except ackqueue.Empty:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from polling import bounded
 
 import ackqueue
 
@@ -294,7 +295,7 @@ class QueueMachine(RuleBasedStateMachine):
             for ci in range(len(self.consumers)):
                 self.give_back_all(ci)
             drained = []
-            while True:
+            for _ in bounded(100_000, "draining the queue"):
                 try:
                     drained.append(self.q.get_nowait())
                 except ackqueue.Empty:

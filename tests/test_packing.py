@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 from conftest import child_argv, child_env
 from ZODB.FileStorage import FileStorage
@@ -80,7 +81,9 @@ def test_packs_while_threads_put_and_ack_lose_and_repeat_nothing(tmp_path):
 
         def consume():
             c = q.connect()
+            deadline = time.monotonic() + 120
             while len(got) < n:
+                assert time.monotonic() < deadline, f"only {len(got)} of {n} items acked"
                 try:
                     x = c.get(timeout=0.05)
                 except ackqueue.Empty:
@@ -172,8 +175,8 @@ def test_backlog_read_after_a_pack_that_dropped_the_readers_snapshot(qpath):
                 c.ack(x)
                 got.append(x)
             q.pack()
-            q._reader.cacheMinimize()  # as if evicted: the next reads must load
-            q._items = type(q._items)()  # and nothing read ahead
+            q._book._reader.cacheMinimize()  # as if evicted: the next reads must load
+            q._supply.items = type(q._supply.items)()  # and nothing read ahead
         assert got == list(range(100))
 
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from conftest import child_argv, child_env
+from polling import bounded
 
 import ackqueue
 from ackqueue.workers.pool import Retry, WorkerPool
@@ -218,7 +219,7 @@ def _remaining_items(path):
     with ackqueue.AckQueue(path) as q:
         items = []
         with q.connect() as c:
-            while True:
+            for _ in bounded(1_000_000, "reading the remaining items"):
                 try:
                     items.append(c.get_nowait())
                 except ackqueue.Empty:

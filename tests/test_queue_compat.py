@@ -15,7 +15,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from polling import wait_for_waiter, wait_until
+from polling import bounded, wait_for_waiter, wait_until
 
 import ackqueue
 
@@ -154,6 +154,35 @@ def test_nowait_calls_raise_like_the_stdlib(std_cls, ack_cls, qpath):
 
     expected, got = run_on_both(std_cls, ack_cls, qpath, program, maxsize=1)
     assert got == expected == [queue.Empty, None, queue.Full, 1, queue.Empty, queue.Empty]
+
+
+@pytest.mark.parametrize("std_cls, ack_cls", PAIRS)
+def test_argument_errors_are_the_standard_librarys(std_cls, ack_cls, qpath):
+    """Negative timeouts on blocking calls are a ValueError (with or without items), a
+    negative timeout on a non-blocking call is ignored, as in the standard library."""
+
+    def program(q):
+        out = []
+        for step in (
+            lambda: q.get(timeout=-1),
+            lambda: q.put(1, timeout=-1),
+            lambda: q.put(1, block=False, timeout=-1),
+            lambda: q.get(timeout=-1),
+            lambda: q.get(block=False, timeout=-1),
+            lambda: q.put_nowait(2),
+            q.task_done,
+            q.task_done,
+            q.task_done,
+        ):
+            try:
+                out.append(step())
+            except (queue.Empty, queue.Full, ValueError) as exc:
+                out.append((type(exc), str(exc)))
+        return out
+
+    expected, got = run_on_both(std_cls, ack_cls, qpath, program)
+    assert got == expected
+    assert expected[0] == (ValueError, "'timeout' must be a non-negative number")
 
 
 @pytest.mark.parametrize("ack_cls", ACK_CLASSES)
@@ -392,7 +421,9 @@ def test_reopened_queue_after_many_sessions_keeps_fifo_order(qpath):
             assert got == expected.pop(0)
     with ackqueue.AckQueue(qpath) as q:
         rest = []
-        while not q.empty():
+        for _ in bounded(100_000, "draining the queue"):
+            if q.empty():
+                break
             rest.append(q.get())
     assert rest == expected
 
@@ -428,8 +459,8 @@ def test_close_wakes_a_blocked_get_with_queue_closed_error(ack_cls, qpath):
 
 def test_close_wakes_a_blocked_consumer_get(qpath):
     q = ackqueue.AckQueue(qpath)
-    c = q.connect()
-    outcome = blocked_call_outcome(q, lambda: c.get(timeout=30), q.not_empty)
+    # The consumer is connected in the thread that gets, as a consumer must be.
+    outcome = blocked_call_outcome(q, lambda: q.connect().get(timeout=30), q.not_empty)
     assert outcome == [ackqueue.QueueClosedError]
 
 
@@ -467,7 +498,7 @@ def put_in_flight(qpath):
     assert committer_busy.wait(10)
     putter = threading.Thread(target=q.put, args=("in flight",))
     putter.start()
-    wait_until(lambda: q._staged == 1)
+    wait_until(lambda: q._supply.staged == 1)
     yield q
     release.set()
     holder.join(10)

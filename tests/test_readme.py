@@ -1,5 +1,9 @@
 """Every snippet in README.rst runs as shown, in order, in one fresh directory.
 
+Each snippet's test is independent of the others' order: before it runs, every earlier
+snippet that has not run yet in the directory runs first (as the reader would have), so a
+test run alone, or in another order, sees what the README says came before it.
+
 Python blocks run in this interpreter, each in a fresh namespace; console blocks run each
 ``$`` command as a child process (``ackqueue`` as ``python -m ackqueue``).
 """
@@ -41,11 +45,34 @@ def snippets():
 SNIPPETS = snippets()
 
 
+class Workdir:
+    """The directory the snippets share, and which of them have run in it."""
+
+    def __init__(self, path):
+        self.path = path
+        self.ran = set()
+
+    def run_up_to(self, line):
+        """Run the snippets before ``line`` that have not run here yet, then that one."""
+        for n, language, code in SNIPPETS:
+            if n > line:
+                break
+            if n in self.ran:
+                continue
+            self.ran.add(n)  # a failing snippet fails its own test once, not every later one
+            try:
+                run_snippet(self.path, n, language, code)
+            except BaseException as exc:
+                if n == line:
+                    raise
+                raise AssertionError(f"README line {n}, run before line {line}, failed") from exc
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     path = tmp_path_factory.mktemp("readme")
     os.symlink(os.path.join(REPO_ROOT, "examples"), path / "examples")
-    return path
+    return Workdir(path)
 
 
 def test_readme_starts_with_the_two_commands():
@@ -81,7 +108,11 @@ class _Collect:
     "line, language, code", SNIPPETS, ids=[f"line-{s[0]}" for s in SNIPPETS]
 )
 def test_readme_snippet_runs(workdir, monkeypatch, line, language, code):
-    monkeypatch.chdir(workdir)
+    monkeypatch.chdir(workdir.path)
+    workdir.run_up_to(line)
+
+
+def run_snippet(workdir, line, language, code):
     if language == "python":
         run_python(code)
     elif language == "console":

@@ -6,6 +6,7 @@ import queue
 import threading
 
 import pytest
+from polling import wait_for_waiter
 from semantic_helpers import wait_until
 
 import ackqueue
@@ -101,6 +102,60 @@ def test_join_returns_after_immediate_shutdown_from_another_thread(qpath):
         joined = threading.Event()
         t = threading.Thread(target=lambda: (q.join(), joined.set()))
         t.start()
+        wait_for_waiter(q.all_tasks_done)  # join really waits: the shutdown is what ends it
         q.shutdown(immediate=True)
         t.join(5)
         assert joined.is_set()
+
+
+@pytest.mark.parametrize("kind", [AckQueue, ackqueue.LifoAckQueue, ackqueue.PriorityAckQueue])
+def test_immediate_shutdown_under_load_lets_join_return(qpath, kind):
+    """4 threads put, 6 loop on get(False) + task_done, 2 wait in join(): after
+    shutdown(immediate=True) every thread ends, the joiners included (items given back or
+    landing after the drain must not keep join() waiting for ever)."""
+    with kind(qpath) as q:
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def guarded(body):
+            def run() -> None:
+                try:
+                    body()
+                except ShutDown:
+                    pass
+                except BaseException as exc:  # noqa: BLE001 - reported by the test
+                    errors.append(exc)
+
+            return run
+
+        done = [0, 0]  # puts, gets (each thread adds under the GIL; an estimate suffices)
+
+        def put() -> None:
+            while not stop.is_set():
+                q.put(done[0])
+                done[0] += 1
+
+        def get() -> None:
+            while not stop.is_set():
+                try:
+                    q.get(False)
+                except queue.Empty:
+                    continue
+                done[1] += 1
+                q.task_done()
+
+        workers = [threading.Thread(target=guarded(put)) for _ in range(4)]
+        workers += [threading.Thread(target=guarded(get)) for _ in range(6)]
+        joiners = [threading.Thread(target=q.join) for _ in range(2)]
+        for t in workers + joiners:
+            t.start()
+        wait_until(lambda: done[0] > 40 and done[1] > 20, timeout=60, what="the load to run")
+        q.shutdown(immediate=True)
+        for t in joiners:
+            t.join(30)
+        stop.set()
+        for t in workers:
+            t.join(30)
+        assert not any(t.is_alive() for t in joiners), "join() never returned"
+        assert not any(t.is_alive() for t in workers)
+        assert errors == []

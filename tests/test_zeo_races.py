@@ -41,10 +41,10 @@ def run(q: ackqueue.AckQueue, other: ackqueue.AckQueue, late: str) -> None:
         # Replay what the putting thread (or the delay's timer) does last, after the take.
         with q.mutex:
             if late == "put landing":
-                q._land_key_locked(key, 0.0)
+                q._supply.land_locked(key, 0.0)
             else:
-                q._delays.pending[key] = 0.0
-                q._fall_due_callback(key)()
+                q._supply.delays.pending[key] = (key, 0.0)
+                q._supply._fall_due_callback(key)()
         with pytest.raises(ackqueue.Empty):
             o.get(timeout=0.5)  # still held by c, in the store too
         c.ack(item)  # raised LeaseExpiredError when the late ready gave the hold away

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from conftest import child_env
+from polling import bounded
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -105,7 +106,7 @@ def run_with_a_killed_consumer(server: ZEOServer, tmp_path, restart_server: bool
 
         with ackqueue.AckQueue(server.uri, session_timeout=lease) as q:
             with q.connect() as c:
-                while True:
+                for _ in bounded(10 * len(confirmed) + 1000, "draining what is left"):
                     try:  # once all is back, only a put that raised yet was stored may remain
                         item = c.get(timeout=0.5 if all_back() else DEADLINE)
                     except ackqueue.Empty:

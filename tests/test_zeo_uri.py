@@ -9,6 +9,7 @@ import time
 
 import pytest
 import ZEO
+from polling import wait_for_waiter
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -85,21 +86,21 @@ def test_a_get_blocked_in_one_client_wakes_when_another_puts(
     a, b = two_clients(zeo_server)
     try:
         got: list[object] = []
-        started = threading.Event()
 
         def consume() -> None:
-            started.set()
             got.append(b.get(timeout=30))
 
         t = threading.Thread(target=consume)
         t.start()
-        started.wait()
+        wait_for_waiter(b.not_empty, timeout=30)  # blocked before the other client puts
         put_at = time.monotonic()
         a.put("wake up")
         t.join(timeout=30)
         woke_after = time.monotonic() - put_at
         assert got == ["wake up"]
-        assert woke_after < 1.0, woke_after  # measured: tens of ms (see bench_zeo.py)
+        # Measured: tens of ms (bench_zeo.py measures it). Wide for a loaded machine, and far
+        # below the get's timeout, so the put is what woke it.
+        assert woke_after < 10, woke_after
     finally:
         close_clients(a, b)
 

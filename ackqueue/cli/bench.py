@@ -169,7 +169,7 @@ def measure_latency(
 
 def ackqueue_latency(path: str, n: int) -> Latencies:
     """:func:`measure_latency` on the (empty) AckQueue at ``path``."""
-    q = AckQueue(path)
+    q: AckQueue[int] = AckQueue(path)
 
     def consumer() -> tuple[Getter, Acker]:
         c = q.connect()
@@ -200,7 +200,7 @@ class Progress:
             self.out(f"  {self.what}: {done:,}/{self.total:,} ({rate:,.0f}/s)")
 
 
-def fill(q: AckQueue, n: int, out: Callable[[str], None]) -> float:
+def fill(q: AckQueue[Any], n: int, out: Callable[[str], None]) -> float:
     """Put ``n`` items with ``put_many``; items per second."""
     progress = Progress("filling", n, out)
     start = time.perf_counter()
@@ -210,7 +210,7 @@ def fill(q: AckQueue, n: int, out: Callable[[str], None]) -> float:
     return n / (time.perf_counter() - start)
 
 
-def drain(q: AckQueue, n: int, threads: int, out: Callable[[str], None],
+def drain(q: AckQueue[Any], n: int, threads: int, out: Callable[[str], None],
           handler: Callable[[Any], object] = lambda job: None) -> float:
     """Burn the queue down with a WorkerPool; jobs (durably acked) per second."""
     pool = WorkerPool(q, handler, threads=threads, log_interval=3600)
@@ -275,7 +275,7 @@ def run_bench(path: str | None, n: int, threads: int, latency_n: int, keep: bool
             out(line)
         out(f"items: {n:,} of {ITEM_SIZE} bytes; {threads} worker threads; every put and ack "
             "durable (fsync) when it returns")
-        q = AckQueue(where)
+        q: AckQueue[bytes] = AckQueue(where)
         try:
             filled = fill(q, n, out)
             drained = drain(q, n, threads, out)

@@ -24,7 +24,7 @@ from ackqueue.errors import AckQueueError, Empty
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
 from ackqueue.storage.counts import stored_count
 
-QUEUE_CLASSES: dict[str, type[AckQueue]] = {
+QUEUE_CLASSES: dict[str, type[AckQueue[Any]]] = {
     "fifo": AckQueue,
     "lifo": LifoAckQueue,
     "priority": PriorityAckQueue,
@@ -38,14 +38,15 @@ class CommandError(Exception):
 
 
 class Progress:
-    """Reports a long operation's progress on stderr, at most once a second."""
+    """Reports a long operation's progress on stderr, at most once a second of ``clock``."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.what = what
-        self._last = time.monotonic()
+        self._clock = clock
+        self._last = clock()
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last >= 1.0:
             self._last = now
             of = f"/{total}" if total else ""
@@ -254,7 +255,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _purge_ready(q: AckQueue, progress: Callable[[int, int], None]) -> int:
+def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
     total, removed = q.qsize(), 0
     grouped: Any = getattr(q, "transaction", None)  # one commit per batch where available
     while True:

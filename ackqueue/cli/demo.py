@@ -30,7 +30,7 @@ def run_demo(say: Callable[[str], None] = print) -> int:
     with tempfile.TemporaryDirectory(prefix="ackqueue-demo-") as tmp:
         path = os.path.join(tmp, "jobs.fs")
         say(f"1. A durable queue in {path}; a producer puts 6 jobs.")
-        q = AckQueue(path)
+        q: AckQueue[str] = AckQueue(path)
         for n in range(1, 7):
             q.put(f"job-{n}")
         say(f"   ready: {q.qsize()}, held: {q.unacked_count()}")

@@ -127,7 +127,7 @@ class QueueFile:
         return list(self._queues.keys())
 
     def record(self, name: str) -> QueueRecord:
-        record = self._queues.get(name)
+        record: QueueRecord | None = self._queues.get(name)
         if record is None:
             known = ", ".join(repr(n) for n in self.names()) or "none"
             raise StorageError(f"no queue named {name!r} in {self.path} (queues: {known})")
@@ -218,7 +218,7 @@ class QueueFile:
             if scanned >= OLDEST_SCAN:
                 break
             scanned += 1
-            if key in delayed or (held_keys is not None and repr(key) in held_keys):
+            if repr(key) in delayed or (held_keys is not None and repr(key) in held_keys):
                 continue
             oldest = entry.put_at if oldest is None else min(oldest, entry.put_at)
         return QueueStats(
@@ -234,12 +234,14 @@ class QueueFile:
             held_items=held_items,
         )
 
-    def _delayed_keys(self, record: QueueRecord, now: float) -> set[Any]:
+    def _delayed_keys(self, record: QueueRecord, now: float) -> set[str]:
+        """The reprs of the keys not yet due: a PriorityAckQueue's keys hold its items, which
+        need not be hashable, so the keys themselves cannot go in a set."""
         index = _delay_index(record)
         if index is None:
             return set()
         entries = record.entries
-        return {key for key, when in index.items() if when > now and key in entries}
+        return {repr(key) for key, when in index.items() if when > now and key in entries}
 
     @property
     def holds_age(self) -> float | None:

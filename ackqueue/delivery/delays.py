@@ -12,15 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ackqueue.delivery.claims import Staged
-
 
 class Delays:
-    """The delayed keys in memory, each under its always-hashable id (``_key_id``): a
+    """The delayed keys in memory, each under its always-hashable id (``key_id``): a
     PriorityAckQueue key holds the item, which may be a dict or a list."""
 
-    def __init__(self, index: Any, now: float, key_id: Callable[[Any], Any]) -> None:
-        items = list(index.items()) if index is not None else []
+    def __init__(
+        self, items: list[tuple[Any, float]], now: float, key_id: Callable[[Any], Any]
+    ) -> None:
         self._key_id = key_id
         self.at_open: frozenset[Any] = frozenset(key_id(key) for key, _when in items)
         self.due_at_open: list[Any] = [key for key, when in items if when <= now]
@@ -41,36 +40,3 @@ class Delays:
     def fall_due(self, key: Any) -> bool:
         """Take ``key`` out of the delayed ones; False if it was not there (any more)."""
         return self.pending.pop(self._key_id(key), None) is not None
-
-
-class DelayMixin:
-    def delayed_count(self: Any) -> int:
-        """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
-        with self.mutex:
-            return len(self._delays)
-
-    def _due_time(self: Any, delay: float | None, not_before: float | None) -> float:
-        if delay is not None and not_before is not None:
-            raise ValueError("give delay= or not_before=, not both")
-        if delay is not None:
-            if delay < 0:
-                raise ValueError(f"delay must not be negative, not {delay!r}")
-            return self._clock() + delay if delay else 0.0
-        return float(not_before or 0.0)
-
-    def _land_locked(self: Any, staged: Staged) -> None:
-        self._land_key_locked(staged.key, staged.not_before)
-
-    def _land_key_locked(self: Any, key: Any, due: float) -> None:
-        if due and due > self._clock() and not self._drained:
-            self._delays.add(key, due)
-            self._timers.at(due, self._fall_due_callback(key))
-        else:
-            self._offer_locked(key)
-
-    def _fall_due_callback(self: Any, key: Any) -> Callable[[], None]:
-        def fall_due() -> None:
-            if self._delays.fall_due(key):
-                self._offer_locked(key)
-
-        return fall_due

@@ -41,9 +41,11 @@ class HoldTable:
     """The holds of one consumer. Guarded by its queue's mutex."""
 
     owner: str = field(default_factory=lambda: threading.current_thread().name)
+    watched: set[int] = field(default_factory=set)  # threads whose end closes it
     by_id: dict[int, Hold] = field(default_factory=dict)
     by_object: dict[int, list[Hold]] = field(default_factory=dict)
     closed: bool = False
+    closed_because: str = "it was closed"  # why, for the error of a later call
     expired: deque[Hold] = field(default_factory=lambda: deque(maxlen=EXPIRED_MEMORY))
 
     def add(self, key: Any, delivery: Delivery) -> Hold:

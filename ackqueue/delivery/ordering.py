@@ -2,65 +2,90 @@
 
 The entries tree is sorted by key, so the key is the order: ``(priority << SEQ_BITS) | seq``
 for FIFO, the sequence number counting down for LIFO, and ``(item, seq)`` for a priority
-queue, whose items order themselves. This is the only thing the kinds change.
+queue, whose items order themselves. This is the only thing the kinds change: each kind is
+one :class:`Ordering` that the queue is given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ackqueue.delivery.seqs import PRIORITY_LIMIT, SEQ_BITS, SEQ_MASK
 
+# The ready head, for a priority queue to compare a new item with (None when nothing is ready).
+Head = Callable[[], Any]
 
-class FifoOrder:
-    def _check_priority(self, priority: int) -> None:
+
+class Ordering:
+    """FIFO within a priority (``put(priority=)``, lower first)."""
+
+    kind = "fifo"
+
+    def check_priority(self, priority: object) -> None:
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise TypeError(
+                f"priority must be an int (lower is delivered first), not "
+                f"{type(priority).__name__} {priority!r}"
+            )
         if not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
             raise ValueError(f"priority must be in [{-PRIORITY_LIMIT}, {PRIORITY_LIMIT})")
 
-    def _make_key(self, seq: int, priority: int, item: Any) -> Any:
+    def make_key(self, seq: int, priority: int, item: Any, head: Head) -> Any:
         """The stored key of a new entry: its place in the delivery order."""
         return (priority << SEQ_BITS) | seq
 
-    def _rekey(self, key: Any, seq: int) -> Any:
+    def rekey(self, key: Any, seq: int) -> Any:
         """A new key with ``key``'s priority and a new sequence number (for requeueing)."""
         return (key & ~SEQ_MASK) | seq
 
-    def _key_seq(self, key: Any) -> int:
+    def key_seq(self, key: Any) -> int:
         return int(key & SEQ_MASK)
 
     @staticmethod
-    def _key_id(key: Any) -> Any:
-        """A hashable id of an entry's key, unique in this queue, for in-memory lookups (a
-        static method: the collections holding it must not keep the queue alive)."""
+    def key_id(key: Any) -> Any:
+        """A hashable id of an entry's key, unique in its queue, for in-memory lookups (a
+        static method: the collections holding it must not keep anything else alive)."""
         return key
 
 
-class LifoOrder(FifoOrder):
-    def _make_key(self, seq: int, priority: int, item: Any) -> Any:
+class LifoOrdering(Ordering):
+    """Last in, first out within a priority."""
+
+    kind = "lifo"
+
+    def make_key(self, seq: int, priority: int, item: Any, head: Head) -> Any:
         return (priority << SEQ_BITS) | (SEQ_MASK - seq)
 
-    def _rekey(self, key: Any, seq: int) -> Any:
+    def rekey(self, key: Any, seq: int) -> Any:
         return (key & ~SEQ_MASK) | (SEQ_MASK - seq)
 
-    def _key_seq(self, key: Any) -> int:
+    def key_seq(self, key: Any) -> int:
         return int(SEQ_MASK - (key & SEQ_MASK))
 
 
-class PriorityOrder(FifoOrder):
-    def _make_key(self: Any, seq: int, priority: int, item: Any) -> Any:
+class PriorityOrdering(Ordering):
+    """The smallest item first, equal items in put order."""
+
+    kind = "priority"
+
+    def check_priority(self, priority: object) -> None:
         if priority:
             raise ValueError("PriorityAckQueue orders by the items themselves; omit priority=")
+
+    def make_key(self, seq: int, priority: int, item: Any, head: Head) -> Any:
         key = (item, seq)
-        if len(self._ready):
-            key < self._ready.peek()  # noqa: B015 - raise TypeError now, before anything is stored
+        first = head()
+        if first is not None:
+            key < first  # noqa: B015 - raise TypeError now, before anything is stored
         return key
 
-    def _rekey(self, key: Any, seq: int) -> Any:
+    def rekey(self, key: Any, seq: int) -> Any:
         return (key[0], seq)
 
-    def _key_seq(self, key: Any) -> int:
+    def key_seq(self, key: Any) -> int:
         return int(key[1])
 
     @staticmethod
-    def _key_id(key: Any) -> Any:
+    def key_id(key: Any) -> Any:
         return key[1]  # the item need not be hashable; its sequence number is unique

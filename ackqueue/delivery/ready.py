@@ -14,16 +14,35 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 Key = Any
+ScanAfter = Callable[[Key], list[Key]]
+
+
+class ReadyKeys(Protocol):
+    """The ready keys of a queue in delivery order, as the supply uses them (single-process
+    mode: :class:`ReadyIndex`; shared mode keeps its own, read from the stored tree)."""
+
+    @property
+    def cursor(self) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def push(self, key: Key) -> None: ...
+
+    def offer(self, key: Key) -> None: ...
+
+    def peek(self) -> Key: ...
+
+    def pop(self) -> Key: ...
 
 
 class ReadyIndex:
     def __init__(
         self,
         backlog: int,
-        scan_after: Callable[[Key], list[Key]],
+        scan_after: ScanAfter,
     ) -> None:
         """``scan_after(key)``: the next few backlog keys after ``key`` (None: from the
         start), in order; an empty list when there are none."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from ackqueue.delivery.holds import HoldTable
 
-Release = Callable[[HoldTable], None]
+Release = Callable[[HoldTable, str], None]  # (table, name of the thread that ended)
 
 
 class _ThreadSentinel:
@@ -28,15 +28,18 @@ class _ThreadSentinel:
         self.tables: list[HoldTable] = []
 
 
-def _release_all(release_ref: weakref.ReferenceType[Release], tables: list[HoldTable]) -> None:
+def _release_all(
+    release_ref: weakref.ReferenceType[Release], tables: list[HoldTable], thread: str
+) -> None:
     release = release_ref()
     if release is not None:
         for table in tables:
-            release(table)
+            release(table, thread)
 
 
 class ThreadExitWatch:
-    """Calls ``release(table)`` for each watched table when the thread that owns it ends."""
+    """Calls ``release(table, thread name)`` for each watched table when a thread that
+    watches it ends."""
 
     def __init__(self, release: Release) -> None:
         # A weak reference to a bound method: the watch must not keep its queue alive.
@@ -48,6 +51,7 @@ class ThreadExitWatch:
         sentinel = getattr(self._local, "sentinel", None)
         if sentinel is None:
             sentinel = self._local.sentinel = _ThreadSentinel()
-            weakref.finalize(sentinel, _release_all, self._release, sentinel.tables)
+            thread = threading.current_thread().name
+            weakref.finalize(sentinel, _release_all, self._release, sentinel.tables, thread)
         sentinel.tables[:] = [t for t in sentinel.tables if not t.closed]
         sentinel.tables.append(table)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.holds import Delivery, Hold, HoldTable
 from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError
-
-if TYPE_CHECKING:
-    from ackqueue.queue.queues import AckQueue
-    from ackqueue.storage.transactions import Transaction
+from ackqueue.queue.deliveries import Deliveries, Outcome
+from ackqueue.storage.transactions import Transaction, transaction
 
 
 class Consumer:
@@ -24,16 +22,22 @@ class Consumer:
     if the process dies, when the queue is next opened.
     """
 
-    def __init__(self, queue: AckQueue, table: HoldTable) -> None:
-        self._queue = queue
+    def __init__(self, deliveries: Deliveries, table: HoldTable) -> None:
+        self._deliveries = deliveries
+        self._mutex = deliveries.signals.mutex
         self._table = table
         # Collected without close(): release from the finalizer, which must never block.
-        self._finalizer = weakref.finalize(self, queue._release_table_from_finalizer, table)
+        self._finalizer = weakref.finalize(
+            self, deliveries.release_table_from_finalizer, table
+        )
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        """The next item, held for this consumer; blocks like ``queue.Queue.get``."""
-        self._check_open()
-        return self._queue._hold_next(self._table, block, timeout)
+        """The next item, held for this consumer; blocks like ``queue.Queue.get``.
+
+        Any thread may get with it; see :meth:`_check_getter` for what that means.
+        """
+        self._check_getter()
+        return self._deliveries.hold_next(self._table, block, timeout)
 
     def get_nowait(self) -> Any:
         return self.get(block=False)
@@ -43,8 +47,8 @@ class Consumer:
 
         Waits like :meth:`get` for the first item, then takes what else is ready right now.
         """
-        self._check_open()
-        return self._queue._hold_many(self._table, n, block, timeout)
+        self._check_getter()
+        return self._deliveries.hold_many(self._table, n, block, timeout)
 
     # Settling (and extend, and close) runs under a closed Shield: from marking a hold as
     # being settled to the end of its commit, Ctrl-C waits, so memory and file agree again.
@@ -58,7 +62,7 @@ class Consumer:
         """Ack every item in one commit; if one is not held, raise and ack none."""
         items = list(items)  # a caller's generator runs before the shield goes up
         with Shield(interruptible=False):
-            with self._queue.mutex:
+            with self._mutex:
                 holds: list[Hold] = []
                 try:
                     for item in items:
@@ -72,7 +76,7 @@ class Consumer:
                         hold.settling = False
                     raise
             if holds:
-                self._queue._settle(self._table, holds, "ack")
+                self._deliveries.settle(self._table, holds, "ack")
 
     def nack(self, item: Any, delay: float | None = None) -> None:
         """Give the held ``item`` back to the queue, in its original place.
@@ -93,7 +97,7 @@ class Consumer:
     def extend(self, item: Any, seconds: float) -> None:
         """Renew the lease on the held ``item``: it may be held ``seconds`` more from now."""
         with Shield(interruptible=False):  # a lease half re-armed would never run out
-            self._queue._extend(self._table, self._find(item, "extend", settle=False), seconds)
+            self._deliveries.extend(self._table, self._find(item, "extend", settle=False), seconds)
 
     def ack_id(self, delivery_id: int) -> None:
         """Like :meth:`ack`, naming the delivery by its id (see :meth:`delivery`)."""
@@ -106,7 +110,7 @@ class Consumer:
 
     def transaction(self) -> AbstractContextManager[Transaction]:
         """``with c.transaction():`` the same as the queue's :meth:`AckQueue.transaction`."""
-        return self._queue.transaction()
+        return transaction(self._deliveries.store)
 
     def delivery(self, item: Any) -> Delivery:
         """The delivery of a held item: its id, attempts so far and when it was got."""
@@ -114,7 +118,7 @@ class Consumer:
 
     def deliveries(self) -> list[Delivery]:
         """Everything this consumer holds, oldest first."""
-        with self._queue.mutex:
+        with self._mutex:
             return [hold.delivery for hold in self._table.by_id.values()]
 
     def close(self) -> None:
@@ -125,7 +129,7 @@ class Consumer:
         """
         with Shield(interruptible=False):
             self._finalizer.detach()
-            self._queue._close_table(self._table)
+            self._deliveries.close_table(self._table)
 
     @property
     def closed(self) -> bool:
@@ -139,22 +143,33 @@ class Consumer:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"holding {len(self._table.by_id)}"
-        return f"<Consumer of {self._queue.name!r} for thread {self._table.owner!r}: {state}>"
+        return f"<Consumer of {self._deliveries.name!r} for thread {self._table.owner!r}: {state}>"
 
     # -- finding holds ---------------------------------------------------------------------
 
+    def _check_getter(self) -> None:
+        """A thread other than the one that connected the consumer may get with it too: from
+        then on, the consumer is closed (what it holds goes back) when either thread ends, so
+        the thread-death guarantee holds for the getter as well."""
+        self._check_open()
+        self._deliveries.watch_getter(self._table)
+
     def _check_open(self) -> None:
         if self._table.closed:
-            if self._queue.is_shutdown:  # closed by an immediate shutdown
-                raise self._queue._shut_down_error()
-            raise QueueClosedError("this consumer is closed")
+            life = self._deliveries.life
+            if life.shut_down:  # closed by an immediate shutdown
+                raise life.shut_down_error()
+            raise QueueClosedError(
+                f"this consumer is closed: {self._table.closed_because}, and what it held went "
+                "back to the queue; connect a new consumer (q.connect()) in the thread that gets"
+            )
 
-    def _settle(self, holds: list[Hold], outcome: str, **how: Any) -> None:
-        self._queue._settle(self._table, holds, outcome, **how)
+    def _settle(self, holds: list[Hold], outcome: Outcome, **how: Any) -> None:
+        self._deliveries.settle(self._table, holds, outcome, **how)
 
     def _find(self, item: Any, verb: str, settle: bool = True) -> Hold:
         """The hold of ``item``, marked as being settled unless ``settle`` is False."""
-        with self._queue.mutex:
+        with self._mutex:
             hold = self._table.find(item)
             if hold is None:
                 raise NotHeldError(f"{verb}(): {self._not_held_locked(item)}")
@@ -163,7 +178,7 @@ class Consumer:
         return hold
 
     def _find_id(self, delivery_id: int, verb: str) -> Hold:
-        with self._queue.mutex:
+        with self._mutex:
             hold = self._table.by_id.get(delivery_id)
             if hold is None or hold.settling:
                 raise NotHeldError(
@@ -180,19 +195,19 @@ class Consumer:
         if expired is not None:
             raise LeaseExpiredError(
                 f"this consumer held that {type(item).__qualname__} longer than its lease "
-                f"(ack_timeout={self._queue.ack_timeout}s); it went back to the queue and may "
+                f"(ack_timeout={self._deliveries.holds.ack_timeout}s); it went back to the queue "
+                "and may "
                 "have been delivered to another consumer, so nothing was changed"
             )
-        for table in self._queue._tables:
-            if table is not self._table and table.find(item) is not None:
-                return (
-                    f"that item is held by another consumer (thread {table.owner!r}), not this one"
-                )
+        owner = self._deliveries.holds.holder_of_locked(item, besides=self._table)
+        if owner is not None:
+            return f"that item is held by another consumer (thread {owner!r}), not this one"
         return self._not_held_reason(item)
 
     def _not_held_reason(self, item: Any) -> str:
         if self._table.closed:
-            return "this consumer is closed; what it held was given back"
+            why = self._table.closed_because
+            return f"this consumer is closed ({why}); what it held was given back"
         return (
             f"this consumer does not hold that {type(item).__qualname__} (never got from it, "
             "already acked or nacked, or not the very object get() returned)"

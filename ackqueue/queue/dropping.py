@@ -4,7 +4,8 @@ Code written for ``queue.Queue`` never closes its queues. When such a queue is g
 its reader connection is closed, its name is free again, and, with the last queue of a file,
 the file is closed and unlocked, so the same process or another one can open it. What it held
 goes back as on close: in one process holds live only in memory, so the stored entries are
-ready for whoever opens the queue next; in shared mode its stored holds are given back.
+ready for whoever opens the queue next; in shared mode its stored holds are given back (what
+the mode's ``dropped()`` returns).
 
 The finalizer runs wherever the collector ran, possibly in a thread in the middle of a commit or
 holding the registry lock, where closing the file would deadlock. There the work is handed to a
@@ -17,48 +18,51 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from ackqueue.queue import status
-from ackqueue.shared import sessions
-
-if TYPE_CHECKING:
-    from ackqueue.queue.queues import AckQueue
-    from ackqueue.storage.store import Store
+from ackqueue.storage.store import Store
 
 INTERNAL_THREADS = "ackqueue-"  # the prefix of every thread ackqueue starts
 
+Step = Callable[[], None]
 
-def watch(queue: AckQueue, claim: object) -> weakref.finalize:
-    """Clean up after ``queue`` if it is collected while open; ``close()`` detaches this."""
-    shared = queue._shared
-    # Nothing given to the finalizer may lead back to the queue, or it would never be collected:
-    # the session and the dict of stored holds, not the SharedQueue that holds the queue.
-    shared_state = None if shared is None else (shared.session, shared.mine)
+
+def watch(
+    queue: status.Reporting,
+    store: Store,
+    name: str,
+    claim: object,
+    close_book: Step,
+    give_back: Step | None,
+) -> weakref.finalize[..., Any]:
+    """Clean up after ``queue`` if it is collected while open; ``close()`` detaches this.
+
+    Nothing given here may lead back to the queue, or it would never be collected.
+    """
     finalizer = weakref.finalize(
-        queue,
-        _dropped,
-        queue._store,
-        queue.name,
-        claim,
-        queue._reader,
-        queue._reader_tm,
-        status.storage_file(queue),
-        shared_state,
+        queue, _dropped, store, name, claim, close_book, queue.storage_file, give_back
     )
-    finalizer.atexit = False  # at exit, storage.py and sessions.py close everything anyway
+    finalizer.atexit = False  # at exit, store.py and sessions.py close everything anyway
     return finalizer
 
 
-def _dropped(store: Store, *state: Any) -> None:
-    if state[-1] is None and _can_close_here(store):
-        _clean_up(store, *state)
+def _dropped(
+    store: Store,
+    name: str,
+    claim: object,
+    close_book: Step,
+    status_file: str | None,
+    give_back: Step | None,
+) -> None:
+    args = (store, name, claim, close_book, status_file, give_back)
+    if give_back is None and _can_close_here(store):
+        _clean_up(*args)
         return
     # At interpreter shutdown no thread can start; the exit handlers close the storage.
     with contextlib.suppress(RuntimeError):
-        threading.Thread(
-            target=_clean_up, args=(store, *state), name="ackqueue-dropped", daemon=True
-        ).start()
+        threading.Thread(target=_clean_up, args=args, name="ackqueue-dropped", daemon=True).start()
 
 
 def _can_close_here(store: Store) -> bool:
@@ -73,22 +77,16 @@ def _clean_up(
     store: Store,
     name: str,
     claim: object,
-    reader: Any,
-    reader_tm: Any,
+    close_book: Step,
     status_file: str | None,
-    shared_state: tuple[Any, dict[Any, Any]] | None,
+    give_back: Step | None,
 ) -> None:
     try:
-        reader_tm.abort()
-        reader.close()
+        close_book()
     finally:
         try:
-            if shared_state is not None:
-                session, mine = shared_state
-                for key, value in list(mine.items()):
-                    session.release_later(name, key, value)
-                mine.clear()
-                sessions.release(session)
+            if give_back is not None:
+                give_back()
         finally:
             if status_file is not None:
                 status.beacon.forget_dropped(status_file)

@@ -1,69 +1,50 @@
 """The durable queues: :class:`AckQueue`, :class:`LifoAckQueue` and :class:`PriorityAckQueue`.
 
 They plug into ``queue.Queue``'s hooks (``_init``, ``_qsize``, ``_put``, ``_get``), so blocking,
-timeouts, ``maxsize`` and ``task_done``/``join`` are the standard library's own code. What the
-hooks add is storage: ``_put`` stages an item and ``put`` returns once it is committed; ``_get``
-claims the first ready item and ``get`` returns once its removal is committed. The features
-beyond ``queue.Queue`` live in mixins of their own modules (dead letters, leases, batches,
-shutdown); transactions are in :mod:`ackqueue.transactions`, and the three kinds differ only
-in how :mod:`ackqueue.ordering` keys their entries.
+timeouts, ``maxsize`` and ``task_done``/``join`` are the standard library's own code, and
+delegate the rest to collaborators that each own their state:
+
+* the store (:mod:`ackqueue.storage.store`) and the queue's book in it
+  (:mod:`ackqueue.storage.book`): commits, stored entries, delays and dead letters;
+* the supply (:mod:`ackqueue.delivery.supply`): what is ready or delayed, in memory;
+* the holds (:mod:`ackqueue.delivery.holding`): what each consumer holds, with leases;
+* the mode (:mod:`ackqueue.delivery.mode`): single-process or shared, chosen at open;
+* puts (:mod:`.putting`), claims (:mod:`.claiming`) and deliveries (:mod:`.deliveries`),
+  which run the operations across them.
+
+The three kinds differ only in the :mod:`~ackqueue.delivery.ordering` they are given.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import queue
-import threading
 import time
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 import ZODB
 
 from ackqueue.base.clock import Clock
-from ackqueue.base.interrupts import Shield, checkpoint, hold_back
-from ackqueue.base.timers import Timers
-from ackqueue.delivery.batches import BatchMixin
-from ackqueue.delivery.claiming import ClaimingMixin
-from ackqueue.delivery.claims import Claim, GetAgain, Staged, unpickle_item
-from ackqueue.delivery.deadletters import DeadLetterMixin
-from ackqueue.delivery.delays import DelayMixin, Delays
-from ackqueue.delivery.holds import Delivery, HoldTable
-from ackqueue.delivery.leases import LeaseMixin
-from ackqueue.delivery.ordering import FifoOrder, LifoOrder, PriorityOrder
-from ackqueue.delivery.prefetch import ItemCache
-from ackqueue.delivery.recovery import ThreadExitWatch
-from ackqueue.delivery.seqs import SeqMixin
-from ackqueue.delivery.settling import DeliveryMixin
-from ackqueue.delivery.shutdown import ShutdownMixin, calling_stdlib
-from ackqueue.errors import ItemLoadError, QueueClosedError
+from ackqueue.base.interrupts import Shield
+from ackqueue.delivery.holds import Delivery
+from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
+from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
 from ackqueue.queue.consumer import Consumer
-from ackqueue.records import ROOT_KEY, QueueRecord
-from ackqueue.shared.mode import SharedMixin, wants_shared
-from ackqueue.storage.counts import stored_count
-from ackqueue.storage.edits import StoredEditsMixin
-from ackqueue.storage.reading import ReaderMixin
+from ackqueue.queue.metrics import QueueMetrics, measure_locked
+from ackqueue.queue.opening import Options, assemble, signals_of
+from ackqueue.shared.mode import wants_shared
+from ackqueue.storage.book import Book
+from ackqueue.storage.deadletters import DeadLetter
 from ackqueue.storage.store import Store
-from ackqueue.storage.transactions import Transaction, current, transaction
+from ackqueue.storage.transactions import Transaction, transaction
+
+T = TypeVar("T")
 
 
-class AckQueue(
-    FifoOrder,
-    ClaimingMixin,
-    SharedMixin,
-    SeqMixin,
-    DeliveryMixin,
-    ReaderMixin,
-    DelayMixin,
-    DeadLetterMixin,
-    LeaseMixin,
-    BatchMixin,
-    ShutdownMixin,
-    StoredEditsMixin,
-    queue.Queue,
-):
+class AckQueue(queue.Queue[T], Generic[T]):
     """A FIFO ``queue.Queue`` whose items live in a ZODB FileStorage and survive crashes.
 
     ``path`` is the storage file (created if missing); ``None`` keeps the queue in memory.
@@ -84,7 +65,7 @@ class AckQueue(
     default) packs the file in the background as it grows, so disk use stays bounded.
     """
 
-    _kind = "fifo"
+    _ordering: ClassVar[type[Ordering]] = Ordering
 
     def __init__(
         self,
@@ -105,126 +86,86 @@ class AckQueue(
             raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
         if ack_timeout is not None and not ack_timeout > 0:
             raise ValueError("ack_timeout must be a positive number of seconds or None")
+        if not session_timeout > 0:
+            raise ValueError("session_timeout must be a positive number of seconds")
         self.name = name
         self.max_attempts = max_attempts
         self.ack_timeout = ack_timeout
-        self._clock: Clock = clock or time.time
-        self._closed = False
-        self._drained = False
-        self._store = Store.acquire(path, db, durability=durability, autopack=autopack)
+        order = self._ordering()
+        self._order = order
+        self._life = life = Lifecycle(name)
+        self._tasks = Tasks()
+        self._store = store = Store.acquire(path, db, durability=durability, autopack=autopack)
         try:
-            claim = self._store.claim_name(name, self)
+            claim = store.claim_name(name, self)
         except BaseException:
-            self._store.release()
+            store.release()
             raise
         try:
+            opts = Options(
+                name, maxsize, max_attempts, ack_timeout, clock or time.time, session_timeout,
+                wants_shared(store, shared),
+            )
             # A shared queue's count is read by other processes: keep it in its Length.
-            self._defer_count = not wants_shared(self._store.db, shared)
-            self._wrec: QueueRecord = self._store.run(self._find_or_create_record)
-            self._reader, self._reader_tm = self._store.open_reader()
-            self._open_shared(shared, session_timeout)
+            self._book = book = Book(store, name, order.kind, type(self).__name__, not opts.shared)
+            super().__init__(maxsize)  # the standard library's mutex and conditions
+            self._tasks.wake_on(self.all_tasks_done)
+            signals = signals_of(self.mutex, self.not_empty, self.not_full, self.all_tasks_done)
+            parts = assemble(
+                signals, book, order, life, self._tasks, opts, self._stdlib_get, self._stdlib_put
+            )
         except BaseException:
-            self._store.release(name)
+            store.release(name)
             raise
-        self._reader_rec: QueueRecord = self._reader.root()[ROOT_KEY][name]
-        self._reader_synced = self._store.commits
-        self._session_seq = self._next_seq = self._reader_rec.seq_reserved
-        self._delays = Delays(self._reader_rec.delayed, self._clock(), self._key_id)
-        self._items = ItemCache()
-        super().__init__(maxsize)
-        self.is_shutdown: bool = False
-        self.unfinished_tasks: int
-        self.unfinished_tasks = len(self._ready) + len(self._delays)
-        self._landed = threading.Condition(self.mutex)
-        self._tls = threading.local()
-        self._tables: set[HoldTable] = set()
-        self._held = 0
-        self._tx_staged = 0
-        self._session_attempts: dict[Any, int] = {}
-        self._delivery_ids = itertools.count(1)
-        self._thread_watch = ThreadExitWatch(self._release_table)
-        self._timers = Timers(self.mutex, self._clock, name)
-        with self.mutex:
-            for key, when in self._delays.pending.values():
-                self._timers.at(when, self._fall_due_callback(key))
+        self._signals, self._timers, self._mode = parts.signals, parts.timers, parts.mode
+        self._supply, self._holds, self._calls = parts.supply, parts.holds, parts.calls
+        self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
+        self._meter, self._clock = parts.meter, opts.clock
+        life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
-        self._dropped = dropping.watch(self, claim)  # collected unclosed: release the file
+        self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
 
-    # -- the standard library's hooks ------------------------------------------------------
+    # -- the standard library's hooks and state ---------------------------------------------
+
+    @property
+    def unfinished_tasks(self) -> int:
+        return self._tasks.unfinished
+
+    @unfinished_tasks.setter
+    def unfinished_tasks(self, n: int) -> None:
+        self._tasks.unfinished = n
+
+    @property
+    def is_shutdown(self) -> bool:
+        return self._life.shut_down
+
+    @is_shutdown.setter
+    def is_shutdown(self, value: bool) -> None:
+        self._life.shut_down = value
+
+    def _stdlib_get(self, block: bool, timeout: float | None) -> Any:
+        return queue.Queue.get(self, block, timeout)
+
+    def _stdlib_put(self, item: Any, block: bool, timeout: float | None) -> None:
+        queue.Queue.put(self, item, block, timeout)
 
     def _init(self, maxsize: int) -> None:
-        self._staged = 0
-        stored = stored_count(self._reader_rec)
-        self._ready = self._new_ready_index(stored - len(self._delays.at_open))
-        for key in self._delays.due_at_open:
-            self._ready.offer(key)
+        pass  # the supply is made once the standard library's mutex exists
 
     def _qsize(self) -> int:
-        checkpoint(self._wake_waits)  # queue.Queue asks before each of its waits: interrupts.py
-        if self._closed or self.is_shutdown:
-            # Let blocked callers through to _put/_get, which raise; public calls see the truth.
-            op = getattr(self._tls, "op", None)
-            if op == "put":
-                return 0
-            if op == "get":
-                return max(1, len(self._ready))
-        n = len(self._ready) + self._staged
-        if not n and self._getter_closed_locked():
-            return 1  # about to wait for a consumer closed meanwhile: on to _get, which raises
-        return n
-
-    def _wake_waits(self) -> None:
-        """Wake every wait on this queue to check again (for a Ctrl-C on its way to one)."""
-        with self.mutex:
-            self.not_empty.notify_all()
-            self.not_full.notify_all()
-            self._landed.notify_all()
+        return self._claimer.size_seen()
 
     def _put(self, item: Any) -> None:
-        hold_back()  # staging takes a place in the queue: see interrupts.py
-        self._check_can_put()
-        self._tls.staged = self._stage(item, getattr(self._tls, "priority", 0))
-        self._staged += 1
+        self._puts.stage(item)
 
     def _get(self) -> Any:
-        while not len(self._ready):
-            self._check_getter_open()
-            if self._drained:
-                raise self._shut_down_error()
-            if not self._staged:
-                if self.is_shutdown:
-                    raise self._shut_down_error()
-                raise GetAgain
-            # The queue only looked non-empty because of puts still committing: wait for them
-            # to land, but no longer than the caller's own timeout (not at all for a nowait).
-            deadline = getattr(self._tls, "deadline", None)
-            checkpoint(self._wake_waits)
-            if deadline is None:
-                self._landed.wait()
-            elif not self._landed.wait(deadline - time.monotonic()) and not len(self._ready):
-                raise GetAgain
-        self._check_getter_open()
-        if self._drained:
-            raise self._shut_down_error()
-        hold_back()  # the claim takes an item: Ctrl-C waits until it is handed out or back
-        key = self._ready.pop()
-        try:
-            data, attempts = self._load(key)
-            item = unpickle_item(data, f"item {key!r} of queue {self.name!r}")
-        except ItemLoadError as exc:
-            self._tls.unloadable = (key, exc)
-            raise
-        except BaseException:
-            self._ready.push(key)
-            raise
-        self._tls.claim = Claim(key, item, attempts)
-        return item
+        return self._claimer.claim_head()
 
     # -- public API --------------------------------------------------------------------------
 
     def put(
         self,
-        item: Any,
+        item: T,
         block: bool = True,
         timeout: float | None = None,
         *,
@@ -237,75 +178,44 @@ class AckQueue(
         ``delay`` (seconds from now) or ``not_before`` (epoch seconds) hold the item back
         until then; it is stored at once but neither ready nor counted by ``qsize()`` before.
         """
-        self._check_priority(priority)
-        due = self._due_time(delay, not_before)
+        self._order.check_priority(priority)
+        due = self._puts.due_time(delay, not_before)
         with Shield():
-            self._put_shielded(item, block, timeout, priority, due)
+            self._puts.put(item, block, timeout, priority, due)
 
-    def _put_shielded(
-        self, item: Any, block: bool, timeout: float | None, priority: int, due: float
-    ) -> None:
-        tx = current(self._store)
-        if tx is not None:
-            self._put_in_transaction(tx, [item], block, timeout, priority, due)
-            return
-        self._tls.priority = priority
-        self._tls.staged = None
-        with calling_stdlib(self._tls, "put", undo=lambda: self._unstage(counted=False)):
-            super().put(item, block, timeout)
-        staged = self._tls.staged
-        self._tls.staged = None
-        if staged is None:
-            return  # a subclass's _put chose not to store it
-        staged.not_before = due
-        try:
-            self._store.run(self._inserter([staged]))
-        except BaseException:
-            self._unstage(counted=True, staged=staged)
-            raise
-        with self.mutex:
-            self._staged -= 1
-            self._land_locked(staged)
-            self._landed.notify_all()
-
-    def put_nowait(self, item: Any, **options: Any) -> None:
+    def put_nowait(self, item: T, **options: Any) -> None:
         self.put(item, block=False, **options)
 
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+    def put_many(
+        self,
+        items: Iterable[T],
+        block: bool = True,
+        timeout: float | None = None,
+        *,
+        priority: int = 0,
+        delay: float | None = None,
+        not_before: float | None = None,
+    ) -> None:
+        """Put every item in one commit; return once all are durable (or none is stored).
+
+        With ``maxsize``, waits until the whole batch fits (a batch larger than ``maxsize``
+        is a ``ValueError``); ``block`` and ``timeout`` are as for :meth:`put`.
+        """
+        items = list(items)
+        self._order.check_priority(priority)
+        due = self._puts.due_time(delay, not_before)
+        with Shield():
+            self._puts.put_many(items, block, timeout, priority, due)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> T:
         """Remove and return the next item; the removal is durable when this returns."""
         with Shield():
-            if self._shared is not None:
-                return self._shared_get(block, timeout)
-            return self._get_shielded(block, timeout)
-
-    def _get_shielded(self, block: bool, timeout: float | None) -> Any:
-        claim = self._claim_next(block, timeout)
-        key = claim.key
-        tx = current(self._store)
-        if tx is not None:
-            tx.add(
-                self._deleter([key]),
-                check=self._require_stored([key]),
-                after_commit=lambda: self._forget(key),
-                undo=lambda: self._unclaim(key),
-            )
-            return claim.item
-        try:
-            self._store.run(self._deleter([key], check=True))
-        except BaseException:
-            self._unclaim(key)
-            raise
-        self._forget(key)
-        return claim.item
+            item: T = self._deliveries.get_away(block, timeout)
+            return item
 
     def connect(self) -> Consumer:
         """A consumer for the calling thread: what it gets is held until acked."""
-        with self.mutex:
-            self._check_open()
-            table = HoldTable()
-            self._tables.add(table)
-        self._thread_watch.watch(table)
-        return Consumer(self, table)
+        return Consumer(self._deliveries, self._deliveries.new_table())
 
     def transaction(self) -> AbstractContextManager[Transaction]:
         """``with q.transaction():`` commits the block's queue operations together or not at all.
@@ -314,94 +224,171 @@ class AckQueue(
         """
         return transaction(self._store)
 
-    def _current_transaction(self) -> Transaction | None:
-        return current(self._store)
+    @property
+    def shared(self) -> bool:
+        """True when other processes may use this queue too (its holds are stored)."""
+        return self._mode.shared
 
     def unacked_count(self) -> int:
         """How many items are held by consumers, delivered but not acked."""
         with self.mutex:
-            return self._held
+            return self._holds.count
 
     def held(self) -> list[tuple[str, Delivery, float]]:
         """Every held item as ``(owner thread name, delivery, seconds held)``."""
         with self.mutex:
-            return [(t.owner, d, age) for t in self._tables for d, age in t.ages()]
+            return self._holds.listing_locked()
+
+    def delayed_count(self) -> int:
+        """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
+        with self.mutex:
+            return len(self._supply.delays)
+
+    def metrics(self) -> QueueMetrics:
+        """Live figures: items by state, holds by owner, ages, rates, ack latency."""
+        with self.mutex:
+            self._life.check_open()
+            return measure_locked(
+                self.name, self._supply, self._holds, self._book, self._meter, self._clock
+            )
+
+    # -- dead letters --------------------------------------------------------------------------
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """Every dead letter of this queue, oldest first."""
+        with self.mutex:
+            self._life.check_open()
+            return self._book.dead_letters()
+
+    def dead_count(self) -> int:
+        """How many dead letters this queue keeps."""
+        with self.mutex:
+            self._life.check_open()
+            return self._book.dead_count()
+
+    def requeue_dead(self, ids: Iterable[int] | None = None) -> int:
+        """Put dead letters back at the end of the queue with a fresh attempt count.
+
+        ``ids`` chooses which (see :attr:`DeadLetter.id`); None means all. Unknown ids are
+        skipped. Returns how many were requeued, in one commit.
+        """
+        with Shield(interruptible=False):  # stored and ready in memory, or neither
+            return self._puts.requeue_dead(None if ids is None else list(ids))
+
+    def purge_dead(self, ids: Iterable[int] | None = None) -> int:
+        """Delete dead letters for good (all when ``ids`` is None); return how many, in one
+        commit."""
+        self._life.check_open()
+        return self._store.run(self._book.purger(ids))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def shutdown(self, immediate: bool = False) -> None:
+        """Refuse further puts; with ``immediate``, stop handing out items at once too.
+
+        After a shutdown, ``put`` raises :class:`~ackqueue.ShutDown` at once; ``get`` goes on
+        handing out what is ready and raises ``ShutDown`` when nothing is left. Blocked
+        callers wake. With ``immediate=True`` gets raise at once and ``join()`` returns;
+        unlike the standard library, the items are not destroyed: ready, delayed and held
+        items all stay stored for the next start (held ones are given back, so their holders
+        can no longer ack them). Acks of items still held keep working after a graceful
+        shutdown.
+        """
+        with Shield(interruptible=False), self.mutex:  # a drain cut halfway would not add up
+            life = self._life
+            life.shut_down = True
+            if immediate and not life.drained:
+                life.drained = True
+                forgotten = self._supply.drain_locked() + self._holds.drain_locked()
+                self._tasks.finished_locked(forgotten)
+                self.all_tasks_done.notify_all()
+            self._signals.wake_all_locked()
+
+    def pause(self) -> None:
+        """Hand out nothing until :meth:`resume`: gets wait, or time out, as on an empty queue;
+        puts, acks and nacks go on. Stored, so the queue opens paused again, and seen by every
+        process of a shared queue."""
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        """Hand items out again after :meth:`pause`; blocked gets wake."""
+        self._set_paused(False)
+
+    @property
+    def paused(self) -> bool:
+        return self._life.paused
+
+    def _set_paused(self, paused: bool) -> None:
+        self._life.check_open()
+        with Shield(interruptible=False):
+            self._store.run(self._book.pauser(paused))
+            with self.mutex:
+                self._life.paused = paused
+                self._signals.wake_all_locked()
 
     def pack(self) -> None:
         """Drop old revisions from the storage file, keeping only the live state."""
-        self._check_open()
+        self._life.check_open()
         self._store.pack()
 
     def close(self) -> None:
         """Give back held items and close the queue (and the file, with its last queue)."""
         with Shield(interruptible=False):
             with self.mutex:
-                if self._closed:
+                if self._life.closed:
                     return
-                for table in list(self._tables):
-                    self._release_locked(table)
-                self._closed = True
+                for table in list(self._holds.tables):
+                    self._holds.release_locked(table)
+                self._life.closed = True
                 self._dropped.detach()
                 self._timers.stop()
-                self.not_empty.notify_all()
-                self.not_full.notify_all()
-                self._landed.notify_all()
-            self._close_shared()
-            self._reader_tm.abort()
-            self._reader.close()
+                self._signals.wake_all_locked()
+            self._mode.close()
+            self._book.close()
             status.beacon.detach(self)
             self._store.release(self.name)
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._life.closed
 
-    def __enter__(self) -> AckQueue:
+    def __enter__(self) -> AckQueue[T]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._ready)} ready, {self._held} held"
+        if self._life.closed:
+            state = "closed"
+        else:
+            state = f"{len(self._supply)} ready, {self._holds.count} held"
         return f"<{type(self).__name__} {self.name!r} in {self._store.where}: {state}>"
 
-    # -- internals ---------------------------------------------------------------------------
+    # -- what the status file shows (see status.py) -----------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise QueueClosedError(f"queue {self.name!r} is closed")
+    def status_snapshot(self) -> dict[str, Any]:
+        """The held items, as the status file beside a live queue file lists them."""
+        with self.mutex:
+            return {"held": self._holds.snapshot_locked()}
 
-    def _check_getter_open(self) -> None:
-        """The queue, and the consumer this thread is getting for, are both still open."""
-        self._check_open()
-        if self._getter_closed_locked():
-            if self.is_shutdown:  # closed by an immediate shutdown
-                raise self._shut_down_error()
-            raise QueueClosedError("this consumer was closed while its get was waiting")
-
-    def _check_can_put(self) -> None:
-        self._check_open()
-        if self.is_shutdown:
-            raise self._shut_down_error()
-
-    def _land_locked(self, staged: Staged) -> None:
-        if not staged.not_before:  # ready at once: keep its pickle for the get (prefetch.py)
-            self._items.add(staged.seq, staged.data, 0)
-        super()._land_locked(staged)
+    @property
+    def storage_file(self) -> str | None:
+        """The FileStorage file behind this queue, or None if it is not file-backed."""
+        return self._store.file_path
 
 
-class LifoAckQueue(LifoOrder, AckQueue):
+class LifoAckQueue(AckQueue[T]):
     """Like ``queue.LifoQueue``: the most recently put item is delivered first."""
 
-    _kind = "lifo"
+    _ordering = LifoOrdering
 
 
-class PriorityAckQueue(PriorityOrder, AckQueue):
+class PriorityAckQueue(AckQueue[T]):
     """Like ``queue.PriorityQueue``: the smallest item first (equal items in put order).
 
     Items must be mutually comparable, as for ``queue.PriorityQueue``; the usual form is a
     ``(priority, data)`` tuple.
     """
 
-    _kind = "priority"
+    _ordering = PriorityOrdering

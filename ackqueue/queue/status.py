@@ -19,10 +19,22 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ackqueue.queue.queues import AckQueue
+
+class Reporting(Protocol):
+    """A queue as its status file sees it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def storage_file(self) -> str | None: ...
+
+    def status_snapshot(self) -> dict[str, Any]: ...
 
 log = logging.getLogger("ackqueue")
 
@@ -34,28 +46,6 @@ def status_path(storage_path: str) -> str:
     return storage_path + SUFFIX
 
 
-def storage_file(queue: AckQueue) -> str | None:
-    """The FileStorage file behind ``queue``, or None if it is not file-backed."""
-    storage = queue._store.db.storage
-    name = getattr(storage, "_file_name", None)
-    return os.path.realpath(name) if isinstance(name, str) else None
-
-
-def snapshot(queue: AckQueue) -> dict[str, Any]:
-    """What the status file says about one queue."""
-    with queue.mutex:
-        held = [
-            {
-                "owner": table.owner,
-                "id": hold.delivery.id,
-                "attempts": hold.delivery.attempts,
-                "got_at": hold.delivery.got_at,
-                "key": repr(hold.key),
-            }
-            for table in queue._tables
-            for hold in table.by_id.values()
-        ]
-    return {"held": held}
 
 
 class StatusBeacon:
@@ -63,12 +53,12 @@ class StatusBeacon:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queues: dict[str, weakref.WeakSet[AckQueue]] = {}
+        self._queues: dict[str, weakref.WeakSet[Reporting]] = {}
         self._written: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
 
-    def attach(self, queue: AckQueue) -> None:
-        path = storage_file(queue)
+    def attach(self, queue: Reporting) -> None:
+        path = queue.storage_file
         if path is None:
             return
         with self._lock:
@@ -79,8 +69,8 @@ class StatusBeacon:
                 )
                 self._thread.start()
 
-    def detach(self, queue: AckQueue) -> None:
-        path = storage_file(queue)
+    def detach(self, queue: Reporting) -> None:
+        path = queue.storage_file
         if path is None:
             return
         with self._lock:
@@ -132,8 +122,8 @@ class StatusBeacon:
                 log.debug("could not write the status file of %s", path, exc_info=True)
         return True
 
-    def _write(self, path: str, queues: list[AckQueue]) -> None:
-        state = {q.name: snapshot(q) for q in queues if not q.closed}
+    def _write(self, path: str, queues: list[Reporting]) -> None:
+        state = {q.name: q.status_snapshot() for q in queues if not q.closed}
         with self._lock:
             if path not in self._queues or self._written.get(path) == state:
                 return

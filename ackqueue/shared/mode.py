@@ -13,7 +13,7 @@ the same queue, a hold must be visible to them, so in shared mode:
   :class:`~ackqueue.LeaseExpiredError` and changes nothing;
 * giving an item back (nack, consumer closed, thread ended, ``ack_timeout``) clears the hold,
   so the item is ready again in place for every process; a dead process's holds are cleared by
-  whoever reaps its session (:mod:`ackqueue.sessions`);
+  whoever reaps its session (:mod:`ackqueue.shared.sessions`);
 * the ready order comes from the stored tree, read after a sync (:class:`SharedReadyIndex`),
   instead of the in-memory index that assumes one process;
 * sequence numbers come from blocks reserved in the shared queue record.
@@ -24,23 +24,30 @@ Ordering across processes is documented in README.rst ("Scaling out").
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeyMap, KeySet
 from ackqueue.delivery.claims import Claim, GetAgain
-from ackqueue.delivery.deadletters import bury
-from ackqueue.delivery.holds import Hold, HoldTable
+from ackqueue.delivery.holds import Hold
+from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
+from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.ready import ReadyKeys, ScanAfter
+from ackqueue.delivery.seqs import checked_seq
+from ackqueue.delivery.signals import Lifecycle, Signals
+from ackqueue.delivery.supply import Supply
 from ackqueue.errors import LeaseExpiredError, NotHeldError
 from ackqueue.shared import sessions
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, holder, set_hold
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.sessions import SessionLost
+from ackqueue.storage.book import Book
+from ackqueue.storage.store import Store
 from ackqueue.storage.transactions import current
 
-if TYPE_CHECKING:
-    from ackqueue.queue.queues import AckQueue
+log = logging.getLogger("ackqueue")
 
 # A process numbers its puts from a block of sequence numbers reserved in the shared record,
 # used for at most SEQ_BLOCK puts or SEQ_BLOCK_SECONDS, whichever ends first, so that items put
@@ -48,81 +55,141 @@ if TYPE_CHECKING:
 SEQ_BLOCK = 64
 SEQ_BLOCK_SECONDS = 1.0
 
-def wants_shared(db: Any, shared: bool | None) -> bool:
+# The outcome of taking one claim: None (another process got it first), or the attempts so
+# far (None: out of attempts, buried) with the hold stored for it (None when removed at once).
+TakeResult = tuple[int | None, HoldValue | None] | None
+
+
+def wants_shared(store: Store, shared: bool | None) -> bool:
+    """Whether a queue on ``store`` runs in shared mode (``shared`` None: if its storage is one
+    that processes share)."""
     if shared is not None:
         return shared
     from ackqueue.storage.uri import is_shared_storage
 
-    return is_shared_storage(db.storage)
+    return is_shared_storage(store.db.storage)
 
 
-class SharedQueue:
+class SharedMode:
     """The shared-mode state of one queue in this process."""
 
-    def __init__(self, queue: AckQueue, session_timeout: float) -> None:
-        self.q = queue
-        self.name = queue.name
-        self.store = queue._store
-        self.session = sessions.acquire(self.store, session_timeout)
-        self.mine: KeyMap[HoldValue] = KeyMap(queue._key_id)  # keys held here, and how
-        self.taking = KeySet(queue._key_id)  # keys claimed here whose hold is being committed
+    def __init__(
+        self,
+        book: Book,
+        ordering: Ordering,
+        signals: Signals,
+        lifecycle: Lifecycle,
+        clock: Clock,
+        max_attempts: int | None,
+        session_timeout: float,
+    ) -> None:
+        self._book = book
+        self._store = book.store
+        self._order = ordering
+        self._signals = signals
+        self._life = lifecycle
+        self._clock = clock
+        self._max_attempts = max_attempts
+        self._index: SharedReadyIndex | None = None
+        self.mine: KeyMap[HoldValue] = KeyMap(ordering.key_id)  # keys held here, and how
+        self.taking = KeySet(ordering.key_id)  # keys claimed here whose hold is committing
+        self._void: Void | None = None
         self._block_next = 0
         self._block_end = 0
         self._block_until = 0.0
+        self.session = sessions.acquire(self._store, session_timeout)
         self.session.add_queue(self)
 
+    @property
+    def shared(self) -> bool:
+        return True
+
+    @property
+    def name(self) -> str:
+        return self._book.name
+
     def reader_hold_count(self) -> int:
-        holds_by_session = self.q._reader.root().get(HOLDS_KEY, {})
+        holds_by_session = self._book.read_root().get(HOLDS_KEY, {})
         return sum(len(mine) for mine in holds_by_session.values())
 
-    # -- sequence numbers ---------------------------------------------------------------------
-
-    def next_seq(self) -> int:
-        """The next sequence number for a put (the caller holds the queue's mutex)."""
+    def next_seq_locked(self) -> int:
         if self._block_next >= self._block_end or time.monotonic() > self._block_until:
-            record = self.q._wrec
-
-            def reserve() -> int:
-                start: int = record.seq_reserved
-                record.seq_reserved = start + SEQ_BLOCK
-                return start
-
-            start = self.store.run(reserve)
+            start = self._store.run(self._book.seq_reserver(SEQ_BLOCK))
             self._block_next, self._block_end = start, start + SEQ_BLOCK
             self._block_until = time.monotonic() + SEQ_BLOCK_SECONDS
         seq = self._block_next
         self._block_next += 1
-        return seq
+        return checked_seq(seq, self.name)
+
+    def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
+        self._index = SharedReadyIndex(self, self._book, self._clock, self._order.key_id)
+        return self._index
+
+    def load(self, key: Any, load: Load) -> tuple[bytes, int]:
+        try:
+            with reading(self._store.where):
+                return load(key)
+        except KeyError:
+            # Another process took and settled it since our snapshot: move on to the next.
+            index = self._require_index()
+            index.vanished.add(key)
+            index.refresh()
+            raise GetAgain from None
+
+    def _require_index(self) -> SharedReadyIndex:
+        assert self._index is not None, "the ready index is made when the queue opens"
+        return self._index
 
     # -- taking holds -------------------------------------------------------------------------
 
-    def take(self, claims: list[Claim], remove: bool = False) -> list[Claim]:
-        """Commit a hold on each claimed key (or, with ``remove``, delete the entry at once).
+    def take(self, claims: list[Claim], supply: Supply) -> Taken:
+        return self._take(claims, remove=False)
 
-        Returns the claims that are now this process's; claims another process got first are
-        dropped, and those out of attempts go to the dead letters.
-        """
-        q = self.q
-        with q.mutex:
-            for claim in claims:
-                claim.delivery_id = next(q._delivery_ids)
-        record, limit, reason = q._wrec, q.max_attempts, q._exhausted_reason()
-        session, root, name = self.session, self.store.root, self.name
+    def take_away(self, claim: Claim, supply: Supply) -> Taken:
+        tx = current(self._store)
+        taken = self._take([claim], remove=tx is None)
+        if not taken.kept:
+            return taken
+        if tx is not None:
+            key, value = claim.key, self.mine.get(claim.key)
+            token = int(claim.delivery_id or 0)
+            unhold = self._unhold([key])
 
-        def take() -> list[tuple[int | None, HoldValue | None] | None]:
+            def edit() -> None:
+                unhold()
+                self._book.remove_entry(key)
+
+            def settled() -> None:
+                with self._signals.mutex:
+                    self.mine.pop(key)
+
+            def undo() -> None:
+                with self._signals.mutex:
+                    supply.make_ready_locked(key)  # gives our hold back (SharedReadyIndex.push)
+
+            tx.add(edit, check=self._fence([(key, value, token)]), after_commit=settled, undo=undo)
+        return taken
+
+    def _take(self, claims: list[Claim], remove: bool) -> Taken:
+        """Commit a hold on each claimed key (or, with ``remove``, delete the entry at once)."""
+        record, limit = self._book.record, self._max_attempts
+        reason = exhausted_reason(limit)
+        session, root, name = self.session, self._store.root, self.name
+
+        def take() -> list[TakeResult]:
             sid = session.check_live()
-            now = q._clock()
-            results: list[tuple[int | None, HoldValue | None] | None] = []
+            now = self._clock()
+            results: list[TakeResult] = []
             for claim in claims:
                 entry = record.entries.get(claim.key)
                 if entry is None or holder(entry) is not None:
                     results.append(None)  # another process got it first
                 elif remove:
                     entry._p_changed = True  # conflicts with a take racing it: see set_hold
-                    q._remove_entry(record, claim.key)
+                    self._book.remove_entry(claim.key)
                     results.append((entry.attempts, None))
                 elif limit is not None and entry.attempts >= limit:
-                    bury(record, claim.key, reason, now, entry.attempts)
+                    self._book.bury(claim.key, reason, now, entry.attempts)
                     results.append((None, None))
                 else:
                     entry.attempts += 1
@@ -133,25 +200,28 @@ class SharedQueue:
 
         try:
             try:
-                results = self.store.run(take)
+                results = self._store.run(take)
             except SessionLost as reaped:
                 # Our session lapsed (this process was stopped or cut off): what it held is
                 # void, but new work may go on under a new session.
                 self.session.start_over(reaped.sid)
-                results = self.store.run(take)
+                results = self._store.run(take)
         except BaseException:
             # The hold may or may not have been committed: release it (fenced by its token)
             # rather than hand the key out again from here.
-            with q.mutex:
+            with self._signals.mutex:
                 for claim in claims:
                     self.taking.discard(claim.key)
                     value = (self.session.sid, int(claim.delivery_id or 0))
-                    self.session.release_later(self.name, claim.key, value)
+                    self.session.release_later(name, claim.key, value)
                 with contextlib.suppress(Exception):
-                    self.refresh_locked()
+                    self._require_index().refresh()
             raise
-        kept = []
-        with q.mutex:
+        return self._sort_taken(claims, results)
+
+    def _sort_taken(self, claims: list[Claim], results: list[TakeResult]) -> Taken:
+        taken = Taken()
+        with self._signals.mutex:
             lost = False
             for claim, result in zip(claims, results, strict=True):
                 self.taking.discard(claim.key)
@@ -160,24 +230,40 @@ class SharedQueue:
                     continue
                 attempts, held_as = result
                 if attempts is None:
-                    q._forget_locked(claim.key, finished=1)
+                    taken.buried.append(claim)
                     continue
                 claim.attempts = attempts
                 if held_as is not None:
                     self.mine[claim.key] = held_as
-                kept.append(claim)
+                taken.kept.append(claim)
             if lost:
-                self.refresh_locked()
-                if isinstance(q._ready, SharedReadyIndex):
-                    q._ready.lost_race()
-        return kept
+                index = self._require_index()
+                index.refresh()
+                index.lost_race()
+        return taken
 
     # -- settling: fencing and deleting holds -------------------------------------------------
 
-    def fence(self, holds: list[Hold]) -> Callable[[], None]:
+    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
+        fence = self._fence(
+            [(hold.key, self.mine.get(hold.key), hold.delivery.id) for hold in holds]
+        )
+        unhold = self._unhold([hold.key for hold in holds])
+
+        def fenced_check() -> None:
+            fence()
+            check()
+
+        def edit_and_unhold() -> None:
+            unhold()  # first: it writes the entries, which the edit may delete
+            if edit is not None:
+                edit()
+
+        return edit_and_unhold, fenced_check
+
+    def _fence(self, expected: list[tuple[Any, HoldValue | None, int]]) -> Edit:
         """A check (inside the commit) that every hold is still this session's, same token."""
-        expected = [(hold.key, self.mine.get(hold.key), hold.delivery.id) for hold in holds]
-        name, record = self.name, self.q._wrec
+        name, record = self.name, self._book.record
 
         def check() -> None:
             for key, value, token in expected:
@@ -198,8 +284,8 @@ class SharedQueue:
 
         return check
 
-    def unhold(self, keys: list[Any]) -> Callable[[], None]:
-        root, name = self.store.root, self.name
+    def _unhold(self, keys: list[Any]) -> Edit:
+        root, name = self._store.root, self.name
 
         def unhold() -> None:
             for key in keys:
@@ -210,6 +296,14 @@ class SharedQueue:
     def settled_locked(self, keys: list[Any]) -> None:
         for key in keys:
             self.mine.pop(key)
+
+    def forget_locked(self, key: Any) -> None:
+        pass
+
+    def check_extend(self, hold: Hold) -> None:
+        self._store.run(
+            self._fence([(hold.key, self.mine.get(hold.key), hold.delivery.id)])
+        )
 
     def release_if_mine_locked(self, key: Any) -> bool:
         """A held key goes back to the queue: delete its hold soon (the caller holds the mutex).
@@ -226,45 +320,61 @@ class SharedQueue:
     # -- what the session thread calls --------------------------------------------------------
 
     def refresh(self) -> None:
-        q = self.q
-        if getattr(q, "_timers", None) is None:
-            return  # the queue is still being opened (its __init__ reads without the mutex)
-        with q.mutex:
-            if q._closed:
+        index = self._index
+        if index is None:
+            return  # the queue is still being opened
+        signals = self._signals
+        with signals.mutex:
+            if self._life.closed:
                 return
-            self.refresh_locked()
-            if len(q._ready):
-                q.not_empty.notify_all()
-            if q.maxsize > 0:
-                q.not_full.notify_all()
-
-    def refresh_locked(self) -> None:
-        index = self.q._ready
-        if isinstance(index, SharedReadyIndex):
+            index = self._require_index()  # an immediate shutdown may have made a new one
             index.refresh()
+            self._life.paused = self._book.paused()  # another process may have paused it
+            if len(index):
+                signals.not_empty.notify_all()
+            signals.not_full.notify_all()
 
     def session_lost(self) -> None:
         """Our session was reaped: every hold we had is void; late acks raise
         LeaseExpiredError."""
-        q = self.q
-        with q.mutex:
-            for table in list(q._tables):
-                for hold in list(table.by_id.values()):
-                    if hold.key in self.mine and not hold.settling:
-                        table.remove(hold)
-                        table.expired.append(hold)
-                        q._end_lease_locked(hold)
-                        q._held -= 1
+        with self._signals.mutex:
+            if self._void is not None:
+                self._void(self.mine.__contains__)
             self.mine.clear()
-            self.refresh_locked()
+            if self._index is not None:
+                self._index.refresh()
+
+    def on_session_lost(self, void: Void) -> None:
+        self._void = void
+
+    def flush(self) -> None:
+        try:
+            self.session.apply_releases()
+        except Exception as exc:  # the server is away: the session thread tries again
+            log.debug("ackqueue: releases of queue %r deferred: %s", self.name, exc)
+            return
+        self.refresh()  # what came back is ready here at once, in its place
+
+    def dropped(self) -> Edit | None:
+        # Nothing here may lead back to the queue, or it would never be collected: the session
+        # and the stored holds, not this object, which the queue's collaborators hold.
+        session, mine, name = self.session, self.mine, self.name
+
+        def give_back() -> None:
+            for key, value in list(mine.items()):
+                session.release_later(name, key, value)
+            mine.clear()
+            sessions.release(session)
+
+        return give_back
 
     def close(self) -> None:
         """Give back this queue's holds (one commit) and stop using the session."""
         self.session.remove_queue(self)
-        with self.q.mutex:
+        with self._signals.mutex:
             values = list(self.mine.items())
             self.mine.clear()
-        root, name = self.store.root, self.name
+        root, name = self._store.root, self.name
 
         def give_back() -> None:
             for key, value in values:
@@ -272,108 +382,6 @@ class SharedQueue:
 
         try:
             if values:
-                self.store.run(give_back)
+                self._store.run(give_back)
         finally:
             sessions.release(self.session)
-
-
-class SharedMixin:
-    """The queue hooks that behave differently in shared mode (``self._shared`` is set)."""
-
-    @property
-    def shared(self: Any) -> bool:
-        """True when other processes may use this queue too (its holds are stored)."""
-        return self._shared is not None
-
-    def _open_shared(self: Any, shared: bool | None, session_timeout: float) -> None:
-        if not session_timeout > 0:
-            raise ValueError("session_timeout must be a positive number of seconds")
-        self._shared = None
-        if wants_shared(self._store.db, shared):
-            self._shared = SharedQueue(self, session_timeout)
-
-    def _new_ready_index(self: Any, backlog: int) -> Any:
-        if self._shared is None:
-            return super()._new_ready_index(backlog)  # type: ignore[misc]
-        return SharedReadyIndex(self._shared, self)
-
-    def _extend(self: Any, table: HoldTable, hold: Hold, seconds: float) -> None:
-        super()._extend(table, hold, seconds)  # type: ignore[misc]
-        if self._shared is not None:
-            self._store.run(self._shared.fence([hold]))
-
-    def _load(self: Any, key: Any) -> tuple[bytes, int]:
-        if self._shared is None:
-            return super()._load(key)  # type: ignore[misc]
-        try:
-            with reading(self._store.where):
-                return super()._load(key)  # type: ignore[misc]
-        except KeyError:
-            # Another process took and settled it since our snapshot: move on to the next.
-            self._ready.vanished.add(key)
-            self._ready.refresh()
-            raise GetAgain from None
-
-    def _count_attempts(self: Any, claims: list[Claim]) -> list[Claim]:
-        if self._shared is None:
-            return super()._count_attempts(claims)  # type: ignore[misc]
-        return self._shared.take(claims)
-
-    def _settlement(
-        self: Any, plan: list[tuple[Hold, str]], due: float, reason: str | None, now: float
-    ) -> tuple[Callable[[], None] | None, Callable[[], None]]:
-        edit, check = super()._settlement(plan, due, reason, now)  # type: ignore[misc]
-        if self._shared is None:
-            return edit, check
-        fence = self._shared.fence([hold for hold, _ in plan])
-        unhold = self._shared.unhold([hold.key for hold, _ in plan])
-
-        def fenced_check() -> None:
-            fence()
-            check()
-
-        def edit_and_unhold() -> None:
-            unhold()  # first: it writes the entries, which the edit may delete
-            if edit is not None:
-                edit()
-
-        return edit_and_unhold, fenced_check
-
-    def _finish_settle(
-        self: Any, table: HoldTable, plan: list[tuple[Hold, str]], due: float
-    ) -> None:
-        if self._shared is not None:
-            with self.mutex:
-                self._shared.settled_locked([hold.key for hold, _ in plan])
-        super()._finish_settle(table, plan, due)  # type: ignore[misc]
-
-    def _shared_get(self: Any, block: bool, timeout: float | None) -> Any:
-        """Plain ``get`` in shared mode: take the entry away in one commit (or, inside a
-        transaction, hold it now and delete it with the transaction)."""
-        tx = current(self._store)
-        deadline = None if timeout is None or not block else time.monotonic() + timeout
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            claim = self._claim_next(block, remaining)
-            kept = self._shared.take([claim], remove=tx is None)
-            if not kept:
-                continue
-            if tx is None:
-                with self.mutex:
-                    self._forget_locked(claim.key)
-                return claim.item
-            table = HoldTable(owner="get")
-            self._hold(table, kept)
-            hold = table.by_id[claim.delivery_id]
-            hold.settling = True
-            self._settle(table, [hold], "ack")
-            with self.mutex:  # a plain get is no ack: the caller calls task_done
-                self.unfinished_tasks += 1
-            return claim.item
-
-    def _close_shared(self: Any) -> None:
-        if self._shared is not None:
-            self._shared.close()
-
-
-__all__ = ["SessionLost", "SharedMixin", "SharedQueue", "SharedReadyIndex", "wants_shared"]

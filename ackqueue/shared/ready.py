@@ -1,8 +1,10 @@
 """The ready items in shared mode: the first stored entries that no process holds.
 
-In one process, :mod:`ackqueue.ready` keeps ready keys in memory. Shared by several processes,
-the stored tree is the only truth: this index reads it through the queue's reader connection,
+In one process, :mod:`ackqueue.delivery.ready` keeps ready keys in memory. Shared by several
+processes, the stored tree is the only truth: this index reads it through the queue's book,
 which the session's watcher moves to the latest commit whenever another process commits.
+The mode it serves (:class:`~ackqueue.shared.mode.SharedMode`) says which keys this process is
+taking or holds.
 """
 
 from __future__ import annotations
@@ -11,20 +13,19 @@ import contextlib
 import random
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as ZODBStorageError
 
-from ackqueue.base.keyids import KeySet
+from ackqueue.base.clock import Clock
+from ackqueue.base.keyids import KeyId, KeySet
 from ackqueue.delivery.claims import GetAgain
 from ackqueue.errors import StorageError
+from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
-from ackqueue.storage.reading import ReaderMixin
-
-if TYPE_CHECKING:
-    from ackqueue.shared.mode import SharedQueue
+from ackqueue.storage.book import Book
 
 _UNKNOWN = object()
 # Processes that all take the head item conflict, and all but one retry. After losing such a
@@ -45,25 +46,40 @@ def reading(where: str) -> Iterator[None]:
         raise StorageError(f"cannot read queue storage {where}: {exc!r}") from exc
 
 
+class Holder(Protocol):
+    """What the index asks of the shared mode it serves."""
+
+    @property
+    def taking(self) -> KeySet: ...
+
+    @property
+    def mine(self) -> Any: ...
+
+    def release_if_mine_locked(self, key: Any) -> bool: ...
+
+    def reader_hold_count(self) -> int: ...
+
+
 class SharedReadyIndex:
     """The ready keys in shared mode: the first stored keys that no process holds.
 
-    Read from the reader connection's snapshot, which :meth:`refresh` moves to the latest
-    commit (the session's watcher does so whenever another process commits). ``len`` is an
-    estimate of how many are ready in the whole queue, but is never above zero unless
-    :meth:`pop` has a key to return.
+    Read from the book's reader snapshot, which :meth:`refresh` moves to the latest commit
+    (the session's watcher does so whenever another process commits). ``len`` is an estimate
+    of how many are ready in the whole queue, but is never above zero unless :meth:`pop` has a
+    key to return.
     """
 
-    def __init__(self, shared: SharedQueue, reader: ReaderMixin) -> None:
-        self._shared = shared
-        self._reader: Any = reader
+    def __init__(self, holder: Holder, book: Book, clock: Clock, key_id: KeyId) -> None:
+        self._holder = holder
+        self._book = book
+        self._clock = clock
         self._cursor: Any = None
         self._next: Any = _UNKNOWN
         self._estimate = 0
         self._others = 0  # how many other processes have a session on this database
         self._contended_until = 0.0
         self._stale = True
-        self.vanished = KeySet(shared.q._key_id)  # popped keys whose entry was gone when loaded
+        self.vanished = KeySet(key_id)  # popped keys whose entry was gone when loaded
 
     def __len__(self) -> int:
         if self._stale:
@@ -79,7 +95,7 @@ class SharedReadyIndex:
 
     def pop(self) -> Any:
         key = self.peek()
-        self._shared.taking.add(key)
+        self._holder.taking.add(key)
         self._cursor, self._next = key, _UNKNOWN
         self._estimate -= 1
         return key
@@ -87,11 +103,11 @@ class SharedReadyIndex:
     def push(self, key: Any) -> None:
         """``key`` is ready again: give back our hold on it, or (a claim that failed before
         its take) offer it next if it comes first."""
-        self._shared.taking.discard(key)
+        self._holder.taking.discard(key)
         if key in self.vanished:
             self.vanished.discard(key)
             return
-        if self._shared.release_if_mine_locked(key):
+        if self._holder.release_if_mine_locked(key):
             return
         self._consider(key)
 
@@ -99,7 +115,7 @@ class SharedReadyIndex:
         """``key`` was just stored (a put of ours landed) or fell due: offer it next if it comes
         first. It is never a hold of ours to give back, though a thread here may have found it
         in the store and taken it already: then it stays with that thread."""
-        if key in self._shared.taking or key in self._shared.mine:
+        if key in self._holder.taking or key in self._holder.mine:
             return
         self._consider(key)
 
@@ -110,9 +126,6 @@ class SharedReadyIndex:
         if self._cursor is not None and key <= self._cursor:
             self._cursor = None  # rescan from the start so the key is found in its place
             self._next = _UNKNOWN
-
-    def discard(self, key: Any) -> bool:
-        return False
 
     def lost_race(self) -> None:
         """Another process took a key we claimed: spread our next takes for a while."""
@@ -132,35 +145,32 @@ class SharedReadyIndex:
 
     def refresh(self) -> None:
         """Move to the latest commit and start reading from the head again."""
-        reader = self._reader
+        book = self._book
         self._stale = True
-        with reading(reader._store.where):
-            reader._reader_tm.begin()
-        reader._reader_synced = reader._store.commits
+        with reading(book.store.where):
+            book.catch_up()
 
-        def estimate() -> int:
-            rec = reader._reader_rec
-            delayed = rec.delayed
-            n = rec.length() - self._shared.reader_hold_count()
-            self._others = max(0, len(reader._reader.root().get(SESSIONS_KEY, ())) - 1)
+        def estimate(record: QueueRecord) -> int:
+            delayed = record.delayed
+            n = record.length() - self._holder.reader_hold_count()
+            self._others = max(0, len(book.read_root().get(SESSIONS_KEY, ())) - 1)
             return int(n - (len(delayed) if delayed is not None else 0))
 
-        with reading(reader._store.where):
-            self._estimate = reader._read_current(estimate)
+        with reading(book.store.where):
+            self._estimate = book.read(estimate)
         self._cursor, self._next, self._stale = None, _UNKNOWN, False
 
     def _scan(self, cursor: Any) -> Any:
-        reader, shared = self._reader, self._shared
-        spread = self._spread(cursor)
+        holder_, spread = self._holder, self._spread(cursor)
 
-        def first() -> Any:
+        def first(record: QueueRecord) -> Any:
             skip, found = spread, None
-            entries = reader._reader_rec.entries
-            delayed = reader._reader_rec.delayed
-            now = reader._clock()
+            entries = record.entries
+            delayed = record.delayed
+            now = self._clock()
             keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
             for key in keys:
-                if key in shared.taking or key in shared.mine:
+                if key in holder_.taking or key in holder_.mine:
                     continue
                 if holder(entries[key]) is not None:
                     continue
@@ -172,5 +182,5 @@ class SharedReadyIndex:
                 skip -= 1
             return found
 
-        with reading(reader._store.where):
-            return reader._read_current(first)
+        with reading(self._book.store.where):
+            return self._book.read(first)

@@ -29,7 +29,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import transaction
 from BTrees.OOBTree import OOBTree
@@ -39,12 +39,11 @@ from ZODB.POSException import ConflictError
 
 from ackqueue.errors import AckQueueError, StorageError
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_session_holds
-from ackqueue.shared.watching import Watcher
-from ackqueue.storage import store as _storage  # noqa: F401 - its atexit hook must run after ours
+from ackqueue.shared.watching import Member, Watcher
 
-if TYPE_CHECKING:
-    from ackqueue.shared.mode import SharedQueue
-    from ackqueue.storage.store import Store
+# Imported before this module registers its atexit hook (ending sessions), so that the
+# store's (closing storages) runs after ours.
+from ackqueue.storage.store import Store
 
 log = logging.getLogger("ackqueue")
 
@@ -96,7 +95,7 @@ class Session:
         self.refs = 0
         self.sid = ""
         self.lost = 0  # how many times this process's session was reaped
-        self._queues: weakref.WeakSet[SharedQueue] = weakref.WeakSet()
+        self._queues: weakref.WeakSet[Member] = weakref.WeakSet()
         self._cond = threading.Condition()
         self._releases: list[tuple[str, Any, HoldValue]] = []
         self._stopped = False
@@ -219,10 +218,10 @@ class Session:
 
     # -- queues using this session --------------------------------------------------------
 
-    def add_queue(self, queue: SharedQueue) -> None:
+    def add_queue(self, queue: Member) -> None:
         self._queues.add(queue)
 
-    def remove_queue(self, queue: SharedQueue) -> None:
+    def remove_queue(self, queue: Member) -> None:
         self._queues.discard(queue)
 
     def release_later(self, name: str, key: Any, value: HoldValue) -> None:
@@ -231,7 +230,8 @@ class Session:
             self._releases.append((name, key, value))
             self._cond.notify()
 
-    def _apply_releases(self) -> None:
+    def apply_releases(self) -> None:
+        """Commit the releases asked for so far (the session thread does so soon anyway)."""
         with self._cond:
             batch, self._releases = self._releases, []
         if not batch:
@@ -268,7 +268,7 @@ class Session:
                 if time.monotonic() >= next_renewal:  # first: a release must not delay it
                     next_renewal = time.monotonic() + interval
                     self._beat()
-                self._apply_releases()
+                self.apply_releases()
             except SessionLost as lost:
                 self.start_over(lost.sid)
             except Exception as exc:  # the server is away (ZEO reconnects by itself), or a bug

@@ -14,13 +14,23 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ackqueue.errors import StorageError
+from ackqueue.storage.store import Store
 
-if TYPE_CHECKING:
-    from ackqueue.shared.mode import SharedQueue
-    from ackqueue.storage.store import Store
+
+class Member(Protocol):
+    """A shared queue as its session and watcher see it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def refresh(self) -> None:
+        """Another process committed: look at the stored queue again, wake waiting gets."""
+
+    def session_lost(self) -> None:
+        """This process's session was reaped: whatever it held is void."""
 
 log = logging.getLogger("ackqueue")
 
@@ -31,7 +41,7 @@ REFRESH_AT_LEAST_EVERY = 0.5
 class Watcher:
     """A thread refreshing the shared queues of one database when its last commit moves."""
 
-    def __init__(self, store: Store, queues: weakref.WeakSet[SharedQueue]) -> None:
+    def __init__(self, store: Store, queues: weakref.WeakSet[Member]) -> None:
         self._store = store
         self._queues = queues
         self._stop = threading.Event()

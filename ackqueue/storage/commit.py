@@ -131,7 +131,8 @@ class GroupCommitter:
             self._commit_group(batch)
         if change.error is not None:
             raise change.error
-        return change.result
+        result: T = change.result
+        return result
 
     def close(self) -> None:
         """Let the commits in flight finish (fsync included), then refuse every change still

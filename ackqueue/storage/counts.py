@@ -140,7 +140,7 @@ class LogCounts:
             return None
         # Transactions from this fold on are kept whole by the pack: they are what a reader
         # adds to the folded Lengths.
-        return TimeStamp(self.fold_tid).timeTime() - 0.01
+        return float(TimeStamp(self.fold_tid).timeTime()) - 0.01
 
 
 def stored_count(record: Any, storage: Any = None) -> int:

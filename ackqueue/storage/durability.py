@@ -191,7 +191,8 @@ class QueueFileStorage(FileStorage):
                 self._keep_header(pos, h)
             if h.plen == 0 and h.back == 0:  # an undone creation, as FileStorage says
                 raise POSKeyError(oid)
-            return h.tid
+            tid: bytes = h.tid
+            return tid
 
     def _cached_header(self, pos: int, oid: bytes) -> Any:
         if self._headers_file is not self._file:

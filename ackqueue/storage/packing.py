@@ -82,12 +82,12 @@ class AutoPacker:
         """About how many bytes of the file a pack would reclaim."""
         replaced = getattr(self._storage, "replaced_bytes", None)
         if replaced is None:  # no estimate from this storage: take all growth for garbage
-            return max(0, self._storage.getSize() - self.packed_size)
+            return max(0, int(self._storage.getSize()) - self.packed_size)
         return int(self._carried + replaced)
 
     def due(self) -> bool:
         garbage = self.garbage()
-        return garbage >= max(self.min_bytes, self._storage.getSize() - garbage)
+        return garbage >= max(self.min_bytes, int(self._storage.getSize()) - garbage)
 
     def index_due(self) -> bool:
         can_save = hasattr(self._storage, "save_index")

@@ -11,16 +11,13 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, TypeVar
 
 import zc.lockfile
 from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.FileStorage import packed_version
 
 from ackqueue.errors import StorageError
-
-if TYPE_CHECKING:
-    from ackqueue.storage.store import Store
 
 log = logging.getLogger("ackqueue")
 
@@ -81,7 +78,16 @@ def _forget_torn_header(path: str) -> None:
             lock.close()
 
 
-def after_failed_write(store: Store, change: Callable[[], T]) -> Callable[[], T]:
+class PendingRepair:
+    """Whether a failed write left debris that the next commit must cut off first."""
+
+    def __init__(self) -> None:
+        self.needed = False
+
+
+def after_failed_write(
+    pending: PendingRepair, storage: Any, where: str, change: Callable[[], T]
+) -> Callable[[], T]:
     """``change``, preceded by cutting off what a failed write left behind.
 
     When FileStorage fails to write a transaction (disk full), it tries to truncate the
@@ -95,26 +101,25 @@ def after_failed_write(store: Store, change: Callable[[], T]) -> Callable[[], T]
     """
 
     def repaired() -> T:
-        _truncate_to_last_commit(store)
+        _truncate_to_last_commit(pending, storage, where)
         return change()
 
     return repaired
 
 
-def _truncate_to_last_commit(store: Store) -> None:
-    storage = store.db.storage
+def _truncate_to_last_commit(pending: PendingRepair, storage: Any, where: str) -> None:
     if not isinstance(storage, FileStorage):
-        store._needs_repair = False
+        pending.needed = False
         return
     with storage._lock:
-        if not store._needs_repair:
+        if not pending.needed:
             return
         try:
             storage._file.truncate(storage._pos)
             storage._file.flush()
         except OSError as exc:
             raise StorageError(
-                f"cannot write to queue storage {store.where}: {exc} "
+                f"cannot write to queue storage {where}: {exc} "
                 "(still failing since an earlier write failed)"
             ) from exc
-        store._needs_repair = False
+        pending.needed = False

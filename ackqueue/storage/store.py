@@ -115,7 +115,7 @@ class Store:
         self._committer = GroupCommitter(
             self._tm, self._describe_failure, syncer, hooks=self.counts
         )
-        self._needs_repair = False
+        self._repair = repair.PendingRepair()
         name = getattr(storage, "_file_name", None)  # a writable FileStorage's file
         writable = not getattr(storage, "_is_read_only", True)
         self.file_path: str | None = name if isinstance(name, str) and writable else None
@@ -332,8 +332,8 @@ class Store:
 
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
-        if self._needs_repair:
-            change = repair.after_failed_write(self, change)
+        if self._repair.needed:
+            change = repair.after_failed_write(self._repair, self.db.storage, self.where, change)
         # Ctrl-C inside a ZODB commit makes FileStorage close itself: hold it back.
         with Shield(interruptible=False):
             result = self._committer.run(change)
@@ -368,7 +368,7 @@ class Store:
         if isinstance(exc, StorageError):
             return exc
         if isinstance(exc, OSError):
-            self._needs_repair = True
+            self._repair.needed = True
             err = StorageError(f"cannot write to queue storage {self.where}: {exc}")
         elif isinstance(exc, Exception):
             err = StorageError(f"commit to queue storage {self.where} failed: {exc!r}")

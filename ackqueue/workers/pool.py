@@ -172,13 +172,14 @@ class WorkerPool:
         self._feeders: list[_Feeder] = []
         self._workers: list[threading.Thread] = []
         self._interrupts = 0
+        self._signalled: str | None = None  # set by the signal handler, acted on by _supervise
         # The buffer: (item, monotonic time it was got, its feeder). Workers popleft, feeders
         # append; deque operations are atomic, so neither side takes a lock per item.
         self._buffer: collections.deque[tuple[Any, float, _Feeder]] = collections.deque()
         self._refilled = threading.Event()  # a feeder added to the buffer, or is stopping
         self._running: list[bool] = []  # per worker: is a handler running now
         self._workers_left = 0
-        self._fetching = 0  # feeders in get_many now (under _lock)
+        self._feeders_busy = 0  # feeders in a get or a settlement now (under _lock)
 
     # -- running -------------------------------------------------------------------------------
 
@@ -215,6 +216,7 @@ class WorkerPool:
     def _run(self, until_empty: bool) -> PoolStats:
         self._stopping.clear()
         self._stopped_by = None
+        self._signalled = None
         self._interrupts = 0
         self.stats.stopped_by = None
         restore = self._install_signal_handlers()
@@ -242,7 +244,7 @@ class WorkerPool:
         self._buffer.clear()
         self._running = [False] * self.threads
         self._workers_left = self.threads
-        self._fetching = 0
+        self._feeders_busy = 0
         self._feeders = [_Feeder(n) for n in range(FEEDERS)]
         for feeder in self._feeders:
             connected = threading.Event()
@@ -263,6 +265,9 @@ class WorkerPool:
     def _supervise(self, started: float) -> None:
         last_log = time.monotonic()
         while not self._stopping.wait(self.poll):
+            if self._signalled is not None:
+                self._stop(self._signalled)
+                break
             if not all(f.thread is not None and f.thread.is_alive() for f in self._feeders):
                 self._stop(None)
                 break
@@ -292,12 +297,13 @@ class WorkerPool:
 
     def _is_drained(self) -> bool:
         """Whether nothing is left: asked by a feeder with nothing of ours in flight; the
-        lock keeps the other feeders from starting a get meanwhile, so no claim of ours is
-        under way (a claimed item is neither ready nor held until its get returns)."""
+        lock keeps the other feeders from starting a get or a settlement meanwhile, so no
+        claim of ours is under way (a claimed item is neither ready nor held until its get
+        returns) and no retry is being scheduled."""
         with self._lock:
-            if self._fetching or time.time() < self._retry_due:
+            if self._feeders_busy or time.time() < self._retry_due:
                 return False
-            return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
+            return bool(self.queue.qsize() == 0 and self.queue.unacked_count() == 0)
 
     def _release_all(self) -> None:
         for feeder in self._feeders:
@@ -372,7 +378,7 @@ class WorkerPool:
         if room < 1 or (self._buffer and room < self.prefetch // 2):
             return False
         with self._lock:
-            self._fetching += 1
+            self._feeders_busy += 1
         try:
             # Each feeder takes its share, so that the other finds some left to take.
             items = consumer.get_many(max(1, room // len(self._feeders)), timeout=self.poll,
@@ -381,7 +387,7 @@ class WorkerPool:
             return False
         finally:
             with self._lock:
-                self._fetching -= 1
+                self._feeders_busy -= 1
         now = time.monotonic()
         self._buffer.extend([(item, now, feeder) for item in items])
         self._refilled.set()
@@ -396,18 +402,26 @@ class WorkerPool:
         # many acks (each commit's CPU holds the GIL the workers need).
         if len(results) < self._ack_batch and len(self._buffer) > self.prefetch // 4:
             time.sleep(self.linger)
-        acks: list[Any] = []
-        others: list[tuple[Any, object]] = []
-        while results:
-            item, outcome = results.popleft()
-            if outcome is None:
-                acks.append(item)
-            else:
-                others.append((item, outcome))
-        if acks:
-            self._ack(consumer, acks)
-        for item, outcome in others:
-            self._settle_one(consumer, item, outcome)
+        # Counted busy before the results leave the deque: another feeder asking whether the
+        # pool is drained must not miss a nack with a delay that is under way.
+        with self._lock:
+            self._feeders_busy += 1
+        try:
+            acks: list[Any] = []
+            others: list[tuple[Any, object]] = []
+            while results:
+                item, outcome = results.popleft()
+                if outcome is None:
+                    acks.append(item)
+                else:
+                    others.append((item, outcome))
+            if acks:
+                self._ack(consumer, acks)
+            for item, outcome in others:
+                self._settle_one(consumer, item, outcome)
+        finally:
+            with self._lock:
+                self._feeders_busy -= 1
 
     def _ack(self, consumer: Consumer, items: list[Any]) -> None:
         try:
@@ -540,7 +554,10 @@ class WorkerPool:
         name = signal.Signals(signum).name
         log.warning("%s: stopping after running handlers finish (Ctrl-C again to stop at once)",
                     name)
-        self._stop(name)
+        # No lock here: the handler runs in the main thread between any two bytecodes, maybe
+        # while that thread holds an Event's lock. The supervisor acts on it within ``poll``.
+        if self._signalled is None:
+            self._signalled = name
 
     def _log_progress(self, started: float, final: bool = False) -> None:
         elapsed = max(1e-9, time.monotonic() - started)

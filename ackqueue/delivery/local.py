@@ -1,0 +1,138 @@
+"""Single-process mode: this process owns the queue's database (a file or memory).
+
+Holds live only in memory, so a crash gives everything back by itself: the next open finds
+every unacked entry still stored. Deliveries are counted in memory, or durably before the
+item is handed out when ``max_attempts`` is set (a delivery that kills the process still
+counts). Sequence numbers count on from the block reserved in the record at open.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ackqueue.base.clock import Clock
+from ackqueue.delivery.claims import Claim
+from ackqueue.delivery.holds import Hold
+from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
+from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.ready import ReadyIndex, ReadyKeys, ScanAfter
+from ackqueue.delivery.seqs import checked_seq
+from ackqueue.delivery.supply import Supply
+from ackqueue.storage.book import Book
+from ackqueue.storage.transactions import current
+
+
+class LocalMode:
+    def __init__(
+        self,
+        book: Book,
+        ordering: Ordering,
+        mutex: threading.Lock,
+        clock: Clock,
+        max_attempts: int | None,
+    ) -> None:
+        self._book = book
+        self._store = book.store
+        self._order = ordering
+        self._mutex = mutex
+        self._clock = clock
+        self._max_attempts = max_attempts
+        self._next_seq = book.seq_reserved()
+        self._attempts: dict[Any, int] = {}  # deliveries this session, without max_attempts
+
+    @property
+    def shared(self) -> bool:
+        return False
+
+    def next_seq_locked(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return checked_seq(seq, self._book.name)
+
+    def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
+        return ReadyIndex(backlog=backlog, scan_after=scan_after)
+
+    def load(self, key: Any, load: Load) -> tuple[bytes, int]:
+        return load(key)
+
+    def take(self, claims: list[Claim], supply: Supply) -> Taken:
+        if self._max_attempts is None:
+            with self._mutex:
+                for claim in claims:
+                    key_id = self._order.key_id(claim.key)
+                    n = self._attempts.get(key_id, 0) + 1
+                    self._attempts[key_id] = n
+                    claim.attempts += n
+            return Taken(kept=claims)
+        record = self._book.attempt_recorder(
+            [c.key for c in claims], self._max_attempts, exhausted_reason(self._max_attempts),
+            self._clock,
+        )
+        try:
+            counts = self._store.run(record)
+        except BaseException:
+            with self._mutex:
+                for claim in claims:
+                    supply.make_ready_locked(claim.key)
+            raise
+        taken = Taken()
+        for claim, count in zip(claims, counts, strict=True):
+            if count is None:
+                taken.buried.append(claim)
+            else:
+                claim.attempts = count
+                taken.kept.append(claim)
+        return taken
+
+    def take_away(self, claim: Claim, supply: Supply) -> Taken:
+        key = claim.key
+        tx = current(self._store)
+
+        def unclaim() -> None:
+            with self._mutex:
+                supply.make_ready_locked(key)
+
+        def forget() -> None:
+            with self._mutex:
+                self.forget_locked(key)
+
+        if tx is not None:
+            tx.add(
+                self._book.deleter([key]),
+                check=self._book.require_stored([key]),
+                after_commit=forget,
+                undo=unclaim,
+            )
+            return Taken(kept=[claim])
+        try:
+            self._store.run(self._book.deleter([key], check=True))
+        except BaseException:
+            unclaim()
+            raise
+        forget()
+        return Taken(kept=[claim])
+
+    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
+        return edit, check
+
+    def settled_locked(self, keys: list[Any]) -> None:
+        pass
+
+    def forget_locked(self, key: Any) -> None:
+        self._attempts.pop(self._order.key_id(key), None)
+
+    def check_extend(self, hold: Hold) -> None:
+        pass
+
+    def on_session_lost(self, void: Void) -> None:
+        pass  # a session belongs to shared mode
+
+    def flush(self) -> None:
+        pass  # nothing is deferred: holds live in memory
+
+    def dropped(self) -> Edit | None:
+        return None  # holds live in memory: the stored entries are ready for the next opener
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,190 @@
+"""What a queue can hand out: the ready keys in order, the delayed keys with their timers,
+and the pickles it knows without a read.
+
+At open, every stored entry not in the delay index is ready: the *backlog*, read lazily from
+the book in key order behind the ready index's cursor. Entries become ready later when a put
+lands, a delay falls due, or a key comes back (nack, release, a failed get). After an immediate
+shutdown (``drained``) nothing becomes ready any more: storage keeps it for the next start.
+
+Every method runs with the queue's mutex held, which also serialises the book's reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ZODB.POSException import ReadConflictError
+
+from ackqueue.base.clock import Clock
+from ackqueue.base.timers import Timers
+from ackqueue.delivery.delays import Delays
+from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.prefetch import READ_AHEAD, ItemCache
+from ackqueue.delivery.ready import ReadyKeys, ScanAfter
+from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
+from ackqueue.records import QueueRecord
+from ackqueue.storage.book import Book
+from ackqueue.storage.items import Staged
+
+SCAN_AHEAD = 64  # backlog keys read per look at the stored tree (see ready.py)
+
+NewIndex = Callable[[int, ScanAfter], ReadyKeys]
+
+
+class Supply:
+    """``new_index(backlog, scan_after)`` makes the ready index (each mode has its own)."""
+
+    def __init__(
+        self,
+        signals: Signals,
+        lifecycle: Lifecycle,
+        tasks: Tasks,
+        book: Book,
+        ordering: Ordering,
+        clock: Clock,
+        timers: Timers,
+        new_index: NewIndex,
+    ) -> None:
+        self._signals = signals
+        self._life = lifecycle
+        self._tasks = tasks
+        self._book = book
+        self._order = ordering
+        self._clock = clock
+        self._timers = timers
+        self._new_index = new_index
+        self.items = ItemCache()
+        self.delays = Delays(book.delayed_at_open(), clock(), ordering.key_id)
+        self._session_seq = book.seq_reserved()
+        self.staged = 0  # puts keyed and counted, their commit under way
+        self.tx_staged = 0  # puts waiting for their transaction to commit
+        with signals.mutex:
+            backlog = book.count() - len(self.delays.at_open)
+            self.ready: ReadyKeys = new_index(backlog, self._scan_after)
+            for key in self.delays.due_at_open:
+                self.ready.offer(key)
+            for key, when in self.delays.pending.values():
+                timers.at(when, self._fall_due_callback(key))
+            # Under the mutex: in shared mode the session's watcher reads through the same
+            # book as soon as the index exists.
+            tasks.unfinished = len(self.ready) + len(self.delays)
+
+    def __len__(self) -> int:
+        return len(self.ready)
+
+    def waiting(self) -> int:
+        """What ``maxsize`` counts: ready, and puts on their way."""
+        return len(self.ready) + self.staged + self.tx_staged
+
+    def head(self) -> Any:
+        """The first ready key, or None (a priority queue compares new items with it)."""
+        return self.ready.peek() if len(self.ready) else None
+
+    def pop(self) -> Any:
+        return self.ready.pop()
+
+    # -- keys becoming ready ---------------------------------------------------------------
+
+    def make_ready_locked(self, key: Any) -> None:
+        """``key`` comes back (nack, release, a get that failed): ready in its place."""
+        if self._life.drained:
+            self._forget_drained()
+            return
+        self.ready.push(key)
+        self._signals.not_empty.notify()
+
+    def offer_locked(self, key: Any) -> None:
+        """``key`` was stored or fell due, never held here: ready."""
+        if self._life.drained:
+            self._forget_drained()
+            return
+        self.ready.offer(key)
+        self._signals.not_empty.notify()
+
+    def _forget_drained(self) -> None:
+        """After an immediate shutdown a key that would be ready stays stored for the next
+        start, and ``join()`` no longer waits for it (a put that landed late, an item given
+        back by a consumer or a failed get)."""
+        self._tasks.finished_locked(1)
+
+    def land_locked(self, key: Any, due: float) -> None:
+        """A stored ``key`` is ready now, or once ``due`` has passed."""
+        if due and due > self._clock() and not self._life.drained:
+            self.delays.add(key, due)
+            self._timers.at(due, self._fall_due_callback(key))
+        else:
+            self.offer_locked(key)
+
+    def land_staged_locked(self, staged: Staged) -> None:
+        """A put committed: ready (its pickle kept for the get, see prefetch.py) or delayed."""
+        if not staged.not_before:
+            self.items.add(staged.seq, staged.data, 0)
+        self.land_locked(staged.key, staged.not_before)
+
+    def _fall_due_callback(self, key: Any) -> Callable[[], None]:
+        def fall_due() -> None:
+            if self.delays.fall_due(key):
+                self.offer_locked(key)
+
+        return fall_due
+
+    def drain_locked(self) -> int:
+        """Forget what is ready or delayed (storage keeps it); return how many were."""
+        forgotten = len(self.ready) + len(self.delays)
+        self.ready = self._new_index(0, self._scan_after)
+        self.delays.pending.clear()
+        return forgotten
+
+    # -- reading what is handed out ----------------------------------------------------------
+
+    def load(self, key: Any) -> tuple[bytes, int]:
+        """The stored pickle and attempts of ``key``, from the item cache when it has them
+        (see prefetch.py), else read, with the next few backlog entries read ahead."""
+        known = self.items.take(self._order.key_seq(key))
+        if known is not None:
+            return known
+        loaded = self._book.load(key)
+        cursor = self.ready.cursor
+        if cursor is not None and self._is_from_backlog(key):
+            self._read_ahead(self._book.read_record, cursor)
+        return loaded
+
+    def _read_ahead(self, record: QueueRecord, cursor: Any) -> None:
+        """Keep the next backlog entries after the backlog cursor: undelivered, untouched."""
+        try:
+            entries = record.entries.items(min=cursor, excludemin=True)
+            for n, (later, entry) in enumerate(entries):
+                seq = self._order.key_seq(later)
+                if n >= READ_AHEAD or seq in self.items:
+                    break
+                if self._is_from_backlog(later) and not self.items.add(
+                    seq, entry.data, entry.attempts
+                ):
+                    break
+        except ReadConflictError:
+            pass  # a pack meanwhile: those entries are read one by one instead
+
+    def _scan_after(self, cursor: Any) -> list[Any]:
+        """The next few backlog keys after ``cursor``, in order (empty when there is none)."""
+
+        def scan(record: QueueRecord) -> list[Any]:
+            entries = record.entries
+            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
+            found: list[Any] = []
+            for looked, key in enumerate(keys):
+                if self._is_from_backlog(key):
+                    found.append(key)
+                    if len(found) >= SCAN_AHEAD:
+                        break
+                elif found and looked >= 2 * SCAN_AHEAD:
+                    break  # enough for now; do not walk past many keys of this session
+            return found
+
+        return self._book.read(scan)
+
+    def _is_from_backlog(self, key: Any) -> bool:
+        """Stored before this session and not in the delay index at open."""
+        if self._order.key_seq(key) >= self._session_seq:
+            return False
+        return not self.delays.delayed_at_open(key)

@@ -1,0 +1,335 @@
+"""The book of one named queue: its stored record, the edits that change it, the reads that
+see it.
+
+Edits are functions run inside ``Store.run`` that touch only the database, so that a group
+commit may apply them again after a conflict. Each checks what it needs before it changes
+anything, because a failing change is committed with its batch.
+
+Reads go through a reader connection of the book's own (the writer belongs to the group
+committer), moved up to the latest commit before each read. Callers serialise them (the queue
+holds its mutex), which is what makes one connection safe to share between threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
+
+from ZODB.POSException import ReadConflictError
+
+from ackqueue.errors import AckQueueError, NotAQueueFileError
+from ackqueue.records import ROOT_KEY, Entry, QueueRecord, queues_of
+from ackqueue.storage.counts import count_change, settle, stored_count
+from ackqueue.storage.deadletters import DeadLetter, bury, listed
+from ackqueue.storage.items import Staged
+from ackqueue.storage.store import Store
+
+READ_RETRIES = 5
+T = TypeVar("T")
+
+# What settling a held entry does to it: delete (ack), bury (dead letters), delay (a nack with
+# a delay: a new due time). A nack without delay stores nothing.
+Settlement = Literal["delete", "bury", "delay"]
+
+
+class Book:
+    """The stored state of queue ``name`` in ``store``'s database.
+
+    ``kind`` is the queue kind the record must have (``fifo``, ``lifo``, ``priority``);
+    ``defer_count`` keeps its count in transaction metadata (one writer process: counts.py).
+    """
+
+    def __init__(
+        self, store: Store, name: str, kind: str, class_name: str, defer_count: bool
+    ) -> None:
+        self.store = store
+        self.name = name
+        self._kind = kind
+        self._class_name = class_name
+        self._defer_count = defer_count
+        # The writer connection's record: read and changed only inside a change.
+        self.record: QueueRecord = store.run(self._find_or_create)
+        self._reader, self._reader_tm = store.open_reader()
+        try:
+            self._reader_record: QueueRecord = self._reader.root()[ROOT_KEY][name]
+        except BaseException:
+            self.close()
+            raise
+        self._synced = store.commits
+
+    def _find_or_create(self) -> QueueRecord:
+        store = self.store
+        root = store.root()
+        queues = queues_of(root, create=False)
+        if queues is None and store.owns_db and len(root):
+            raise NotAQueueFileError(
+                f"{store.where} holds a ZODB database that is not an ackqueue file "
+                f"(its root has {sorted(root)[:5]!r})"
+            )
+        queues = queues_of(root, create=True)
+        record: QueueRecord | None = queues.get(self.name)
+        if record is None:
+            record = queues[self.name] = QueueRecord(self._kind)
+        elif record.kind != self._kind:
+            raise NotAQueueFileError(
+                f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "
+                f"class, not {self._class_name}"
+            )
+        if store.counts is not None and self._defer_count:
+            store.counts.start(record, self.name)  # see counts.py
+        else:
+            settle(record, store.db.storage)
+        return record
+
+    def close(self) -> None:
+        """Close the reader connection (the record stays, of course)."""
+        self._reader_tm.abort()
+        self._reader.close()
+
+    # -- reads (the caller serialises them) -----------------------------------------------
+
+    def read(self, read: Callable[[QueueRecord], T]) -> T:
+        """``read(record)`` on the reader connection, moved up to the latest commit first.
+
+        A reader left at an older snapshot would load old revisions of the tree, and a pack
+        removes those ("object deleted, likely by simultaneous pack"); a pack running in
+        another thread can still do so between the move and the read, so that is retried.
+        """
+        for attempt in range(READ_RETRIES):
+            commits = self.store.commits
+            if commits != self._synced or attempt:
+                self._reader_tm.begin()
+                self._synced = commits
+            try:
+                return read(self._reader_record)
+            except ReadConflictError:
+                if attempt == READ_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def catch_up(self) -> None:
+        """Move the reader to the latest commit of any process (shared mode's refresh)."""
+        self._reader_tm.begin()
+        self._synced = self.store.commits
+
+    @property
+    def read_record(self) -> QueueRecord:
+        """The reader's record as of the last read: for reading on from where a read left
+        off (read-ahead, counting), by the caller that serialises reads."""
+        return self._reader_record
+
+    def read_root(self) -> Any:
+        """The reader connection's database root as of the last read."""
+        return self._reader.root()
+
+    def load(self, key: Any) -> tuple[bytes, int]:
+        """The stored pickle and attempts of ``key`` (KeyError if it is not stored)."""
+
+        def read(record: QueueRecord) -> tuple[bytes, int]:
+            entry: Entry = record.entries[key]
+            return entry.data, entry.attempts
+
+        return self.read(read)
+
+    def put_at(self, key: Any) -> float:
+        """When entry ``key`` was put (the queue's clock); KeyError if it is not stored."""
+        return self.read(lambda record: float(record.entries[key].put_at))
+
+    def paused(self) -> bool:
+        """Whether the queue is paused (:meth:`pauser`)."""
+        return self.read(lambda record: bool(record.paused))
+
+    def count(self) -> int:
+        """How many entries are stored (ready, delayed or held)."""
+        return self.read(stored_count)
+
+    def seq_reserved(self) -> int:
+        """The sequence numbers below this one may be in use."""
+        return self.read(lambda record: int(record.seq_reserved))
+
+    def delayed_at_open(self) -> list[tuple[Any, float]]:
+        """Every entry of the stored delay index with its due time."""
+
+        def read(record: QueueRecord) -> list[tuple[Any, float]]:
+            index = record.delayed
+            return list(index.items()) if index is not None else []
+
+        return self.read(read)
+
+    def dead_letters(self) -> list[DeadLetter]:
+        def read(record: QueueRecord) -> list[DeadLetter]:
+            dead = record.dead
+            stored = list(dead.items()) if dead is not None else []
+            return [listed(dead_id, rec) for dead_id, rec in stored]
+
+        return self.read(read)
+
+    def dead_count(self) -> int:
+        def read(record: QueueRecord) -> int:
+            length = record.dead_length
+            return int(length()) if length is not None else 0
+
+        return self.read(read)
+
+    def dead_keys(self, ids: list[int] | None) -> list[tuple[int, Any]]:
+        """``(dead-letter id, old entry key)`` of the chosen dead letters (all with None)."""
+
+        def read(record: QueueRecord) -> list[tuple[int, Any]]:
+            dead = record.dead
+            if dead is None:
+                return []
+            chosen = list(dead.keys()) if ids is None else [i for i in ids if i in dead]
+            return [(dead_id, dead[dead_id].key) for dead_id in dict.fromkeys(chosen)]
+
+        return self.read(read)
+
+    # -- edits (run inside Store.run; they touch only the database) ------------------------
+
+    def inserter(self, batch: list[Staged], now: float) -> Callable[[], None]:
+        record = self.record
+
+        def insert() -> None:
+            for staged in batch:
+                record.entries[staged.key] = Entry(staged.data, now, staged.not_before)
+                if staged.not_before:
+                    record.delay_index()[staged.key] = staged.not_before
+            count_change(record, len(batch))
+            record.reserve_seq(max(staged.seq for staged in batch))
+
+        return insert
+
+    def deleter(self, keys: list[Any], check: bool = False) -> Callable[[], None]:
+        require = self.require_stored(keys)
+
+        def delete() -> None:
+            if check:
+                require()
+            for key in keys:
+                self.remove_entry(key)
+
+        return delete
+
+    def require_stored(self, keys: list[Any]) -> Callable[[], None]:
+        record, name = self.record, self.name  # attributes read inside the change
+
+        def require() -> None:
+            entries = record.entries
+            for key in keys:
+                if key not in entries:
+                    raise AckQueueError(f"entry {key!r} of queue {name!r} is not stored")
+
+        return require
+
+    def remove_entry(self, key: Any) -> None:
+        """Delete entry ``key`` (inside a change)."""
+        record = self.record
+        del record.entries[key]
+        count_change(record, -1)
+        self.store.note_dropped(1)  # the entry's own record is garbage now
+        if record.delayed is not None and key in record.delayed:
+            del record.delayed[key]
+
+    def bury(self, key: Any, reason: str, now: float, attempts: int | None) -> int:
+        """Move entry ``key`` to the dead letters (inside a change)."""
+        return bury(self.record, key, reason, now, attempts)
+
+    def settler(
+        self, plan: list[tuple[Any, Settlement, str, int]], due: float, now: float
+    ) -> Callable[[], None]:
+        """The edit settling held entries: ``(key, settlement, reason, attempts)`` each."""
+        record = self.record
+
+        def edit() -> None:
+            for key, settlement, reason, attempts in plan:
+                if settlement == "delete":
+                    self.remove_entry(key)
+                elif settlement == "bury":
+                    bury(record, key, reason, now, attempts)
+                else:
+                    record.entries[key].not_before = due
+                    record.delay_index()[key] = due
+
+        return edit
+
+    def attempt_recorder(
+        self, keys: list[Any], limit: int | None, reason: str, clock: Callable[[], float]
+    ) -> Callable[[], list[int | None]]:
+        """The edit counting one more delivery of each key; a key out of attempts is buried
+        instead (its count is None)."""
+        record = self.record
+
+        def record_attempts() -> list[int | None]:
+            counts: list[int | None] = []
+            now = clock()
+            for key in keys:
+                entry = record.entries[key]
+                if limit is not None and entry.attempts >= limit:
+                    bury(record, key, reason, now, entry.attempts)
+                    counts.append(None)
+                else:
+                    entry.attempts += 1
+                    counts.append(entry.attempts)
+            return counts
+
+        return record_attempts
+
+    def requeuer(self, fresh: dict[int, Staged]) -> Callable[[], list[Staged]]:
+        """The edit moving dead letters back into the queue under their new keys."""
+        record = self.record
+
+        def requeue() -> list[Staged]:
+            moved = []
+            for dead_id, staged in fresh.items():
+                letter = record.dead.get(dead_id) if record.dead is not None else None
+                if letter is None:
+                    continue
+                del record.dead[dead_id]
+                record.dead_length.change(-1)
+                record.entries[staged.key] = Entry(letter.data, letter.put_at)
+                count_change(record, 1)
+                record.reserve_seq(staged.seq)
+                moved.append(staged)
+            return moved
+
+        return requeue
+
+    def purger(self, ids: Iterable[int] | None) -> Callable[[], int]:
+        """The edit deleting dead letters for good (all with None); it returns how many."""
+        record = self.record
+        wanted = None if ids is None else list(ids)
+
+        def purge() -> int:
+            dead = record.dead
+            if dead is None:
+                return 0
+            if wanted is None:
+                doomed = list(dead.keys())
+            else:
+                doomed = [i for i in dict.fromkeys(wanted) if i in dead]
+            for dead_id in doomed:
+                del dead[dead_id]
+            record.dead_length.change(-len(doomed))
+            return len(doomed)
+
+        return purge
+
+    def pauser(self, paused: bool) -> Callable[[], None]:
+        """The edit pausing the queue (or resuming it, with False)."""
+        record = self.record
+
+        def set_paused() -> None:
+            if record.paused != paused:
+                record.paused = paused
+
+        return set_paused
+
+    def seq_reserver(self, block: int) -> Callable[[], int]:
+        """The edit reserving ``block`` sequence numbers for this process; it returns the first."""
+        record = self.record
+
+        def reserve() -> int:
+            start: int = record.seq_reserved
+            record.seq_reserved = start + block
+            return start
+
+        return reserve

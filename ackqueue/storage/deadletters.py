@@ -1,0 +1,68 @@
+"""Dead letters as stored: items taken out of delivery, kept with why.
+
+An item becomes a dead letter when a consumer rejects it, when it was delivered
+``max_attempts`` times without an ack, or when it can no longer be unpickled. Each queue keeps
+its own dead letters in its stored record, numbered by an id that is never reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ackqueue.errors import ItemLoadError
+from ackqueue.records import DeadRecord, QueueRecord
+from ackqueue.storage.counts import count_change
+from ackqueue.storage.items import unpickle_item
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead letter as :meth:`AckQueue.dead_letters` lists it.
+
+    ``when`` and ``put_at`` are epoch seconds (from the queue's clock); ``attempts`` counts
+    the deliveries the item had. ``item`` is an :class:`UnloadableItem` when the item cannot
+    be unpickled.
+    """
+
+    id: int
+    item: Any
+    attempts: int
+    reason: str
+    when: float
+    put_at: float
+
+
+@dataclass(frozen=True)
+class UnloadableItem:
+    """Stands in for a dead item whose pickle cannot be loaded (its class is gone)."""
+
+    data: bytes
+    error: str
+
+
+def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int | None) -> int:
+    """Move entry ``key`` to the dead letters (inside a change); return its dead-letter id.
+
+    ``attempts`` None keeps the stored count.
+    """
+    entry = record.entries[key]  # first, so a missing key changes nothing
+    dead = record.dead_tree()
+    record.dead_next += 1
+    dead_id = record.dead_next
+    count = entry.attempts if attempts is None else attempts
+    dead[dead_id] = DeadRecord(key, entry.data, entry.put_at, count, reason, when)
+    record.dead_length.change(1)
+    del record.entries[key]
+    count_change(record, -1)
+    if record.delayed is not None and key in record.delayed:
+        del record.delayed[key]
+    return dead_id
+
+
+def listed(dead_id: int, rec: DeadRecord) -> DeadLetter:
+    try:
+        item = unpickle_item(rec.data, f"dead letter {dead_id}")
+    except ItemLoadError as exc:
+        item = UnloadableItem(rec.data, str(exc))
+    return DeadLetter(dead_id, item, rec.attempts, rec.reason, rec.when, rec.put_at)

@@ -1,0 +1,122 @@
+"""How many deliberate bugs in the core the fast tests catch: mutmut over a copy of the tree.
+
+    python3 benchmarks/mutation.py                       # the core modules, the fast tests
+    python3 benchmarks/mutation.py ackqueue/storage/durability.py -- tests/test_power_loss.py
+
+mutmut (``pip install -e '.[dev]'``) changes the code one small edit at a time (a ``<`` for a
+``<=``, a ``True`` for a ``False``, a call dropped...) and runs the tests that reach the edited
+function; a mutant the tests pass is a "survivor": a change to the code nobody would notice.
+Survivors are worth reading, not all worth a test: many are equivalent (the change makes no
+observable difference) or touch only speed or a log message. Add a test for a survivor that
+breaks a promise README.rst makes.
+
+The run happens in a temporary copy of the git tree (mutmut writes a ``mutants/`` folder
+beside the code), so the worktree stays clean; ``--keep`` leaves the copy to read the diffs
+(``cd COPY && mutmut show NAME``). Prints mutmut's per-mutant results and the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The delivery rules, the consumer, and the durability layer: what README.rst's promises
+# (order, acks, held items coming back, fsync before return) rest on.
+CORE = [
+    "ackqueue/delivery/settling.py",
+    "ackqueue/delivery/claiming.py",
+    "ackqueue/delivery/ready.py",
+    "ackqueue/delivery/holds.py",
+    "ackqueue/delivery/recovery.py",
+    "ackqueue/queue/consumer.py",
+    "ackqueue/storage/durability.py",
+]
+
+# Tests that run in seconds, with no kill loops, servers or long hypothesis searches.
+# (test_dead_letters is left out: its unloadable-item test crashed mutmut 3.8's stats run
+# with a segmentation fault.)
+FAST_TESTS = [
+    "tests/test_smoke.py",
+    "tests/test_consumer.py",
+    "tests/test_queue_compat.py",
+    "tests/test_power_loss.py",
+    "tests/test_recovery.py",
+    "tests/test_priority.py",
+    "tests/test_shutdown.py",
+    "tests/test_close_wakes.py",
+    "tests/test_leases.py",
+    "tests/test_durability.py",
+]
+
+
+def copy_tree(dest: str) -> None:
+    """The files git knows (committed or not, ignored ones left out), copied to ``dest``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = os.path.join(ROOT, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            shutil.copy2(src, os.path.join(dest, rel))
+
+
+def mutmut_config(modules: list[str], tests: list[str]) -> str:
+    def toml_list(items: list[str]) -> str:
+        return "[" + ", ".join(f'"{x}"' for x in items) + "]"
+
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["ackqueue"]\n'
+        f"only_mutate = {toml_list(modules)}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+        # pytest-timeout's 300 s is for hangs of whole tests; mutmut times each mutant itself.
+        'pytest_add_cli_args = ["-p", "no:timeout", "-p", "no:cacheprovider", "-q"]\n'
+        "mutate_only_covered_lines = true\n"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", default=CORE, help="files to mutate")
+    parser.add_argument("--tests", nargs="+", default=FAST_TESTS, help="test files to run")
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--keep", action="store_true", help="keep the copy and its mutants/")
+    args = parser.parse_args()
+
+    work = tempfile.mkdtemp(prefix="ackqueue-mutation-")
+    try:
+        copy_tree(work)
+        with open(os.path.join(work, "pyproject.toml"), "a") as f:
+            f.write(mutmut_config(args.modules, args.tests))
+        env = dict(os.environ, PYTHONPATH=work, CI=os.environ.get("CI", "1"))
+        subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
+            cwd=work, env=env, check=False,
+        )
+        results = subprocess.run(
+            [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+            cwd=work, env=env, capture_output=True, text=True, check=False,
+        ).stdout
+        print(results)
+        states = Counter(line.rsplit(":", 1)[-1].strip() for line in results.splitlines()
+                         if ":" in line)
+        print("totals:", ", ".join(f"{state} {n}" for state, n in states.most_common()))
+        if args.keep:
+            print(f"kept in {work}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The power-loss promise, seen at the system-call boundary.
+
+README.rst ("What survives what") promises that in the default, strict mode every call that
+changes the queue file survives a power loss once it has returned. Only an fsync of the file,
+made after the call's data was written, keeps that promise; so these tests wrap the fsync
+calls themselves (``os.fsync``, and the module-level ``fsync`` ZODB's FileStorage calls) and
+record, for each fsync of the queue file, how long the file was when it ran. A call kept its
+promise if, before it returned, an fsync ran on a file that already held everything the call
+wrote. Relaxed mode promises the same within its sync interval (once a second), and at close.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from polling import wait_until
+
+import ackqueue
+
+FS_MODULE = sys.modules["ZODB.FileStorage.FileStorage"]
+
+
+@dataclass
+class FsyncLog:
+    """Every fsync of one file made in this process: the file's size when each ran."""
+
+    path: str
+    sizes: list[int] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, fd: int) -> None:
+        st = os.fstat(fd)
+        try:
+            ours = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
+            with self.lock:
+                self.sizes.append(st.st_size)
+
+    def mark(self) -> int:
+        with self.lock:
+            return len(self.sizes)
+
+    def covered_since(self, mark: int, size: int) -> bool:
+        """Whether an fsync after ``mark`` ran once the file held ``size`` bytes or more."""
+        with self.lock:
+            return any(s >= size for s in self.sizes[mark:])
+
+
+@pytest.fixture
+def fsyncs(qpath: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncLog]:
+    log = FsyncLog(qpath)
+
+    def wrap(real: Callable[[int], None]) -> Callable[[int], None]:
+        def fsync(fd: int) -> None:
+            log.record(fd)  # the size before the sync: what the sync is sure to cover
+            real(fd)
+
+        return fsync
+
+    monkeypatch.setattr(os, "fsync", wrap(os.fsync))
+    if getattr(FS_MODULE, "fsync", None) is not None:
+        monkeypatch.setattr(FS_MODULE, "fsync", wrap(FS_MODULE.fsync))
+    yield log
+
+
+def _put(q: ackqueue.AckQueue) -> None:
+    q.put("item")
+
+
+def _put_many(q: ackqueue.AckQueue) -> None:
+    q.put_many(["a", "b", "c"])
+
+
+def _plain_get(q: ackqueue.AckQueue) -> None:
+    assert q.get_nowait() == "before"
+
+
+def _ack(q: ackqueue.AckQueue) -> None:
+    c = q.connect()
+    c.ack(c.get_nowait())
+
+
+def _ack_many(q: ackqueue.AckQueue) -> None:
+    c = q.connect()
+    c.ack_many(c.get_many(2))
+
+
+def _counted_get(q: ackqueue.AckQueue) -> None:
+    q.connect().get_nowait()  # with max_attempts, the delivery is counted on disk first
+
+
+def _transaction(q: ackqueue.AckQueue) -> None:
+    c = q.connect()
+    with c.transaction():
+        c.ack(c.get_nowait())
+        q.put("follow-up")
+
+
+def _delayed_nack(q: ackqueue.AckQueue) -> None:
+    c = q.connect()
+    c.nack(c.get_nowait(), delay=3600)
+
+
+def _reject_one(q: ackqueue.AckQueue) -> None:
+    c = q.connect()
+    c.reject(c.get_nowait(), reason="poison")
+
+
+def _requeue_dead(q: ackqueue.AckQueue) -> None:
+    assert q.requeue_dead() == 1
+
+
+def _purge_dead(q: ackqueue.AckQueue) -> None:
+    assert q.purge_dead() == 1
+
+
+# nack is left out: without max_attempts it writes nothing (held items come back at open anyway).
+CALLS = {
+    "put": _put,
+    "put_many": _put_many,
+    "plain get": _plain_get,
+    "ack": _ack,
+    "ack_many": _ack_many,
+    "counted get": _counted_get,
+    "reject": _reject_one,
+    "transaction": _transaction,
+    "delayed nack": _delayed_nack,
+    "requeue_dead": _requeue_dead,
+    "purge_dead": _purge_dead,
+}
+# What must be committed before the call (then it is not the call's own write).
+SETUP = {"requeue_dead": _reject_one, "purge_dead": _reject_one}
+
+OPTIONS: dict[str, dict[str, object]] = {"counted get": {"max_attempts": 3}}
+
+
+def _prepared(qpath: str, **options: object) -> ackqueue.AckQueue:
+    """A queue holding two items, committed before the call under test."""
+    q = ackqueue.AckQueue(qpath, autopack=False, **options)  # type: ignore[arg-type]
+    q.put_many(["before", "also before"])
+    return q
+
+
+def _measure(
+    call: Callable[[ackqueue.AckQueue], None], q: ackqueue.AckQueue, qpath: str, fsyncs: FsyncLog
+) -> tuple[int, int, int]:
+    """Run ``call``; return the fsync mark before it, and the file's size before and after."""
+    size_before = os.path.getsize(qpath)
+    mark = fsyncs.mark()
+    call(q)
+    return mark, size_before, os.path.getsize(qpath)
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_strict_call_returns_only_after_an_fsync_covering_what_it_wrote(qpath, fsyncs, name):
+    with _prepared(qpath, **OPTIONS.get(name, {})) as q:
+        SETUP.get(name, lambda q: None)(q)
+        mark, size_before, size_after = _measure(CALLS[name], q, qpath, fsyncs)
+        # Nothing else runs meanwhile, so the call's commit ends where the file ends now.
+        assert size_after > size_before, f"{name} wrote nothing to the queue file"
+        assert fsyncs.covered_since(mark, size_after), (
+            f"{name} returned before the queue file was fsynced up to {size_after} bytes: "
+            f"fsyncs seen during the call covered {fsyncs.sizes[mark:]}"
+        )
+
+
+def test_strict_puts_from_threads_each_return_after_a_covering_fsync(qpath, fsyncs):
+    """With group commit, another thread may run the fsync; it must still cover each put."""
+    failures: list[str] = []
+    with _prepared(qpath) as q:
+        lock = threading.Lock()  # one put at a time measures its own commit's end exactly
+
+        def produce(k: int) -> None:
+            for i in range(20):
+                with lock:
+                    mark, _, size_after = _measure(lambda q, n=(k, i): q.put(n), q, qpath, fsyncs)
+                if not fsyncs.covered_since(mark, size_after):
+                    failures.append(f"put {(k, i)} returned before an fsync to {size_after}")
+
+        threads = [threading.Thread(target=produce, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+    assert not failures, failures[:5]
+
+
+def test_relaxed_put_is_fsynced_within_its_sync_interval(qpath, fsyncs):
+    with _prepared(qpath, durability="relaxed") as q:
+        mark, _, size_after = _measure(_put, q, qpath, fsyncs)
+        # The promise is one second (the default interval); the margin is for a loaded machine.
+        wait_until(
+            lambda: fsyncs.covered_since(mark, size_after),
+            timeout=10,
+            what="the background fsync of a relaxed put",
+        )
+
+
+def test_relaxed_queue_fsyncs_everything_when_closed(qpath, fsyncs):
+    q = _prepared(qpath, durability="relaxed")
+    mark, _, size_after = _measure(_put, q, qpath, fsyncs)
+    q.close()
+    assert fsyncs.covered_since(mark, size_after), "close() left commits that were never fsynced"
