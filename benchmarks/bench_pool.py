@@ -8,8 +8,8 @@ before the clock starts. ``ideal`` is ``threads`` threads that only sleep 1 ms i
 most any pool can reach with the 1 ms handler on this machine (sleep overshoots).
 
 Filling persist-queue takes one commit per item (it has no batch put), so its backlog is
-``--pq-n`` items (default: n, at most 20,000); its rate does not depend on the backlog's size
-much, but say which n each figure used.
+``--pq-n`` items (default: n, at most 20,000). Its rate does depend on the backlog (here it was
+higher at 1,000 items than at 10,000), so always say which n each figure used.
 
 Run: ``python3 benchmarks/bench_pool.py [--n 100000] [--pq-n 20000] [--threads 8] [--runs 3]``
 """

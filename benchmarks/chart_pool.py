@@ -3,7 +3,7 @@ hand-written pool over persist-queue's SQLiteAckQueue and one over ``queue.Queue
 handler that does nothing and one that sleeps 1 ms. Medians of ``--runs`` runs per point
 (pools rotated within each run, see ``bench_pool.py``).
 
-Run: ``python3 benchmarks/chart_pool.py [--n 20000] [--pq-n 2000] [--runs 1]
+Run: ``python3 benchmarks/chart_pool.py [--n 10000] [--pq-n 1000] [--runs 1]
 [--out benchmarks/pool_threads.png]`` (needs ``[bench]``: persist-queue, matplotlib).
 """
 
@@ -37,8 +37,8 @@ LABEL = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=20_000, help="backlog for ackqueue, queue.Queue")
-    ap.add_argument("--pq-n", type=int, default=2_000, help="backlog for persist-queue")
+    ap.add_argument("--n", type=int, default=10_000, help="backlog for ackqueue, queue.Queue")
+    ap.add_argument("--pq-n", type=int, default=1_000, help="backlog for persist-queue")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__),
                                                   "pool_threads.png"))
@@ -67,8 +67,8 @@ def main() -> None:
     handles, labels = axes[1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, fontsize=9)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    fig.suptitle(f"Worker pools draining a backlog: {c.machine()}, {when}, median of "
-                 f"{args.runs} run(s) a point (a shared machine: read the gaps, not the wiggles)",
+    fig.suptitle(f"Worker pools draining a backlog: {c.machine()}\n{when}, median of "
+                 f"{args.runs} run(s) a point; a shared machine: read the gaps, not the wiggles",
                  fontsize=9)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(args.out, dpi=90)
