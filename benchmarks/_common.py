@@ -19,13 +19,9 @@ from typing import Any
 # Run from a checkout without installing: the benchmarks measure the tree they sit in.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ITEM_SIZE = 100
-
-
-def item(i: int) -> bytes:
-    """The i-th benchmark item: 100 distinct bytes, the same for every implementation."""
-    head = b"item-%012d-" % i
-    return head + b"x" * (ITEM_SIZE - len(head))
+# The same items and CPU name as ``ackqueue bench``, so that their figures compare.
+from ackqueue.cli.bench import cpu_model  # noqa: E402 - after the path
+from ackqueue.cli.bench import item as item  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -66,17 +62,8 @@ def dir_bytes(path: str) -> int:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     return (
-        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({cpu}), "
+        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({cpu_model()}), "
         f"Python {platform.python_version()}"
     )
 

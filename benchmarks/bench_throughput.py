@@ -13,9 +13,14 @@ Scenarios (items per second; every put and ack durable when it returns unless sa
 - ``relaxed put``: ``AckQueue(path, durability="relaxed")`` (survives kill -9, may lose the
   last second on power loss).
 - ``put_many`` / ``get_many`` / ``ack_many`` at 100 items a call.
+- ``pool``: a worker pool of 8 threads burning down a backlog, handler doing nothing or
+  sleeping 1 ms: ackqueue's ``WorkerPool`` beside a hand-written pool over persist-queue
+  (``bench_pool.py``; ``--pool-n`` items, persist-queue ``--pq-pool-n``).
+- latency under the 4P/4C load: p50 and p99 from ``put`` returning to the blocked ``get``
+  returning it, and from that ``get`` to a durable ``ack``.
 
-Run: ``python3 benchmarks/bench_throughput.py [--n 2000] [--runs 3]`` (needs ``[bench]``:
-persist-queue). Prints a reStructuredText table at the end.
+Run: ``python3 benchmarks/bench_throughput.py [--n 2000] [--runs 3] [--pool-n 100000]``
+(needs ``[bench]``: persist-queue). Prints a reStructuredText table at the end.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
+import bench_pool
 import persistqueue
 import transaction
 import ZODB
@@ -36,6 +42,7 @@ from BTrees.LOBTree import LOBTree
 from ZODB.FileStorage import FileStorage
 
 import ackqueue
+from ackqueue.cli.bench import Latencies, ackqueue_latency, measure_latency, percentile
 
 Scenario = Callable[[str, int], float]  # (tmp dir, n) -> seconds
 
@@ -269,6 +276,46 @@ def batches_ack(d: str, n: int) -> tuple[float, float, float]:
         q.close()
 
 
+# -- latency under 4P/4C -----------------------------------------------------------------------
+
+
+def latency_pq(d: str, n: int) -> Latencies:
+    q = open_pq(d)
+
+    def consumer() -> tuple[Callable[[float], Any], Callable[[Any], object]]:
+        return (lambda timeout: q.get(timeout=timeout)), q.ack
+
+    return measure_latency(n, q.put, consumer, empty=(persistqueue.Empty,))
+
+
+def latency_rows(n: int, runs: int) -> list[list[str]]:
+    """p50/p99 latencies (ms), medians over runs, for ackqueue and persist-queue."""
+    openers: dict[str, Callable[[str, int], Latencies]] = {
+        "ackqueue": lambda d, k: ackqueue_latency(os.path.join(d, "q.fs"), k),
+        "persist-queue": latency_pq,
+    }
+    figures: dict[tuple[str, str, int], list[float]] = {}
+    for r in range(runs):
+        for name in list(openers)[r % 2 :] + list(openers)[: r % 2]:
+            with c.tmpdir() as d:
+                os.sync()
+                lat = openers[name](d, n)
+            for what, values in (("put->get", lat.put_to_get), ("get->ack", lat.get_to_ack)):
+                for p in (50, 99):
+                    figures.setdefault((name, what, p), []).append(percentile(values, p) * 1e3)
+    rows = []
+    print(f"  latency under 4P/4C (ms, median of {runs} runs, n={n}):")
+    for what in ("put->get", "get->ack"):
+        for p in (50, 99):
+            ours = c.median(figures["ackqueue", what, p])
+            theirs = c.median(figures["persist-queue", what, p])
+            print(f"    {what} p{p}: ackqueue {ours:.2f} ms, persist-queue {theirs:.2f} ms "
+                  f"(persist-queue/ackqueue {theirs / ours:.2f}x)")
+            rows.append([f"latency {what} p{p} (ms)", f"{ours:.2f}", f"{theirs:.2f}",
+                         f"{theirs / ours:.2f}x", "", "", ""])
+    return rows
+
+
 # -- running -------------------------------------------------------------------------------
 
 
@@ -299,6 +346,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2000, help="items per scenario run")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--pool-n", type=int, default=100_000, help="backlog of the no-op pool")
+    ap.add_argument("--pq-pool-n", type=int, default=20_000,
+                    help="backlog of the persist-queue pool (one commit per put to fill)")
+    ap.add_argument("--sleep-pool-n", type=int, default=40_000,
+                    help="backlog of the pools whose handler sleeps 1 ms")
     args = ap.parse_args()
     n, runs = args.n, args.runs
     c.header(f"ackqueue throughput (items/s, median of {runs} runs, n={n})")
@@ -352,6 +404,19 @@ def main() -> None:
         v = c.median([n / s[i] for s in samples])
         print(f"  {what:<14} ackqueue (100/call) {v:>12,.0f} items/s")
         rows.append([f"{what} (100/call)", f"{v:,.0f}", "", "", "", "", ""])
+
+    rows += latency_rows(n, runs)
+
+    pools = {k: v for k, v in bench_pool.POOLS.items() if k != "queue.Queue"}
+    pq_sleep_n = min(args.pq_pool_n, args.sleep_pool_n)
+    for handler, pool_n, pq_n in (("noop", args.pool_n, args.pq_pool_n),
+                                  ("sleep1ms", args.sleep_pool_n, pq_sleep_n)):
+        pool_r = bench_pool.measure(handler, pool_n, pq_n, 8, runs, pools)
+        bench_pool.report(handler, pool_r, pool_n, pq_n, 8)
+        pq_med = c.median(pool_r["persist-queue"])
+        rows.append([f"pool {handler} 8 thr, jobs/s (n {pool_n:,}/{pq_n:,})",
+                     f"{c.median(pool_r['ackqueue']):,.0f}", f"{pq_med:,.0f}",
+                     f"{bench_pool.ratio(pool_r, 'ackqueue', 'persist-queue'):.2f}x", "", "", ""])
 
     print()
     print(

@@ -34,6 +34,10 @@ def handle(job):
 
 retry = ackqueue.Retry(base=0.05, factor=2.0, max_delay=1.0)  # 0.05 s, 0.1 s, 0.2 s, ...
 stats = ackqueue.WorkerPool(q, handle, threads=3, retry=retry).run_until_empty()
+if stats.interrupted:  # Ctrl-C or SIGTERM: what is left stays queued for the next run
+    print(f"stopped by {stats.stopped_by} after {stats.done} done; run again to finish")
+    q.close()
+    sys.exit(stats.exit_code)  # 130 after Ctrl-C, as a shell reports it
 print(f"done {stats.done}, failed attempts {stats.failed}, dead {stats.dead}")
 for letter in q.dead_letters():
     print(f"dead letter: {letter.item!r} after {letter.attempts} attempts ({letter.reason})")

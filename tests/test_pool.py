@@ -165,6 +165,7 @@ import ackqueue
 from ackqueue.workers.pool import WorkerPool
 
 path, log_path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+until_empty = sys.argv[4:] == ["until-empty"]
 logging.basicConfig(level=logging.INFO)
 q = ackqueue.AckQueue(path)
 if q.qsize() == 0:
@@ -185,16 +186,18 @@ def handler(item):
     done_log.flush()
     os.fsync(done_log.fileno())
 
-WorkerPool(q, handler, threads=2, stop_timeout=60).run()
+pool = WorkerPool(q, handler, threads=2, stop_timeout=60)
+stats = pool.run_until_empty() if until_empty else pool.run()
 q.close()
-print("stopped cleanly", flush=True)
+print(f"stopped cleanly by {stats.stopped_by}", flush=True)
+sys.exit(stats.exit_code if until_empty else 0)
 """
 
 
-def _start_pool_child(tmp_path, mode):
+def _start_pool_child(tmp_path, mode, *extra):
     path, log_path = str(tmp_path / "pool.fs"), str(tmp_path / "done.log")
     child = subprocess.Popen(
-        child_argv(POOL_CHILD, path, log_path, mode),
+        child_argv(POOL_CHILD, path, log_path, mode, *extra),
         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     # A watchdog: if the test waits on a line that never comes, the child's end ends the wait.
@@ -250,6 +253,153 @@ def test_a_second_sigint_stops_at_once_and_loses_nothing(tmp_path):
     assert child.returncode != 0
     assert not os.path.exists(log_path) or os.path.getsize(log_path) == 0
     assert sorted(_remaining_items(path)) == list(range(40))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_run_until_empty_stopped_by_a_signal_says_so(tmp_path, signum):
+    child, path, log_path = _start_pool_child(tmp_path, "work", "until-empty")
+    _wait_for_starts(child, 5)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=60)
+    name = signal.Signals(signum).name
+    assert f"stopped cleanly by {name}" in out, err
+    assert child.returncode == 128 + signum  # 130 for Ctrl-C, as a shell reports it
+    assert _remaining_items(path), "the pool finished before the signal; the test proved nothing"
+
+
+def test_run_until_empty_that_finishes_says_nobody_stopped_it(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("job")
+        stats = WorkerPool(q, lambda item: None, threads=2).run_until_empty()
+    assert (stats.done, stats.stopped_by, stats.interrupted, stats.exit_code) == (1, None, False, 0)
+
+
+def test_stop_is_reported_as_what_ended_the_run(qpath):
+    entered = threading.Event()
+
+    def handler(item):
+        entered.set()
+
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(3):
+            q.put(n)
+        pool = WorkerPool(q, handler, threads=1)
+        stopper = threading.Thread(target=lambda: (entered.wait(10), pool.stop()))
+        stopper.start()
+        stats = pool.run()  # run() never ends by itself while the queue is open
+        stopper.join()
+    assert (stats.stopped_by, stats.interrupted, stats.exit_code) == ("stop()", False, 0)
+
+
+def test_a_handler_that_ends_its_worker_thread_gives_its_item_back(qpath):
+    seen = []
+    lock = threading.Lock()
+
+    def handler(item):
+        with lock:
+            seen.append(item)
+            first = seen.count(item) == 1
+        if item == 3 and first:
+            raise SystemExit("this worker thread ends here")
+
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(10):
+            q.put(n)
+        stats = WorkerPool(q, handler, threads=2, retry=FAST).run_until_empty()
+        assert stats.done == 10 and seen.count(3) == 2  # handled again by the other worker
+        assert q.qsize() == 0 and q.unacked_count() == 0
+
+
+def test_when_every_worker_thread_ends_the_pool_stops_and_keeps_the_items(qpath):
+    def handler(item):
+        raise SystemExit("every worker ends")
+
+    with ackqueue.AckQueue(qpath) as q:
+        for n in range(5):
+            q.put(n)
+        stats = WorkerPool(q, handler, threads=2).run_until_empty()
+        assert (stats.done, stats.stopped_by, stats.exit_code) == (0, "error", 1)
+        assert q.qsize() == 5 and q.unacked_count() == 0
+
+
+def test_buffered_items_whose_lease_ran_out_are_not_handled_from_the_stale_buffer(qpath):
+    seen = []
+    lock = threading.Lock()
+
+    def handler(item):
+        with lock:
+            seen.append(item)
+            first = len(seen) == 1
+        if first:
+            time.sleep(0.45)  # a slow job: every lease of that first batch runs out meanwhile
+
+    with ackqueue.AckQueue(qpath, ack_timeout=0.3) as q:
+        for n in range(4):
+            q.put(n)
+        stats = WorkerPool(q, handler, threads=1, prefetch=4).run_until_empty()
+        assert q.qsize() == 0 and q.unacked_count() == 0
+    assert stats.done == 4
+    first = seen[0]
+    # The slow one ran twice (its lease ran out under it); the others waited in the buffer
+    # past their leases and were given back unstarted, so each ran once, when got again.
+    assert seen.count(first) == 2
+    assert all(seen.count(n) == 1 for n in range(4) if n != first)
+
+
+KILL_CHILD = """
+import sys, threading, time
+import ackqueue
+from ackqueue.workers.pool import WorkerPool
+
+path, log_path = sys.argv[1], sys.argv[2]
+q = ackqueue.AckQueue(path)
+q.put_many(range(3000))
+handled = open(log_path, "a", buffering=1)  # a SIGKILL loses no written line, only power loss
+
+def handler(item):
+    time.sleep(0.001)
+    handled.write(f"{item}\\n")
+
+pool = WorkerPool(q, handler, threads=4)
+threading.Thread(target=pool.run_until_empty, daemon=True).start()
+last = -1
+while True:  # report each durable count the pool reaches, with what it holds then
+    done = pool.stats.done
+    if done != last:
+        print(f"done {done} held {q.unacked_count()}", flush=True)
+        last = done
+    time.sleep(0.001)
+"""
+
+
+def test_sigkill_mid_batch_gives_back_exactly_the_jobs_not_acked(tmp_path):
+    path, log_path = str(tmp_path / "kill.fs"), str(tmp_path / "handled.log")
+    child = subprocess.Popen(child_argv(KILL_CHILD, path, log_path), env=child_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    reported, held = 0, 0
+    for line in child.stdout:
+        _, done, _, held_now = line.split()
+        reported, held = int(done), int(held_now)
+        if reported >= 500:
+            break
+    child.send_signal(signal.SIGKILL)
+    _, err = child.communicate(timeout=60)
+    watchdog.cancel()
+    assert 500 <= reported < 3000, f"the pool finished before the kill, or failed: {err}"
+    assert held > 0, "nothing was prefetched when killed"
+    with open(log_path) as f:
+        handled = [int(line) for line in f]
+    left = _remaining_items(path)
+    acked = set(range(3000)) - set(left)
+    assert len(left) == len(set(left))
+    assert len(acked) >= reported  # every job the pool counted done stayed done
+    assert acked <= set(handled)  # nothing acked without its handler having run
+    assert set(left) | set(handled) == set(range(3000))  # nothing lost
+    # Given back beyond the unstarted ones: only jobs handled but whose ack had not committed.
+    assert len(set(left) & set(handled)) < held
 
 
 def _wait_for_line(stream, text):

@@ -4,6 +4,7 @@
 """
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -29,3 +30,20 @@ def test_retry_with_backoff_retries_flaky_jobs_until_done(qpath):
 def test_retry_with_backoff_sends_the_poison_job_to_the_dead_letters(qpath):
     out = run_example("retry_with_backoff.py", qpath)
     assert "dead 1" in out and "dead letter: 'poison' after 4 attempts" in out
+
+
+def test_retry_with_backoff_interrupted_says_so_in_its_exit_code(qpath):
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(REPO_ROOT, "examples", "retry_with_backoff.py"), qpath],
+        env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for line in child.stderr:  # the first failure: the pool is at work
+            if "failed (attempt 1)" in line:
+                break
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 130, out
+    assert out.startswith("stopped by SIGINT after")

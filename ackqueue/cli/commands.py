@@ -21,7 +21,7 @@ from typing import Any
 
 import ZODB
 
-from ackqueue.cli import inspection
+from ackqueue.cli import bench, inspection
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import QueueStats, SessionInfo, age_text, as_json, counted
 from ackqueue.errors import AckQueueError, Empty
@@ -424,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "of every queue in it")
     drop = command("drop", cmd_drop, "delete one named queue of the file, with its items")
     drop.add_argument("--yes", action="store_true", help="really do it")
+    bench.add_command(commands)
     return parser
 
 
