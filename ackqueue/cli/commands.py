@@ -28,7 +28,7 @@ from ackqueue.errors import AckQueueError, Empty
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
 from ackqueue.records import queues_of
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.store import open_file_storage
+from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.uri import is_uri
 
 QUEUE_CLASSES: dict[str, type[AckQueue[Any]]] = {

@@ -17,7 +17,7 @@ from ackqueue.workers.pool import Retry, WorkerPool
 
 CRASH_CHILD = """
 import os, sys
-from ackqueue import AckQueue
+from ackqueue.queue.queues import AckQueue
 q = AckQueue(sys.argv[1])
 c = q.connect()
 job = c.get()
@@ -77,7 +77,7 @@ def run_demo(say: Callable[[str], None] = print) -> int:
         say(f"   it got {child.stdout.strip()!r} and died (exit status {child.returncode}).")
 
         say("5. The queue is opened again: nothing was lost.")
-        with AckQueue(path) as q:
+        with AckQueue[str](path) as q:
             left = []
             with q.connect() as c:
                 while not q.empty():

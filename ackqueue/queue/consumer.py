@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.holds import Delivery, Hold, HoldTable
@@ -13,8 +13,10 @@ from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError
 from ackqueue.queue.deliveries import Deliveries, Outcome
 from ackqueue.storage.transactions import Transaction, transaction
 
+T = TypeVar("T")
 
-class Consumer:
+
+class Consumer(Generic[T]):
     """Gets items from a queue and holds them until :meth:`ack` or :meth:`nack`.
 
     What it holds goes back to the queue, in its original place, when the consumer is closed
@@ -31,24 +33,26 @@ class Consumer:
             self, deliveries.release_table_from_finalizer, table
         )
 
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+    def get(self, block: bool = True, timeout: float | None = None) -> T:
         """The next item, held for this consumer; blocks like ``queue.Queue.get``.
 
         Any thread may get with it; see :meth:`_check_getter` for what that means.
         """
         self._check_getter()
-        return self._deliveries.hold_next(self._table, block, timeout)
+        item: T = self._deliveries.hold_next(self._table, block, timeout)
+        return item
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> T:
         return self.get(block=False)
 
-    def get_many(self, n: int, timeout: float | None = None, *, block: bool = True) -> list[Any]:
+    def get_many(self, n: int, timeout: float | None = None, *, block: bool = True) -> list[T]:
         """Between 1 and ``n`` items, held for this consumer.
 
         Waits like :meth:`get` for the first item, then takes what else is ready right now.
         """
         self._check_getter()
-        return self._deliveries.hold_many(self._table, n, block, timeout)
+        items: list[T] = self._deliveries.hold_many(self._table, n, block, timeout)
+        return items
 
     # Settling (and extend, and close) runs under a closed Shield: from marking a hold as
     # being settled to the end of its commit, Ctrl-C waits, so memory and file agree again.
@@ -135,7 +139,7 @@ class Consumer:
     def closed(self) -> bool:
         return self._table.closed
 
-    def __enter__(self) -> Consumer:
+    def __enter__(self) -> Consumer[T]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -219,7 +219,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
             item: T = self._deliveries.get_away(block, timeout)
             return item
 
-    def connect(self) -> Consumer:
+    def connect(self) -> Consumer[T]:
         """A consumer for the calling thread: what it gets is held until acked."""
         return Consumer(self._deliveries, self._deliveries.new_table())
 

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from ackqueue import errors
-from ackqueue.errors import Empty, NotHeldError, QueueClosedError
+from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
 from ackqueue.queue.consumer import Consumer
 
 log = logging.getLogger("ackqueue")
@@ -37,9 +36,7 @@ log = logging.getLogger("ackqueue")
 Handler = Callable[[Any], object]
 
 # A queue that was shut down (``q.shutdown()``) and has nothing left ends the feeder's loop.
-_ENDED: tuple[type[BaseException], ...] = tuple(
-    cls for cls in (QueueClosedError, getattr(errors, "ShutDown", None)) if cls is not None
-)
+_ENDED: tuple[type[BaseException], ...] = (QueueClosedError, ShutDown)
 
 # What a worker hands back to the feeder for one item: None for success, the exception for a
 # failure, _UNSTARTED for an item it gives back without running the handler.
@@ -57,7 +54,7 @@ class _Feeder:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.consumer: Consumer | None = None
+        self.consumer: Consumer[Any] | None = None
         self.results: collections.deque[tuple[Any, object]] = collections.deque()
         self.wake = threading.Event()  # results are waiting, or the pool is stopping
         self.thread: threading.Thread | None = None
@@ -328,7 +325,7 @@ class WorkerPool:
         finally:
             self._stop(self._stopped_by)
 
-    def _feed_loop(self, feeder: _Feeder, consumer: Consumer, until_empty: bool) -> None:
+    def _feed_loop(self, feeder: _Feeder, consumer: Consumer[Any], until_empty: bool) -> None:
         ended = False  # the queue was shut down and has nothing left for us
         wake = feeder.wake
         while True:
@@ -368,7 +365,7 @@ class WorkerPool:
             self._buffer or any(f.results for f in self._feeders) or any(self._running)
         )
 
-    def _refill(self, feeder: _Feeder, consumer: Consumer, block: bool) -> bool:
+    def _refill(self, feeder: _Feeder, consumer: Consumer[Any], block: bool) -> bool:
         """Top the buffer up to ``prefetch``; whether anything was added.
 
         Only an idle pool blocks (up to ``poll``): otherwise results that come back
@@ -393,7 +390,7 @@ class WorkerPool:
         self._refilled.set()
         return True
 
-    def _settle(self, feeder: _Feeder, consumer: Consumer) -> None:
+    def _settle(self, feeder: _Feeder, consumer: Consumer[Any]) -> None:
         """Settle what the workers handed back: all successes in one durable commit."""
         results = feeder.results
         if not results:
@@ -423,7 +420,7 @@ class WorkerPool:
             with self._lock:
                 self._feeders_busy -= 1
 
-    def _ack(self, consumer: Consumer, items: list[Any]) -> None:
+    def _ack(self, consumer: Consumer[Any], items: list[Any]) -> None:
         try:
             consumer.ack_many(items)
         except NotHeldError:
@@ -441,7 +438,7 @@ class WorkerPool:
         with self._lock:
             self.stats.done += len(items)
 
-    def _settle_one(self, consumer: Consumer, item: Any, outcome: object) -> None:
+    def _settle_one(self, consumer: Consumer[Any], item: Any, outcome: object) -> None:
         """Give back an unstarted item, or retry or bury a failed one."""
         try:
             if isinstance(outcome, Exception):
@@ -465,7 +462,7 @@ class WorkerPool:
             owner.results.append((item, _UNSTARTED))
             owner.wake.set()
 
-    def _failed(self, consumer: Consumer, item: Any, exc: Exception) -> None:
+    def _failed(self, consumer: Consumer[Any], item: Any, exc: Exception) -> None:
         attempts = consumer.delivery(item).attempts
         limit = self.retry.max_attempts or self.queue.max_attempts
         if limit and attempts >= limit:
