@@ -1,7 +1,8 @@
 """How many deliberate bugs in the core the fast tests catch: mutmut over a copy of the tree.
 
     python3 benchmarks/mutation.py                       # the core modules, the fast tests
-    python3 benchmarks/mutation.py ackqueue/storage/durability.py -- tests/test_power_loss.py
+    python3 benchmarks/mutation.py ackqueue/storage/durability.py \
+        -- tests/storage/test_power_loss.py
 
 mutmut (``pip install -e '.[dev]'``) changes the code one small edit at a time (a ``<`` for a
 ``<=``, a ``True`` for a ``False``, a call dropped...) and runs the tests that reach the edited
@@ -30,8 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The delivery rules, the consumer, and the durability layer: what README.rst's promises
 # (order, acks, held items coming back, fsync before return) rest on.
 CORE = [
-    "ackqueue/delivery/settling.py",
-    "ackqueue/delivery/claiming.py",
+    "ackqueue/queue/deliveries.py",
+    "ackqueue/queue/claiming.py",
+    "ackqueue/delivery/supply.py",
+    "ackqueue/delivery/holding.py",
     "ackqueue/delivery/ready.py",
     "ackqueue/delivery/holds.py",
     "ackqueue/delivery/recovery.py",
@@ -44,13 +47,13 @@ CORE = [
 # stats run die with a segmentation fault while pytest formatted a failure under its
 # trampolines; pass them with --tests to try again with a later mutmut.)
 FAST_TESTS = [
-    "tests/test_smoke.py",
-    "tests/test_consumer.py",
-    "tests/test_power_loss.py",
-    "tests/test_durability.py",
-    "tests/test_shutdown.py",
-    "tests/test_priority.py",
-    "tests/test_close_wakes.py",
+    "tests/queue/test_smoke.py",
+    "tests/queue/test_consumer.py",
+    "tests/storage/test_power_loss.py",
+    "tests/storage/test_durability.py",
+    "tests/queue/test_shutdown.py",
+    "tests/delivery/test_priority.py",
+    "tests/queue/test_close_wakes.py",
 ]
 
 

@@ -16,7 +16,7 @@ checks:
 * redeliveries are bounded by the nacks plus what was held at the kills.
 
 It prints the counts as JSON and exits non-zero on any violation. The test suite runs a
-short version (``tests/test_faults.py``).
+short version (``tests/queue/test_faults.py``).
 """
 
 from __future__ import annotations

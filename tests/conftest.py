@@ -17,7 +17,8 @@ if os.environ.get("CI"):
 # The contract suite's ``queues`` fixture (see that module for why it is a plugin).
 pytest_plugins = ["contracts.implementations"]
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))  # the helpers and children live here
+REPO_ROOT = os.path.dirname(TESTS_DIR)
 
 
 def seed_for(default: int) -> int:

@@ -1,4 +1,4 @@
-"""The process that tests/test_crash.py kills with SIGKILL, over and over.
+"""The process that tests/queue/test_crash.py kills with SIGKILL, over and over.
 
     python crash_child.py QUEUE_FILE LOG_FILE RUN_NUMBER work|drain
 

@@ -5,10 +5,10 @@
         in the format of benchmarks/stress.py so that its checker can judge the file.
     python fault_child.py interrupt PATH SEED OPS
         puts, gets, acks and nacks while SIGINT arrives at random moments; see
-        tests/test_interrupts.py.
+        tests/queue/test_interrupts.py.
     python fault_child.py fsize PATH OP LIMIT
         runs OP (put, ack or pack) under a file-size limit of LIMIT bytes more than the file
-        (or LIMIT bytes in all if negative); see tests/test_disk_full.py.
+        (or LIMIT bytes in all if negative); see tests/storage/test_disk_full.py.
 """
 
 from __future__ import annotations

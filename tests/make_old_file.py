@@ -6,9 +6,9 @@ The file holds three named queues (``jobs``: an ``AckQueue`` with ``max_attempts
 ``urgent``: a ``PriorityAckQueue``; ``stack``: a ``LifoAckQueue``) with ready items, items
 held by a consumer when the writing process is SIGKILLed, dead letters (by ``max_attempts``
 and by ``reject``) and items delayed until a far-future time. ``EXPECTED`` below is what any
-later ackqueue must find in it; ``tests/test_old_files.py`` checks exactly that. The committed
-file was written by the tree named in its name: change ``write`` and ``EXPECTED`` only together
-with a file regenerated on that tree.
+later ackqueue must find in it; ``tests/storage/test_old_files.py`` checks exactly that. The
+committed file was written by the tree named in its name: change ``write`` and ``EXPECTED``
+only together with a file regenerated on that tree.
 
 Only the public API is used, so the script runs on any tree since the API took its shape.
 Only the ``.fs`` file is kept: the index, lock, status and commit scratch files a killed

@@ -10,7 +10,8 @@ workers' logs are checked:
 * an item got twice was first held by a process that was killed, or was given back (nack, or
   an ack whose outcome was unknown because the server died under it).
 
-Used by ``tests/test_shared_kills.py`` (a few kills) and ``benchmarks/kill_shared.py`` (100+).
+Used by ``tests/shared/test_shared_kills.py`` (a few kills) and ``benchmarks/kill_shared.py``
+(100+).
 Each worker appends one line per confirmed event to a log of its own, flushed at once: the
 kernel keeps what was written when the process is SIGKILLed.
 """

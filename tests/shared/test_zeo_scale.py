@@ -15,13 +15,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from conftest import child_env
+from conftest import TESTS_DIR, child_env
 from polling import bounded
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zeo_worker.py")
+WORKER = os.path.join(TESTS_DIR, "zeo_worker.py")
 PROCESSES = 4
 THREADS = 4
 ITERATIONS = 15

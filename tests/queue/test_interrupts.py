@@ -18,12 +18,12 @@ import sys
 import time
 
 import pytest
-from conftest import child_env
+from conftest import TESTS_DIR, child_env
 from polling import bounded
 
 import ackqueue
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_child.py")
+CHILD = os.path.join(TESTS_DIR, "fault_child.py")
 
 
 def stored_items(path: str) -> tuple[list[object], list[object]]:

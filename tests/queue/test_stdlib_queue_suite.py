@@ -19,7 +19,7 @@ import types
 import unittest
 
 import pytest
-from conftest import child_env
+from conftest import TESTS_DIR, child_env
 
 import ackqueue
 
@@ -99,9 +99,9 @@ def _in_child(cls_name: str, name: str):  # type: ignore[no-untyped-def]
     def run(self):  # type: ignore[no-untyped-def]
         if os.environ.get(IN_CHILD):
             return getattr(super(type(self), self), name)()
-        tests_dir = os.path.dirname(os.path.abspath(__file__))
+        here = TESTS_DIR
         env = child_env(**{IN_CHILD: "1"})
-        env["PYTHONPATH"] = os.pathsep.join([tests_dir, env["PYTHONPATH"]])
+        env["PYTHONPATH"] = os.pathsep.join([here, TESTS_DIR, env["PYTHONPATH"]])
         child = subprocess.Popen(
             [sys.executable, "-m", "unittest", f"{__name__}.{cls_name}.{name}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -16,12 +16,12 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import child_env
+from conftest import TESTS_DIR, child_env
 from make_old_file import EXPECTED, FAR_FUTURE
 
 import ackqueue
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "written_by_26e4f63.fs")
+DATA = os.path.join(TESTS_DIR, "data", "written_by_26e4f63.fs")
 KINDS = {
     "fifo": ackqueue.AckQueue,
     "priority": ackqueue.PriorityAckQueue,

@@ -27,11 +27,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from conftest import child_env, seed_for
+from conftest import TESTS_DIR, child_env, seed_for
 
 import ackqueue
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_child.py")
+CHILD = os.path.join(TESTS_DIR, "crash_child.py")
 RUN_BASE = 1_000_000
 KILLS = 32
 

@@ -1,6 +1,6 @@
 """examples/retry_with_backoff.py: flaky jobs retried with backoff, the poison one dead-lettered.
 
-(drop_in.py and thread_pool.py are run by tests/test_examples.py.)
+(drop_in.py and thread_pool.py are run by tests/project/test_examples.py.)
 """
 
 import os

@@ -17,14 +17,14 @@ import sys
 
 import pytest
 import ZODB
-from conftest import child_env
+from conftest import TESTS_DIR, child_env
 from fault_child import load_stress
 from polling import wait_until
 from ZODB.FileStorage import FileStorage
 
 import ackqueue
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_child.py")
+CHILD = os.path.join(TESTS_DIR, "fault_child.py")
 stress = load_stress()
 
 

@@ -19,12 +19,12 @@ import time
 
 import pytest
 import ZODB.TimeStamp
-from conftest import child_env, stored_items
+from conftest import TESTS_DIR, child_env, stored_items
 from ZODB.FileStorage import FileIterator
 
 import ackqueue
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_child.py")
+CHILD = os.path.join(TESTS_DIR, "fault_child.py")
 PRE = [("pre", i, b"z" * 200) for i in range(50)]
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import child_env, spawn_child
+from conftest import REPO_ROOT, child_env, spawn_child
 
 import ackqueue
 from ackqueue.cli.commands import main
@@ -297,5 +297,5 @@ def test_python_dash_m_and_the_console_script_entry_run_the_same_cli(qpath):
         env=child_env(), capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0 and json.loads(result.stdout)[0]["item"] == "x"
-    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "setup.cfg")) as f:
+    with open(os.path.join(REPO_ROOT, "setup.cfg")) as f:
         assert "ackqueue = ackqueue.cli:main" in f.read()

@@ -35,7 +35,7 @@ def test_the_sdist_holds_license_tests_examples_and_benchmarks(tmp_path):
     with tarfile.open(_build_sdist(tmp_path)) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     for needed in ("LICENSE", "README.rst", "tests/conftest.py", "tests/polling.py",
-                   "tests/semantic_helpers.py", "tests/crash_child.py", "tests/test_smoke.py",
+                   "tests/semantic_helpers.py", "tests/crash_child.py", "tests/queue/test_smoke.py",
                    "examples/drop_in.py", "examples/crawler.py", "benchmarks/_common.py",
                    "benchmarks/README.rst", "ackqueue/py.typed"):
         assert needed in names, f"{needed} is missing from the sdist"
@@ -55,7 +55,7 @@ def test_tests_run_from_the_unpacked_sdist(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(root))
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/test_smoke.py", "tests/test_examples.py::"
+         "tests/queue/test_smoke.py", "tests/project/test_examples.py::"
          "test_drop_in_squares_twenty_numbers_and_finds_nothing_left_over"],
         cwd=root, env=env, capture_output=True, text=True, timeout=300,
     )
