@@ -1,64 +1,32 @@
 """The ``ackqueue`` command line: a tour, and inspecting and repairing queue files.
 
 Reading commands (``stats``, ``peek``, ``dead``, ``top``) open the file read-only, so they work
-while a live process has it open. Changing commands (``requeue``, ``purge``, ``pack``, ``drop``)
-need the file to themselves, and ``requeue``/``purge``/``drop`` do nothing without ``--yes``.
+while a live process has it open. Changing commands (``requeue``, ``purge``, ``pack``, ``drop``,
+``pause``, ``resume``: :mod:`.changing`) need the file to themselves, and
+``requeue``/``purge``/``drop`` do nothing without ``--yes``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.metadata
 import json
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-import ZODB
 
 from ackqueue.cli import bench, inspection
+from ackqueue.cli.changing import cmd_drop, cmd_pack, cmd_pause, cmd_purge, cmd_requeue, cmd_resume
+from ackqueue.cli.common import CommandError, Progress, single_name, where
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import QueueStats, SessionInfo, age_text, as_json, counted
-from ackqueue.errors import AckQueueError, Empty
-from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
-from ackqueue.records import queues_of
+from ackqueue.errors import AckQueueError
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.uri import is_uri
 
-QUEUE_CLASSES: dict[str, type[AckQueue[Any]]] = {
-    "fifo": AckQueue,
-    "lifo": LifoAckQueue,
-    "priority": PriorityAckQueue,
-}
-PURGE_BATCH = 500
 HELD_SHOWN = 10
 DESCRIPTION = "The ackqueue command line: a tour, and inspecting and repairing queue files."
-
-
-class CommandError(Exception):
-    """A command cannot do what was asked; the message is the one line the user sees."""
-
-
-class Progress:
-    """Reports a long operation's progress on stderr, at most once a second of ``clock``."""
-
-    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.what = what
-        self._clock = clock
-        self._last = clock()
-
-    def __call__(self, done: int, total: int) -> None:
-        now = self._clock()
-        if now - self._last >= 1.0:
-            self._last = now
-            of = f"/{total:,}" if total else ""
-            print(f"  {self.what}: {done:,}{of}", file=sys.stderr, flush=True)
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -68,15 +36,6 @@ def _names(qf: QueueFile, name: str | None) -> list[str]:
         qf.record(name)  # a clear error if there is no such queue
         return [name]
     return qf.names()
-
-
-def _where(qf: QueueFile) -> str:
-    if not qf.is_file:
-        return "a shared storage; holds and sessions as stored in it"
-    if qf.live_pid is None:
-        return "not open in any process"
-    pid = "an unknown process" if qf.live_pid < 0 else f"process {qf.live_pid}"
-    return f"open in {pid}; reading it read-only"
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -99,7 +58,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(report, indent=2))
             return 0
-        print(f"{qf.path}: {_where(qf)}")
+        print(f"{qf.path}: {where(qf)}")
         if qf.holds_age is not None:
             print(f"holds as the live process reported them {age_text(qf.holds_age)} ago")
         size = qf.file_size()
@@ -146,7 +105,7 @@ def _print_stats(s: QueueStats, holds_known: bool) -> None:
 
 def cmd_peek(args: argparse.Namespace) -> int:
     with QueueFile(args.path) as qf:
-        name = _single_name(qf, args.name)
+        name = single_name(qf, args.name)
         items = qf.peek(name, args.n, limit=None if args.json else 200, for_json=args.json,
                         progress=Progress("reading items") if args.n > 10_000 else None)
         stored = stored_count(qf.record(name))
@@ -175,7 +134,7 @@ def _count_arg(text: str) -> int:
 
 def cmd_dead(args: argparse.Namespace) -> int:
     with QueueFile(args.path) as qf:
-        name = _single_name(qf, args.name)
+        name = single_name(qf, args.name)
         letters = qf.dead(name, limit=None if args.json else 200, for_json=args.json)
     if args.json:
         print(json.dumps(as_json(letters), indent=2))
@@ -187,174 +146,6 @@ def cmd_dead(args: argparse.Namespace) -> int:
         when = "" if d.when is None else f", {age_text(now - d.when)} ago"
         print(f"{d.id}: {d.item}  [{counted(d.attempts, 'attempt')}{when}: "
               f"{d.reason or 'no reason'}]")
-    return 0
-
-
-def _single_name(qf: QueueFile, name: str | None) -> str:
-    if name is not None:
-        qf.record(name)
-        return name
-    names = qf.names()
-    if "default" in names or len(names) != 1:
-        return "default" if "default" in names else _pick_error(qf, names)
-    return names[0]
-
-
-def _pick_error(qf: QueueFile, names: list[str]) -> str:
-    known = ", ".join(repr(n) for n in names) or "none"
-    raise CommandError(f"{qf.path} holds several queues ({known}); choose one with --name")
-
-
-# -- changing ----------------------------------------------------------------------------------
-
-def _open_for_change(path: str, name: str | None) -> Any:  # Any: dead-letter methods vary
-    with QueueFile(path) as qf:
-        chosen = _single_name(qf, name)
-        kind = qf.kind(chosen)
-    return QUEUE_CLASSES[kind](path, name=chosen)
-
-
-def _confirm(args: argparse.Namespace, what: str) -> bool:
-    if args.yes:
-        return True
-    print(f"would {what}; add --yes to do it", file=sys.stderr)
-    return False
-
-
-def cmd_requeue(args: argparse.Namespace) -> int:
-    if args.held:
-        return _requeue_held(args)
-    with _open_for_change(args.path, args.name) as q:
-        count = q.dead_count()
-        if not count:
-            print(f"queue {q.name!r} has no dead letters; nothing to requeue")
-            return 0
-        letters = counted(count, "dead letter")
-        if not _confirm(args, f"move {letters} of {q.name!r} back to the queue"):
-            return 1
-        q.requeue_dead()
-        print(f"requeued {letters} of queue {q.name!r}")
-    return 0
-
-
-def _requeue_held(args: argparse.Namespace) -> int:
-    with QueueFile(args.path) as qf:
-        name = _single_name(qf, args.name)
-        if qf.shared:
-            raise CommandError(
-                f"{qf.path} is shared: its holds are stored under the session that took them "
-                "and go back when that session closes or, if its process died, when its lease "
-                "lapses and a live process reaps it (see `ackqueue stats`)"
-            )
-        if qf.live_pid is not None:
-            raise CommandError(
-                f"{qf.path} is {_where(qf)}: its held items live in that process's memory and go "
-                "back when their consumers close or the process ends; stop it to requeue them"
-            )
-        stats = qf.stats(name)
-    waiting = f", and {stats.delayed:,} delayed until due" if stats.delayed else ""
-    print(f"queue {name!r}: nothing is held. Holds live only in the memory of the process that "
-          f"took them, so with no process open {counted(stats.ready or 0, 'stored item')} "
-          f"{'is' if stats.ready == 1 else 'are'} ready already{waiting}.")
-    return 0
-
-
-def cmd_purge(args: argparse.Namespace) -> int:
-    with _open_for_change(args.path, args.name) as q:
-        what = "dead letter" if args.dead else "ready item"
-        count = q.dead_count() if args.dead else q.qsize()
-        if not count:
-            print(f"queue {q.name!r} has no {what}s; nothing to purge")
-            return 0
-        if not _confirm(args, f"delete {counted(count, what)} of {q.name!r} for good"):
-            return 1
-        if args.dead:
-            q.purge_dead()
-            removed = count
-        else:
-            removed = _purge_ready(q, Progress("purged"))
-        print(f"purged {counted(removed, what)} of queue {q.name!r}")
-    return 0
-
-
-def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
-    total, removed = q.qsize(), 0
-    grouped: Any = getattr(q, "transaction", None)  # one commit per batch where available
-    while True:
-        taken = 0
-        with grouped() if grouped is not None else contextlib.nullcontext():
-            for _ in range(PURGE_BATCH if grouped is not None else 1):
-                try:
-                    q.get_nowait()
-                except Empty:
-                    break  # leave the batch normally, so that what it took is committed
-                taken += 1
-        removed += taken
-        if not taken:
-            return removed
-        progress(removed, total)
-
-
-def cmd_pack(args: argparse.Namespace) -> int:
-    """Pack the whole file (every queue in it: a pack is file-wide); sizes as ``ls`` shows them."""
-    if is_uri(args.path):
-        raise CommandError("pack works on a FileStorage file; pack a ZEO server's storage "
-                           "with ZEO's zeopack")
-    with QueueFile(args.path) as qf:
-        name = args.name if args.name is not None else qf.names()[0]
-        qf.record(name)
-        kind = qf.kind(name)
-    before = os.path.getsize(args.path)
-    print(f"packing {args.path} ({before:,} bytes)...", file=sys.stderr, flush=True)
-    started = time.monotonic()
-    with QUEUE_CLASSES[kind](args.path, name=name, autopack=False) as q:
-        _with_file_progress(q.pack, args.path + ".pack", before, Progress("packed bytes"))
-    after = os.path.getsize(args.path)  # closed: what is left is what ls shows
-    print(f"packed {args.path}: {before:,} -> {after:,} bytes in "
-          f"{time.monotonic() - started:.1f} s")
-    return 0
-
-
-def _with_file_progress(work: Callable[[], None], growing: str, total: int,
-                        progress: Callable[[int, int], None]) -> None:
-    """Run ``work`` while reporting the size of the file it writes, ``growing``, as progress."""
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.25):
-            with contextlib.suppress(OSError):
-                progress(os.path.getsize(growing), total)
-
-    watcher = threading.Thread(target=watch, name="ackqueue-progress", daemon=True)
-    watcher.start()
-    try:
-        work()
-    finally:
-        done.set()
-        watcher.join()
-
-
-def cmd_drop(args: argparse.Namespace) -> int:
-    """Delete one named queue of a file, with its items and dead letters; the rest stays."""
-    if is_uri(args.path):
-        raise CommandError("drop works on a FileStorage file only, so that no live process "
-                           "on a shared storage loses the queue under its feet")
-    with QueueFile(args.path) as qf:
-        record = qf.record(args.name)
-        stored, dead = stored_count(record), qf.stats(args.name).dead
-        others = [n for n in qf.names() if n != args.name]
-    contents = f"{counted(stored, 'stored item')} and {counted(dead, 'dead letter')}"
-    if not _confirm(args, f"delete queue {args.name!r} of {args.path} with its {contents}"):
-        return 1
-    db = ZODB.DB(open_file_storage(os.path.realpath(args.path)))  # takes the lock: no live user
-    try:
-        with db.transaction() as conn:
-            del queues_of(conn.root(), create=False)[args.name]
-    finally:
-        db.close()
-    left = ", ".join(repr(n) for n in others) or "none"
-    print(f"dropped queue {args.name!r} ({contents}); queues left: {left}. "
-          "Its space is freed by the next pack.")
     return 0
 
 
@@ -424,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "of every queue in it")
     drop = command("drop", cmd_drop, "delete one named queue of the file, with its items")
     drop.add_argument("--yes", action="store_true", help="really do it")
+    command("pause", cmd_pause, "hand out nothing until resumed, in every process; puts go on")
+    command("resume", cmd_resume, "hand items out again after a pause")
     bench.add_command(commands)
     return parser
 

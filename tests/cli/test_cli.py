@@ -299,3 +299,19 @@ def test_python_dash_m_and_the_console_script_entry_run_the_same_cli(qpath):
     assert result.returncode == 0 and json.loads(result.stdout)[0]["item"] == "x"
     with open(os.path.join(REPO_ROOT, "setup.cfg")) as f:
         assert "ackqueue = ackqueue.cli:main" in f.read()
+
+
+def test_pause_and_resume_from_the_command_line(qpath, capsys):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("job")
+    assert main(["pause", qpath]) == 0
+    assert "paused queue 'default'" in capsys.readouterr().out
+    assert main(["pause", qpath]) == 0
+    assert "paused already" in capsys.readouterr().out
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.paused
+        with pytest.raises(ackqueue.Empty):
+            q.get_nowait()
+    assert main(["resume", qpath]) == 0
+    with ackqueue.AckQueue(qpath) as q:
+        assert not q.paused and q.get_nowait() == "job"

@@ -12,6 +12,7 @@ import pytest
 from test_cli import churn, fill, run
 
 import ackqueue
+from ackqueue.cli import changing
 from ackqueue.cli import commands as cli
 
 
@@ -154,5 +155,5 @@ def test_pack_progress_reports_the_growing_pack_file(tmp_path):
         growing.write_bytes(b"x" * 1234)
         assert seen.wait(10), "no progress while the pack file grew"
 
-    cli._with_file_progress(work, str(growing), 5000, progress)
+    changing._with_file_progress(work, str(growing), 5000, progress)
     assert (1234, 5000) in reported

@@ -1,0 +1,196 @@
+"""The commands that change a queue file: ``requeue``, ``purge``, ``pack``, ``drop``, ``pause``
+and ``resume``. They need the file to themselves (or a shared one's server), and ``requeue``,
+``purge`` and ``drop`` do nothing without ``--yes``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ZODB
+
+from ackqueue.cli.common import (
+    QUEUE_CLASSES,
+    CommandError,
+    Progress,
+    confirm,
+    open_for_change,
+    single_name,
+    where,
+)
+from ackqueue.cli.inspection import QueueFile
+from ackqueue.cli.reports import counted
+from ackqueue.errors import Empty
+from ackqueue.queue.queues import AckQueue
+from ackqueue.records import queues_of
+from ackqueue.storage.counts import stored_count
+from ackqueue.storage.files import open_file_storage
+from ackqueue.storage.uri import is_uri
+
+PURGE_BATCH = 500
+
+
+def cmd_requeue(args: argparse.Namespace) -> int:
+    if args.held:
+        return _requeue_held(args)
+    with open_for_change(args.path, args.name) as q:
+        count = q.dead_count()
+        if not count:
+            print(f"queue {q.name!r} has no dead letters; nothing to requeue")
+            return 0
+        letters = counted(count, "dead letter")
+        if not confirm(args, f"move {letters} of {q.name!r} back to the queue"):
+            return 1
+        q.requeue_dead()
+        print(f"requeued {letters} of queue {q.name!r}")
+    return 0
+
+
+def _requeue_held(args: argparse.Namespace) -> int:
+    with QueueFile(args.path) as qf:
+        name = single_name(qf, args.name)
+        if qf.shared:
+            raise CommandError(
+                f"{qf.path} is shared: its holds are stored under the session that took them "
+                "and go back when that session closes or, if its process died, when its lease "
+                "lapses and a live process reaps it (see `ackqueue stats`)"
+            )
+        if qf.live_pid is not None:
+            raise CommandError(
+                f"{qf.path} is {where(qf)}: its held items live in that process's memory and go "
+                "back when their consumers close or the process ends; stop it to requeue them"
+            )
+        stats = qf.stats(name)
+    waiting = f", and {stats.delayed:,} delayed until due" if stats.delayed else ""
+    print(f"queue {name!r}: nothing is held. Holds live only in the memory of the process that "
+          f"took them, so with no process open {counted(stats.ready or 0, 'stored item')} "
+          f"{'is' if stats.ready == 1 else 'are'} ready already{waiting}.")
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    with open_for_change(args.path, args.name) as q:
+        what = "dead letter" if args.dead else "ready item"
+        count = q.dead_count() if args.dead else q.qsize()
+        if not count:
+            print(f"queue {q.name!r} has no {what}s; nothing to purge")
+            return 0
+        if not confirm(args, f"delete {counted(count, what)} of {q.name!r} for good"):
+            return 1
+        if args.dead:
+            q.purge_dead()
+            removed = count
+        else:
+            removed = _purge_ready(q, Progress("purged"))
+        print(f"purged {counted(removed, what)} of queue {q.name!r}")
+    return 0
+
+
+def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
+    total, removed = q.qsize(), 0
+    grouped: Any = getattr(q, "transaction", None)  # one commit per batch where available
+    while True:
+        taken = 0
+        with grouped() if grouped is not None else contextlib.nullcontext():
+            for _ in range(PURGE_BATCH if grouped is not None else 1):
+                try:
+                    q.get_nowait()
+                except Empty:
+                    break  # leave the batch normally, so that what it took is committed
+                taken += 1
+        removed += taken
+        if not taken:
+            return removed
+        progress(removed, total)
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    """Pack the whole file (every queue in it: a pack is file-wide); sizes as ``ls`` shows them."""
+    if is_uri(args.path):
+        raise CommandError("pack works on a FileStorage file; pack a ZEO server's storage "
+                           "with ZEO's zeopack")
+    with QueueFile(args.path) as qf:
+        name = args.name if args.name is not None else qf.names()[0]
+        qf.record(name)
+        kind = qf.kind(name)
+    before = os.path.getsize(args.path)
+    print(f"packing {args.path} ({before:,} bytes)...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    with QUEUE_CLASSES[kind](args.path, name=name, autopack=False) as q:
+        _with_file_progress(q.pack, args.path + ".pack", before, Progress("packed bytes"))
+    after = os.path.getsize(args.path)  # closed: what is left is what ls shows
+    print(f"packed {args.path}: {before:,} -> {after:,} bytes in "
+          f"{time.monotonic() - started:.1f} s")
+    return 0
+
+
+def _with_file_progress(work: Callable[[], None], growing: str, total: int,
+                        progress: Callable[[int, int], None]) -> None:
+    """Run ``work`` while reporting the size of the file it writes, ``growing``, as progress."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.25):
+            with contextlib.suppress(OSError):
+                progress(os.path.getsize(growing), total)
+
+    watcher = threading.Thread(target=watch, name="ackqueue-progress", daemon=True)
+    watcher.start()
+    try:
+        work()
+    finally:
+        done.set()
+        watcher.join()
+
+
+def cmd_drop(args: argparse.Namespace) -> int:
+    """Delete one named queue of a file, with its items and dead letters; the rest stays."""
+    if is_uri(args.path):
+        raise CommandError("drop works on a FileStorage file only, so that no live process "
+                           "on a shared storage loses the queue under its feet")
+    with QueueFile(args.path) as qf:
+        record = qf.record(args.name)
+        stored, dead = stored_count(record), qf.stats(args.name).dead
+        others = [n for n in qf.names() if n != args.name]
+    contents = f"{counted(stored, 'stored item')} and {counted(dead, 'dead letter')}"
+    if not confirm(args, f"delete queue {args.name!r} of {args.path} with its {contents}"):
+        return 1
+    db = ZODB.DB(open_file_storage(os.path.realpath(args.path)))  # takes the lock: no live user
+    try:
+        with db.transaction() as conn:
+            del queues_of(conn.root(), create=False)[args.name]
+    finally:
+        db.close()
+    left = ", ".join(repr(n) for n in others) or "none"
+    print(f"dropped queue {args.name!r} ({contents}); queues left: {left}. "
+          "Its space is freed by the next pack.")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Stop handing out items (stored: every process sees it, and it holds after a restart)."""
+    return _set_paused(args, True)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _set_paused(args, False)
+
+
+def _set_paused(args: argparse.Namespace, paused: bool) -> int:
+    with open_for_change(args.path, args.name) as q:
+        if q.paused == paused:
+            print(f"queue {q.name!r} is {'paused' if paused else 'not paused'} already")
+            return 0
+        if paused:
+            q.pause()
+            print(f"paused queue {q.name!r}: no item is handed out until `ackqueue resume`")
+        else:
+            q.resume()
+            print(f"resumed queue {q.name!r}")
+    return 0

@@ -1,0 +1,77 @@
+"""What the command line's commands share: their error, the queue classes by kind, progress
+lines, choosing the queue of a file, and opening it for a change."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ackqueue.cli.inspection import QueueFile
+from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+
+QUEUE_CLASSES: dict[str, type[AckQueue[Any]]] = {
+    "fifo": AckQueue,
+    "lifo": LifoAckQueue,
+    "priority": PriorityAckQueue,
+}
+
+
+class CommandError(Exception):
+    """A command cannot do what was asked; the message is the one line the user sees."""
+
+
+class Progress:
+    """Reports a long operation's progress on stderr, at most once a second of ``clock``."""
+
+    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what = what
+        self._clock = clock
+        self._last = clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self._clock()
+        if now - self._last >= 1.0:
+            self._last = now
+            of = f"/{total:,}" if total else ""
+            print(f"  {self.what}: {done:,}{of}", file=sys.stderr, flush=True)
+
+
+def single_name(qf: QueueFile, name: str | None) -> str:
+    if name is not None:
+        qf.record(name)
+        return name
+    names = qf.names()
+    if "default" in names or len(names) != 1:
+        return "default" if "default" in names else pick_error(qf, names)
+    return names[0]
+
+
+def pick_error(qf: QueueFile, names: list[str]) -> str:
+    known = ", ".join(repr(n) for n in names) or "none"
+    raise CommandError(f"{qf.path} holds several queues ({known}); choose one with --name")
+
+
+def where(qf: QueueFile) -> str:
+    if not qf.is_file:
+        return "a shared storage; holds and sessions as stored in it"
+    if qf.live_pid is None:
+        return "not open in any process"
+    pid = "an unknown process" if qf.live_pid < 0 else f"process {qf.live_pid}"
+    return f"open in {pid}; reading it read-only"
+
+
+def open_for_change(path: str, name: str | None) -> Any:  # Any: dead-letter methods vary
+    with QueueFile(path) as qf:
+        chosen = single_name(qf, name)
+        kind = qf.kind(chosen)
+    return QUEUE_CLASSES[kind](path, name=chosen)
+
+
+def confirm(args: argparse.Namespace, what: str) -> bool:
+    if args.yes:
+        return True
+    print(f"would {what}; add --yes to do it", file=sys.stderr)
+    return False
