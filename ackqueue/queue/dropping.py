@@ -19,6 +19,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ackqueue.queue import status
@@ -29,6 +30,31 @@ INTERNAL_THREADS = "ackqueue-"  # the prefix of every thread ackqueue starts
 Step = Callable[[], None]
 
 
+@dataclass(frozen=True)
+class Left:
+    """What a dropped queue leaves open, and how to let go of it (nothing leads back to the
+    queue, or it would never be collected)."""
+
+    store: Store
+    name: str
+    claim: object
+    close_book: Step
+    status_file: str | None
+    give_back: Step | None  # stored holds to give back (shared mode), which commits
+
+    def clean_up(self) -> None:
+        try:
+            self.close_book()
+        finally:
+            try:
+                if self.give_back is not None:
+                    self.give_back()
+            finally:
+                if self.status_file is not None:
+                    status.beacon.forget_dropped(self.status_file)
+                self.store.release_dropped(self.name, self.claim)
+
+
 def watch(
     queue: status.Reporting,
     store: Store,
@@ -37,32 +63,20 @@ def watch(
     close_book: Step,
     give_back: Step | None,
 ) -> weakref.finalize[..., Any]:
-    """Clean up after ``queue`` if it is collected while open; ``close()`` detaches this.
-
-    Nothing given here may lead back to the queue, or it would never be collected.
-    """
-    finalizer = weakref.finalize(
-        queue, _dropped, store, name, claim, close_book, queue.storage_file, give_back
-    )
+    """Clean up after ``queue`` if it is collected while open; ``close()`` detaches this."""
+    left = Left(store, name, claim, close_book, queue.storage_file, give_back)
+    finalizer = weakref.finalize(queue, _dropped, left)
     finalizer.atexit = False  # at exit, store.py and sessions.py close everything anyway
     return finalizer
 
 
-def _dropped(
-    store: Store,
-    name: str,
-    claim: object,
-    close_book: Step,
-    status_file: str | None,
-    give_back: Step | None,
-) -> None:
-    args = (store, name, claim, close_book, status_file, give_back)
-    if give_back is None and _can_close_here(store):
-        _clean_up(*args)
+def _dropped(left: Left) -> None:
+    if left.give_back is None and _can_close_here(left.store):
+        left.clean_up()
         return
     # At interpreter shutdown no thread can start; the exit handlers close the storage.
     with contextlib.suppress(RuntimeError):
-        threading.Thread(target=_clean_up, args=args, name="ackqueue-dropped", daemon=True).start()
+        threading.Thread(target=left.clean_up, name="ackqueue-dropped", daemon=True).start()
 
 
 def _can_close_here(store: Store) -> bool:
@@ -71,23 +85,3 @@ def _can_close_here(store: Store) -> bool:
     if threading.current_thread().name.startswith(INTERNAL_THREADS):
         return False
     return store.registry_free()
-
-
-def _clean_up(
-    store: Store,
-    name: str,
-    claim: object,
-    close_book: Step,
-    status_file: str | None,
-    give_back: Step | None,
-) -> None:
-    try:
-        close_book()
-    finally:
-        try:
-            if give_back is not None:
-                give_back()
-        finally:
-            if status_file is not None:
-                status.beacon.forget_dropped(status_file)
-            store.release_dropped(name, claim)
