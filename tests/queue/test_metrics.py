@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from polling import wait_until
 
 import ackqueue
 
@@ -30,6 +31,9 @@ def test_metrics_count_items_by_state_and_operations(qpath, shared):
         rejected = c.get()
         assert rejected == "d"
         c.reject(rejected, reason="bad")
+        # In shared mode ``ready`` is an estimate from the store, which catches up with this
+        # process's give-backs moments later (the session's watcher refreshes it).
+        wait_until(lambda: q.metrics().ready == 1, timeout=10, what="ready caught up")
         m = q.metrics()
         assert (m.ready, m.delayed, m.held, m.dead) == (1, 1, 1, 1)
         assert m.held_by_owner == {threading.current_thread().name: 1}
