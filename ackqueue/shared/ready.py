@@ -109,7 +109,10 @@ class SharedReadyIndex:
             return
         if self._holder.release_if_mine_locked(key):
             return
-        self._consider(key)
+        # Ready in the store already (a settled give-back committed its unhold; a failed claim
+        # was never held): the next look reads it, in its place. Adding it to the estimate here
+        # would count it twice whenever the watcher's refresh came in between.
+        self._stale = True
 
     def offer(self, key: Any) -> None:
         """``key`` was just stored (a put of ours landed) or fell due: offer it next if it comes
@@ -120,14 +123,6 @@ class SharedReadyIndex:
         # Committed already: the next look at the store counts it (adding it to the estimate
         # here would count it twice whenever the watcher's refresh came in between).
         self._stale = True
-
-    def _consider(self, key: Any) -> None:
-        self._estimate += 1
-        if self._next is None or (self._next is not _UNKNOWN and key < self._next):
-            self._next = key
-        if self._cursor is not None and key <= self._cursor:
-            self._cursor = None  # rescan from the start so the key is found in its place
-            self._next = _UNKNOWN
 
     def lost_race(self) -> None:
         """Another process took a key we claimed: spread our next takes for a while."""
