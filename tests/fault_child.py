@@ -44,13 +44,21 @@ def load_stress():  # type: ignore[no-untyped-def]
 # -- pack: killed while packing --------------------------------------------------------------
 
 
+PUTS_PER_PACK = 20
+
+
 def pack_mode(path: str, journal_path: str, run: int) -> None:
     journal = load_stress().Journal(journal_path, run)
     q = ackqueue.AckQueue(path)
+    # Puts are rationed per pack: a putter free to run flat out fills a file on tmpfs faster
+    # than a pack can copy it, and the packs then slow down without end. The ration keeps the
+    # same mix of puts and packs on a fast disk as on a slow one.
+    ration = threading.Semaphore(0)
 
     def putter() -> None:
         n = 0
         while True:
+            ration.acquire()
             n += 1
             ident = f"{run}.p.{n}"
             journal.log("p", ident)
@@ -60,6 +68,7 @@ def pack_mode(path: str, journal_path: str, run: int) -> None:
     threading.Thread(target=putter, daemon=True).start()
     print("ready", flush=True)
     while True:
+        ration.release(PUTS_PER_PACK)
         journal.log("k")
         q.pack()
         journal.log("K")

@@ -56,9 +56,13 @@ def journaled(journal_path: str, run: int, event: str) -> int:
         return sum(line.startswith(prefix) for line in f)
 
 
-def wait_for_journal(journal_path: str, run: int, event: str, count: int) -> None:
-    wait_until(lambda: journaled(journal_path, run, event) >= count, timeout=60,
-               what=f"{count} {event!r} events of run {run}")
+def wait_for_journal(child: subprocess.Popen[bytes], journal_path: str, run: int, event: str,
+                     count: int) -> None:
+    def seen() -> bool:
+        assert child.poll() is None, f"the child of run {run} ended by itself: {child.returncode}"
+        return journaled(journal_path, run, event) >= count
+
+    wait_until(seen, timeout=60, what=f"{count} {event!r} events of run {run}")
 
 
 def test_sigkill_during_pack_loses_nothing_and_the_file_opens(tmp_path):
@@ -77,9 +81,9 @@ def test_sigkill_during_pack_loses_nothing_and_the_file_opens(tmp_path):
         # The kill point is counted in the child's own events, not in seconds, so that it
         # lands in a pack as often on a fast disk as on a slow one: once the child journals
         # the start of its n-th pack, after a few more of its puts (n and few at random).
-        wait_for_journal(journal_path, run, "k", rng.randint(1, 3))
+        wait_for_journal(child, journal_path, run, "k", rng.randint(1, 3))
         more_puts = journaled(journal_path, run, "P") + rng.randint(0, 3)
-        wait_for_journal(journal_path, run, "P", more_puts)
+        wait_for_journal(child, journal_path, run, "P", more_puts)
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
