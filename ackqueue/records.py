@@ -46,13 +46,18 @@ class Entry(Persistent):
     """
 
     not_before = 0.0
+    group: str | None = None  # put(group=): a class default, so older entries have none
 
-    def __init__(self, data: bytes, put_at: float, not_before: float = 0.0) -> None:
+    def __init__(
+        self, data: bytes, put_at: float, not_before: float = 0.0, group: str | None = None
+    ) -> None:
         self.data = data
         self.put_at = put_at
         self.attempts = 0
         if not_before:
             self.not_before = not_before
+        if group is not None:
+            self.group = group
 
 
 class DeadRecord(Persistent):
@@ -84,6 +89,9 @@ class QueueRecord(Persistent):
     # read the count with ``counts.stored_count`` (see counts.py).
     counted_in_log = False
     paused = False  # while True no item is handed out, in any process (q.pause()); puts go on
+    grouped = False  # True once an entry was put with a group: the ready index must know them
+    group_pauses: Any = None  # OOBTree: group -> paused until (epoch seconds), q.pause_group()
+    group_turns: Any = None  # OOBTree: group -> last delivery (shared mode with group rules)
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -101,6 +109,16 @@ class QueueRecord(Persistent):
             self.dead = LOBTree()
             self.dead_length = Length()
         return self.dead
+
+    def group_pause_index(self) -> Any:
+        if self.group_pauses is None:
+            self.group_pauses = OOBTree()
+        return self.group_pauses
+
+    def group_turn_index(self) -> Any:
+        if self.group_turns is None:
+            self.group_turns = OOBTree()
+        return self.group_turns
 
     def delay_index(self) -> Any:
         if self.delayed is None:

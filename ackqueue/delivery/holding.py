@@ -70,6 +70,7 @@ class Holds:
         table.remove(hold)
         self.end_lease_locked(hold)
         self.count -= 1
+        self._supply.released_locked(hold.key)
         return True
 
     def forget_if_done_locked(self, table: HoldTable) -> None:
@@ -104,6 +105,7 @@ class Holds:
                     table.expired.append(hold)
                     self.end_lease_locked(hold)
                     self.count -= 1
+                    self._supply.released_locked(hold.key)
 
     def drain_locked(self) -> int:
         """Close every table and forget what it held (an immediate shutdown); return how many."""

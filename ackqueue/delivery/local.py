@@ -96,6 +96,7 @@ class LocalMode:
         def forget() -> None:
             with self._mutex:
                 self.forget_locked(key)
+                supply.gone_locked(key)
 
         if tx is not None:
             tx.add(
@@ -118,6 +119,14 @@ class LocalMode:
 
     def settled_locked(self, keys: list[Any]) -> None:
         pass
+
+    def refund_locked(self, key: Any) -> None:
+        key_id = self._order.key_id(key)
+        n = self._attempts.get(key_id, 0)
+        if n > 1:
+            self._attempts[key_id] = n - 1
+        else:
+            self._attempts.pop(key_id, None)
 
     def forget_locked(self, key: Any) -> None:
         self._attempts.pop(self._order.key_id(key), None)

@@ -68,6 +68,11 @@ class Mode(Protocol):
         """Those holds were settled and committed."""
         ...
 
+    def refund_locked(self, key: Any) -> None:
+        """A delivery of ``key`` was snoozed: it does not count (the stored count, where
+        there is one, was lowered by the settling edit)."""
+        ...
+
     def forget_locked(self, key: Any) -> None:
         """``key`` left the queue for good, or was handed out by a plain get."""
         ...

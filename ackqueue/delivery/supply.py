@@ -19,6 +19,9 @@ from ZODB.POSException import ReadConflictError
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.delays import Delays
+from ackqueue.delivery.grouped import GroupedReadyIndex
+from ackqueue.delivery.grouping import Grouping
+from ackqueue.delivery.groups import Group
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.prefetch import READ_AHEAD, ItemCache
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
@@ -33,7 +36,8 @@ NewIndex = Callable[[int, ScanAfter], ReadyKeys]
 
 
 class Supply:
-    """``new_index(backlog, scan_after)`` makes the ready index (each mode has its own)."""
+    """``new_index(backlog, scan_after)`` makes the ready index (each mode has its own);
+    ``grouping`` makes it know groups in one process (None: the mode's index knows them)."""
 
     def __init__(
         self,
@@ -45,6 +49,7 @@ class Supply:
         clock: Clock,
         timers: Timers,
         new_index: NewIndex,
+        grouping: Grouping | None = None,
     ) -> None:
         self._signals = signals
         self._life = lifecycle
@@ -54,6 +59,8 @@ class Supply:
         self._clock = clock
         self._timers = timers
         self._new_index = new_index
+        self._grouping = grouping
+        self.groups: GroupedReadyIndex | None = None  # the ready index, when it knows groups
         self.items = ItemCache()
         self.delays = Delays(book.delayed_at_open(), clock(), ordering.key_id)
         self._session_seq = book.seq_reserved()
@@ -61,21 +68,41 @@ class Supply:
         self.tx_staged = 0  # puts waiting for their transaction to commit
         with signals.mutex:
             backlog = book.count() - len(self.delays.at_open)
-            self.ready: ReadyKeys = new_index(backlog, self._scan_after)
+            self.ready: ReadyKeys = self._make_index(backlog)
             for key in self.delays.due_at_open:
                 self.ready.offer(key)
             for key, when in self.delays.pending.values():
                 timers.at(when, self._fall_due_callback(key))
             # Under the mutex: in shared mode the session's watcher reads through the same
             # book as soon as the index exists.
-            tasks.unfinished = len(self.ready) + len(self.delays)
+            tasks.unfinished = self.ready_total() + len(self.delays)
+
+    def _make_index(self, backlog: int) -> ReadyKeys:
+        grouping = self._grouping
+        if grouping is None or not grouping.wanted(self._book):
+            return self._new_index(backlog, self._scan_after)
+        self.groups = grouping.open_index(
+            self._book, backlog, self._scan_after, self._new_index, self._schedule
+        )
+        return self.groups
+
+    def _schedule(self, when: float, wake: Callable[[], bool]) -> None:
+        def fire() -> None:
+            if wake():
+                self._signals.not_empty.notify_all()
+
+        self._timers.at(when, fire)
 
     def __len__(self) -> int:
         return len(self.ready)
 
+    def ready_total(self) -> int:
+        """Ready keys, also those of groups that may not deliver right now."""
+        return len(self.ready) if self.groups is None else self.groups.total()
+
     def waiting(self) -> int:
-        """What ``maxsize`` counts: ready, and puts on their way."""
-        return len(self.ready) + self.staged + self.tx_staged
+        """What ``maxsize`` counts: ready (in any group), and puts on their way."""
+        return self.ready_total() + self.staged + self.tx_staged
 
     def head(self) -> Any:
         """The first ready key, or None (a priority queue compares new items with it)."""
@@ -118,9 +145,62 @@ class Supply:
 
     def land_staged_locked(self, staged: Staged) -> None:
         """A put committed: ready (its pickle kept for the get, see prefetch.py) or delayed."""
+        if staged.group is not None:
+            self._note_group(staged.key, staged.group)
         if not staged.not_before:
             self.items.add(staged.seq, staged.data, 0)
         self.land_locked(staged.key, staged.not_before)
+
+    def _note_group(self, key: Any, group: Group) -> None:
+        groups = self._grouped()
+        if groups is not None:
+            groups.assign(key, group)
+
+    def _grouped(self) -> GroupedReadyIndex | None:
+        """The grouped index, switched to now if need be (None: the mode's own index reads
+        groups from the store)."""
+        if self.groups is None and self._grouping is not None:
+            self.groups = self._grouping.around(self.ready, self._schedule)
+            for group, until in self._book.group_pauses().items():
+                self.groups.pause(group, until)
+            self.ready = self.groups
+        return self.groups
+
+    # -- acting on whole groups ----------------------------------------------------------------
+
+    def pause_group_locked(self, group: str, until: float) -> None:
+        groups = self._grouped()
+        if groups is not None and groups.pause(group, until):
+            self._signals.not_empty.notify_all()
+
+    def take_group_locked(self, group: str) -> list[tuple[Any, float]] | None:
+        """Take the waiting keys of ``group`` out, ready ones with due time 0 (to remove them;
+        :meth:`land_locked` puts one back). None: the index reads the store, look there."""
+        groups = self.groups
+        if groups is None:
+            return None if self._grouping is None else []
+        taken: list[tuple[Any, float]] = [(key, 0.0) for key in groups.take_lane(group)]
+        for key_id, (key, when) in list(self.delays.pending.items()):
+            if groups.group_of(key) == group:
+                del self.delays.pending[key_id]
+                taken.append((key, when))
+        return taken
+
+    def group_overview_locked(self) -> dict[Any, tuple[int, int, float]]:
+        return {} if self.groups is None else self.groups.overview()
+
+    # -- keys out no longer (for the hold counts of groups) ----------------------------------
+
+    def released_locked(self, key: Any) -> None:
+        """A popped key is settled or voided without coming back here (its group counts one
+        fewer out)."""
+        if self.groups is not None and self.groups.release(key):
+            self._signals.not_empty.notify_all()
+
+    def gone_locked(self, key: Any) -> None:
+        """``key`` left the queue for good (acked, buried, removed, taken by a plain get)."""
+        if self.groups is not None and self.groups.forget(key):
+            self._signals.not_empty.notify_all()
 
     def _fall_due_callback(self, key: Any) -> Callable[[], None]:
         def fall_due() -> None:
@@ -131,8 +211,8 @@ class Supply:
 
     def drain_locked(self) -> int:
         """Forget what is ready or delayed (storage keeps it); return how many were."""
-        forgotten = len(self.ready) + len(self.delays)
-        self.ready = self._new_index(0, self._scan_after)
+        forgotten = self.ready_total() + len(self.delays)
+        self.ready = self._make_index(0)
         self.delays.pending.clear()
         return forgotten
 

@@ -96,7 +96,9 @@ class Claimer:
             if op == "get":
                 return max(1, len(supply))
         # Puts still committing count, unless an immediate shutdown will forget them as they land.
-        n = len(supply) + (0 if life.drained else supply.staged)
+        # A put counts the ready items of groups that may not deliver now, too (maxsize).
+        ready = supply.ready_total() if op == "put" else len(supply)
+        n = ready + (0 if life.drained else supply.staged)
         if life.paused and op == "get":
             n = 0  # a paused queue hands nothing out: gets wait (or time out) as if empty
         if not n and self._calls.getter_closed():
@@ -191,6 +193,7 @@ class Claimer:
             raise
         with self._signals.mutex:
             self._mode.forget_locked(key)
+            self._supply.gone_locked(key)
             self._tasks.finished_locked(1)
             self._meter.buried_locked()
         return ItemLoadError(f"{exc}; it was moved to the dead letters")

@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 from ackqueue.base.interrupts import Shield
+from ackqueue.delivery.groups import checked_seconds
 from ackqueue.delivery.holds import Delivery, Hold, HoldTable
 from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError
 from ackqueue.queue.deliveries import Deliveries, Outcome
@@ -92,6 +93,14 @@ class Consumer(Generic[T]):
             raise ValueError(f"delay must not be negative, not {delay!r}")
         with Shield(interruptible=False):
             self._settle([self._find(item, "nack")], "nack", delay=delay)
+
+    def snooze(self, item: Any, seconds: float) -> None:
+        """Give the held ``item`` back for later without spending an attempt: it is not
+        delivered again for ``seconds`` (a 429 with Retry-After, say), and neither its delivery
+        count nor ``max_attempts`` counts this delivery. Stored, so this commits."""
+        seconds = checked_seconds("snooze seconds", seconds)
+        with Shield(interruptible=False):
+            self._settle([self._find(item, "snooze")], "snooze", delay=seconds)
 
     def reject(self, item: Any, reason: str | None = None) -> None:
         """Send the held ``item`` straight to the dead letters, with ``reason``."""

@@ -28,9 +28,9 @@ from ackqueue.queue.core import Core
 from ackqueue.storage.book import Settlement
 from ackqueue.storage.transactions import current
 
-Outcome = Literal["ack", "nack", "reject"]
+Outcome = Literal["ack", "nack", "reject", "snooze"]
 # What settling does to one hold: a stored settlement, or "return" (ready again, nothing stored).
-Action = Literal["delete", "bury", "delay", "return"]
+Action = Literal["delete", "bury", "delay", "snooze", "return"]
 
 
 class Deliveries:
@@ -114,6 +114,7 @@ class Deliveries:
             with self.signals.mutex:
                 for claim in buried:
                     self._mode.forget_locked(claim.key)
+                    self._supply.gone_locked(claim.key)
                 self._tasks.finished_locked(len(buried))
                 self.meter.buried_locked(len(buried))
 
@@ -149,7 +150,7 @@ class Deliveries:
     ) -> None:
         """Settle holds already marked ``settling``: ``ack``, ``nack`` or ``reject`` them."""
         now = self._clock()
-        due = now + delay if delay else 0.0
+        due = now + (delay or 0.0) if delay or outcome == "snooze" else 0.0
         plan = [(hold, self._action(hold, outcome, due)) for hold in holds]
         why = self._reason(outcome, reason)
         stored = [
@@ -185,6 +186,8 @@ class Deliveries:
             return "delete"
         if outcome == "reject":
             return "bury"
+        if outcome == "snooze":
+            return "snooze"  # never buried: it spends no attempt
         if self._max_attempts is not None and hold.delivery.attempts >= self._max_attempts:
             return "bury"
         return "delay" if due else "return"
@@ -207,8 +210,12 @@ class Deliveries:
                 elif action == "delay":
                     self._supply.land_locked(hold.key, due)
                     self.meter.nacked_locked()
+                elif action == "snooze":
+                    self._mode.refund_locked(hold.key)
+                    self._supply.land_locked(hold.key, due)
                 else:
                     self._mode.forget_locked(hold.key)
+                    self._supply.gone_locked(hold.key)
                     finished += 1
                     if action == "delete":
                         self.meter.acked_locked(now - hold.delivery.got_at)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
+from ackqueue.delivery.grouping import Grouping
+from ackqueue.delivery.groups import GroupRules
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.metering import Meter
@@ -23,6 +25,7 @@ from ackqueue.queue.calls import Calls
 from ackqueue.queue.claiming import Claimer, StdlibGet
 from ackqueue.queue.core import Core
 from ackqueue.queue.deliveries import Deliveries
+from ackqueue.queue.groupcontrol import GroupControl
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
@@ -37,6 +40,7 @@ class Options:
     clock: Clock
     session_timeout: float
     shared: bool
+    groups: GroupRules = GroupRules()
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Parts:
     claimer: Claimer
     puts: Puts
     deliveries: Deliveries
+    groups: GroupControl
 
 
 def open_mode(
@@ -56,9 +61,16 @@ def open_mode(
 ) -> Mode:
     if opts.shared:
         return SharedMode(
-            book, order, signals, life, opts.clock, opts.max_attempts, opts.session_timeout
+            book, order, signals, life, opts.clock, opts.max_attempts, opts.session_timeout,
+            opts.groups,
         )
     return LocalMode(book, order, signals.mutex, opts.clock, opts.max_attempts)
+
+
+def grouping_for(order: Ordering, opts: Options) -> Grouping | None:
+    """How the ready index of a queue in one process learns groups; shared mode's index reads
+    them from the stored tree (None)."""
+    return None if opts.shared else Grouping(opts.groups, order.key_id, opts.clock)
 
 
 def assemble(
@@ -80,14 +92,18 @@ def assemble(
     except BaseException:
         book.close()
         raise
-    supply = Supply(signals, life, tasks, book, order, clock, timers, mode.new_index)
+    supply = Supply(
+        signals, life, tasks, book, order, clock, timers, mode.new_index,
+        grouping_for(order, opts),
+    )
     holds = Holds(supply, timers, clock, opts.name, opts.ack_timeout)
     mode.on_session_lost(holds.void_locked)
     core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
     claimer = Claimer(core, stdlib_get)
     puts = Puts(core, stdlib_put, order, opts.maxsize)
     deliveries = Deliveries(core, claimer, holds, opts.max_attempts)
-    return Parts(core, timers, holds, claimer, puts, deliveries)
+    groups = GroupControl(core, opts.groups)
+    return Parts(core, timers, holds, claimer, puts, deliveries, groups)
 
 
 def signals_of(

@@ -46,10 +46,12 @@ class Puts:
             return self._clock() + delay if delay else 0.0
         return float(not_before or 0.0)
 
-    def _staged(self, item: Any, data: bytes, priority: int, due: float = 0.0) -> Staged:
+    def _staged(
+        self, item: Any, data: bytes, priority: int, due: float = 0.0, group: str | None = None
+    ) -> Staged:
         seq = self._mode.next_seq_locked()
         key = self._order.make_key(seq, priority, item, self._supply.head)
-        return Staged(key, seq, data, due)
+        return Staged(key, seq, data, due, group)
 
     def stage(self, item: Any) -> None:
         """The ``_put`` hook (the mutex is held): pickle and key the item."""
@@ -59,11 +61,17 @@ class Puts:
         self._supply.staged += 1
 
     def put(
-        self, item: Any, block: bool, timeout: float | None, priority: int, due: float
+        self,
+        item: Any,
+        block: bool,
+        timeout: float | None,
+        priority: int,
+        due: float,
+        group: str | None = None,
     ) -> None:
         tx = current(self._store)
         if tx is not None:
-            self.put_in_transaction(tx, [item], block, timeout, priority, due)
+            self.put_in_transaction(tx, [item], block, timeout, priority, due, group)
             return
         calls = self._calls
         calls.priority = priority
@@ -75,6 +83,7 @@ class Puts:
         if staged is None:
             return  # a subclass's _put chose not to store it
         staged.not_before = due
+        staged.group = group
         try:
             self._store.run(self._book.inserter([staged], self._clock()))
         except BaseException:
@@ -100,15 +109,21 @@ class Puts:
             self._signals.not_full.notify()
 
     def put_many(
-        self, items: list[Any], block: bool, timeout: float | None, priority: int, due: float
+        self,
+        items: list[Any],
+        block: bool,
+        timeout: float | None,
+        priority: int,
+        due: float,
+        group: str | None = None,
     ) -> None:
         tx = current(self._store)
         if tx is not None:
-            self.put_in_transaction(tx, items, block, timeout, priority, due)
+            self.put_in_transaction(tx, items, block, timeout, priority, due, group)
             return
         if not items:
             return
-        batch = self._stage_batch(items, block, timeout, priority, due, in_tx=False)
+        batch = self._stage_batch(items, block, timeout, priority, due, False, group)
         signals, supply = self._signals, self._supply
         try:
             self._store.run(self._book.inserter(batch, self._clock()))
@@ -134,10 +149,11 @@ class Puts:
         timeout: float | None,
         priority: int,
         due: float,
+        group: str | None = None,
     ) -> None:
         if not items:
             return
-        batch = self._stage_batch(items, block, timeout, priority, due, in_tx=True)
+        batch = self._stage_batch(items, block, timeout, priority, due, True, group)
         signals, supply = self._signals, self._supply
 
         def land() -> None:
@@ -163,6 +179,7 @@ class Puts:
         priority: int,
         due: float,
         in_tx: bool,
+        group: str | None = None,
     ) -> list[Staged]:
         """Pickle and key ``items`` once there is room for all of them."""
         datas = [pickle_item(item) for item in items]
@@ -184,7 +201,7 @@ class Puts:
                 signals.not_full.wait(remaining)
             hold_back()  # the batch takes its places now: see interrupts.py
             batch = [
-                self._staged(item, data, priority, due)
+                self._staged(item, data, priority, due, group)
                 for item, data in zip(items, datas, strict=True)
             ]
             if in_tx:

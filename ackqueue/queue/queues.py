@@ -28,6 +28,7 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
+from ackqueue.delivery.groups import check_group, group_rules
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
@@ -84,6 +85,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
         autopack: bool = True,
         shared: bool | None = None,
         session_timeout: float = 10.0,
+        max_held_per_group: int | None = None,
+        group_interval: float = 0.0,
     ) -> None:
         if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
             raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
@@ -91,6 +94,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
             raise ValueError("ack_timeout must be a positive number of seconds or None")
         if not session_timeout > 0:
             raise ValueError("session_timeout must be a positive number of seconds")
+        rules = group_rules(max_held_per_group, group_interval)  # see README, "Groups"
         self.name = name
         self.max_attempts = max_attempts
         self.ack_timeout = ack_timeout
@@ -109,7 +113,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         try:
             opts = Options(
                 name, maxsize, max_attempts, ack_timeout, clock or time.time, session_timeout,
-                wants_shared(store, shared),
+                wants_shared(store, shared), rules,
             )
             # A shared queue's count is read by other processes: keep it in its Length.
             self._book = book = Book(store, name, order.kind, type(self).__name__, not opts.shared)
@@ -127,6 +131,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._meter, self._clock = core.meter, core.clock
         self._timers, self._holds = parts.timers, parts.holds
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
+        self._groups = parts.groups
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
@@ -178,16 +183,19 @@ class AckQueue(queue.Queue[T], Generic[T]):
         priority: int = 0,
         delay: float | None = None,
         not_before: float | None = None,
+        group: str | None = None,
     ) -> None:
         """Put ``item``; return once it is durable. Lower ``priority`` is delivered first.
 
         ``delay`` (seconds from now) or ``not_before`` (epoch seconds) hold the item back
         until then; it is stored at once but neither ready nor counted by ``qsize()`` before.
+        ``group`` (a str, e.g. a host name): see README, "Groups: politeness and fairness".
         """
         self._order.check_priority(priority)
         due = self._puts.due_time(delay, not_before)
+        check_group(group)
         with Shield():
-            self._puts.put(item, block, timeout, priority, due)
+            self._puts.put(item, block, timeout, priority, due, group)
 
     def put_nowait(self, item: T, **options: Any) -> None:
         self.put(item, block=False, **options)
@@ -201,17 +209,19 @@ class AckQueue(queue.Queue[T], Generic[T]):
         priority: int = 0,
         delay: float | None = None,
         not_before: float | None = None,
+        group: str | None = None,
     ) -> None:
         """Put every item in one commit; return once all are durable (or none is stored).
 
         With ``maxsize``, waits until the whole batch fits (a batch larger than ``maxsize``
-        is a ``ValueError``); ``block`` and ``timeout`` are as for :meth:`put`.
+        is a ``ValueError``); ``block``, ``timeout`` and the rest are as for :meth:`put`.
         """
         items = list(items)
         self._order.check_priority(priority)
         due = self._puts.due_time(delay, not_before)
+        check_group(group)
         with Shield():
-            self._puts.put_many(items, block, timeout, priority, due)
+            self._puts.put_many(items, block, timeout, priority, due, group)
 
     def get(self, block: bool = True, timeout: float | None = None) -> T:
         """Remove and return the next item; the removal is durable when this returns."""
@@ -257,6 +267,14 @@ class AckQueue(queue.Queue[T], Generic[T]):
             return measure_locked(
                 self.name, self._supply, self._holds, self._book, self._meter, self._clock
             )
+
+    def pause_group(self, group: str, seconds: float) -> None:
+        """Deliver no item of ``group`` for ``seconds`` (0 resumes it); stored, all processes."""
+        self._groups.pause(group, seconds)
+
+    def remove_group(self, group: str) -> int:
+        """Remove the waiting items of ``group`` (held ones stay held); return how many."""
+        return self._groups.remove(group)
 
     # -- dead letters --------------------------------------------------------------------------
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
+from collections import Counter
+from typing import Any, Literal
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeyMap, KeySet
 from ackqueue.delivery.claims import Claim, GetAgain
+from ackqueue.delivery.groups import GroupRules
 from ackqueue.delivery.holds import Hold
 from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering
@@ -40,6 +42,7 @@ from ackqueue.delivery.signals import Lifecycle, Signals
 from ackqueue.delivery.supply import Supply
 from ackqueue.errors import LeaseExpiredError, NotHeldError
 from ackqueue.shared import sessions
+from ackqueue.shared.groupgate import GroupGate
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, holder, set_hold
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.sessions import SessionLost
@@ -57,7 +60,8 @@ SEQ_BLOCK_SECONDS = 1.0
 
 # The outcome of taking one claim: None (another process got it first), or the attempts so
 # far (None: out of attempts, buried) with the hold stored for it (None when removed at once).
-TakeResult = tuple[int | None, HoldValue | None] | None
+# "stopped": the entry's group may not deliver now (its rules, checked in the commit).
+TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped"] | None
 
 
 def wants_shared(store: Store, shared: bool | None) -> bool:
@@ -82,6 +86,7 @@ class SharedMode:
         clock: Clock,
         max_attempts: int | None,
         session_timeout: float,
+        rules: GroupRules | None = None,
     ) -> None:
         self._book = book
         self._store = book.store
@@ -91,6 +96,7 @@ class SharedMode:
         self._clock = clock
         self._max_attempts = max_attempts
         self._index: SharedReadyIndex | None = None
+        self._gate = GroupGate(rules or GroupRules(), book.name)
         self.mine: KeyMap[HoldValue] = KeyMap(ordering.key_id)  # keys held here, and how
         self.taking = KeySet(ordering.key_id)  # keys claimed here whose hold is committing
         self._void: Void | None = None
@@ -122,7 +128,9 @@ class SharedMode:
         return checked_seq(seq, self.name)
 
     def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
-        self._index = SharedReadyIndex(self, self._book, self._clock, self._order.key_id)
+        self._index = SharedReadyIndex(
+            self, self._book, self._clock, self._order.key_id, self._gate.stopped
+        )
         return self._index
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
@@ -174,16 +182,19 @@ class SharedMode:
         """Commit a hold on each claimed key (or, with ``remove``, delete the entry at once)."""
         record, limit = self._book.record, self._max_attempts
         reason = exhausted_reason(limit)
-        session, root, name = self.session, self._store.root, self.name
+        session, root, name, gate = self.session, self._store.root, self.name, self._gate
 
         def take() -> list[TakeResult]:
             sid = session.check_live()
             now = self._clock()
             results: list[TakeResult] = []
+            taking: Counter[str] = Counter()
             for claim in claims:
                 entry = record.entries.get(claim.key)
                 if entry is None or holder(entry) is not None:
                     results.append(None)  # another process got it first
+                elif not gate.admit(record, root(), entry, now, taking):
+                    results.append("stopped")  # a hold of another process, say
                 elif remove:
                     entry._p_changed = True  # conflicts with a take racing it: see set_hold
                     self._book.remove_entry(claim.key)
@@ -222,11 +233,14 @@ class SharedMode:
     def _sort_taken(self, claims: list[Claim], results: list[TakeResult]) -> Taken:
         taken = Taken()
         with self._signals.mutex:
-            lost = False
+            lost = stopped = False
             for claim, result in zip(claims, results, strict=True):
                 self.taking.discard(claim.key)
                 if result is None:
                     lost = True
+                    continue
+                if result == "stopped":
+                    stopped = True
                     continue
                 attempts, held_as = result
                 if attempts is None:
@@ -236,10 +250,11 @@ class SharedMode:
                 if held_as is not None:
                     self.mine[claim.key] = held_as
                 taken.kept.append(claim)
-            if lost:
+            if lost or stopped:
                 index = self._require_index()
-                index.refresh()
-                index.lost_race()
+                index.refresh()  # the next scan skips the stopped group
+                if lost:
+                    index.lost_race()
         return taken
 
     # -- settling: fencing and deleting holds -------------------------------------------------
@@ -296,6 +311,9 @@ class SharedMode:
     def settled_locked(self, keys: list[Any]) -> None:
         for key in keys:
             self.mine.pop(key)
+
+    def refund_locked(self, key: Any) -> None:
+        pass  # the attempts are stored: the settling edit gave this one back
 
     def forget_locked(self, key: Any) -> None:
         pass

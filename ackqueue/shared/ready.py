@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from ZODB.POSException import ConflictError
@@ -46,6 +46,9 @@ def reading(where: str) -> Iterator[None]:
         raise StorageError(f"cannot read queue storage {where}: {exc!r}") from exc
 
 
+StoppedGroups = Callable[[QueueRecord, Any, float], set[str]]
+
+
 class Holder(Protocol):
     """What the index asks of the shared mode it serves."""
 
@@ -69,8 +72,17 @@ class SharedReadyIndex:
     key to return.
     """
 
-    def __init__(self, holder: Holder, book: Book, clock: Clock, key_id: KeyId) -> None:
+    def __init__(
+        self,
+        holder: Holder,
+        book: Book,
+        clock: Clock,
+        key_id: KeyId,
+        stopped: StoppedGroups | None = None,
+    ) -> None:
+        """``stopped(record, root, now)``: the groups that may not deliver now."""
         self._holder = holder
+        self._stopped = stopped
         self._book = book
         self._clock = clock
         self._cursor: Any = None
@@ -165,11 +177,19 @@ class SharedReadyIndex:
             entries = record.entries
             delayed = record.delayed
             now = self._clock()
+            stopped = (
+                self._stopped(record, self._book.read_root(), now)
+                if self._stopped is not None
+                else None
+            )
             keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
             for key in keys:
                 if key in holder_.taking or key in holder_.mine:
                     continue
-                if holder(entries[key]) is not None:
+                entry = entries[key]
+                if holder(entry) is not None:
+                    continue
+                if stopped and entry.group in stopped:
                     continue
                 if delayed is not None and delayed.get(key, 0) > now:
                     continue

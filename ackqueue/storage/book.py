@@ -29,7 +29,8 @@ T = TypeVar("T")
 
 # What settling a held entry does to it: delete (ack), bury (dead letters), delay (a nack with
 # a delay: a new due time). A nack without delay stores nothing.
-Settlement = Literal["delete", "bury", "delay"]
+# A snooze is a delay that also gives back the delivery's attempt (c.snooze()).
+Settlement = Literal["delete", "bury", "delay", "snooze"]
 
 
 class Book:
@@ -156,6 +157,34 @@ class Book:
 
         return self.read(read)
 
+    def has_groups(self) -> bool:
+        """Whether an entry was ever put with a group (see :mod:`ackqueue.delivery.grouped`)."""
+        return self.read(lambda record: bool(record.grouped))
+
+    def grouped_entries(self) -> list[tuple[Any, str, bool]]:
+        """``(key, group, delayed)`` of every stored entry that has a group (reads them all)."""
+
+        def read(record: QueueRecord) -> list[tuple[Any, str, bool]]:
+            if not record.grouped:
+                return []
+            delayed = record.delayed if record.delayed is not None else {}
+            return [
+                (key, entry.group, key in delayed)
+                for key, entry in record.entries.items()
+                if entry.group is not None
+            ]
+
+        return self.read(read)
+
+    def group_pauses(self) -> dict[str, float]:
+        """Every paused group with the time its pause ends."""
+
+        def read(record: QueueRecord) -> dict[str, float]:
+            pauses = record.group_pauses
+            return dict(pauses.items()) if pauses is not None else {}
+
+        return self.read(read)
+
     def dead_letters(self) -> list[DeadLetter]:
         def read(record: QueueRecord) -> list[DeadLetter]:
             dead = record.dead
@@ -188,11 +217,17 @@ class Book:
     def inserter(self, batch: list[Staged], now: float) -> Callable[[], None]:
         record = self.record
 
+        grouped = any(staged.group is not None for staged in batch)
+
         def insert() -> None:
             for staged in batch:
-                record.entries[staged.key] = Entry(staged.data, now, staged.not_before)
+                record.entries[staged.key] = Entry(
+                    staged.data, now, staged.not_before, staged.group
+                )
                 if staged.not_before:
                     record.delay_index()[staged.key] = staged.not_before
+            if grouped and not record.grouped:
+                record.grouped = True
             count_change(record, len(batch))
             record.reserve_seq(max(staged.seq for staged in batch))
 
@@ -246,8 +281,11 @@ class Book:
                 elif settlement == "bury":
                     bury(record, key, reason, now, attempts)
                 else:
-                    record.entries[key].not_before = due
+                    entry = record.entries[key]
+                    entry.not_before = due
                     record.delay_index()[key] = due
+                    if settlement == "snooze" and entry.attempts > 0:
+                        entry.attempts -= 1
 
         return edit
 
@@ -322,6 +360,39 @@ class Book:
                 record.paused = paused
 
         return set_paused
+
+    def group_pauser(self, group: str, until: float) -> Callable[[], None]:
+        """The edit pausing ``group`` until ``until`` (a time in the past resumes it)."""
+        record = self.record
+
+        def set_pause() -> None:
+            pauses = record.group_pause_index()
+            if until > 0:
+                pauses[group] = until
+            elif group in pauses:
+                del pauses[group]
+
+        return set_pause
+
+    def group_remover(self, group: str) -> Callable[[], int]:
+        """The edit removing every stored entry of ``group`` that no process holds (shared
+        mode marks holds on the entries); it returns how many."""
+        record = self.record
+
+        def remove() -> int:
+            if not record.grouped:
+                return 0
+            doomed = [
+                key
+                for key, entry in record.entries.items()
+                if entry.group == group and getattr(entry, "holder", None) is None
+            ]
+            for key in doomed:
+                record.entries[key]._p_changed = True  # conflicts with a take racing it
+                self.remove_entry(key)
+            return len(doomed)
+
+        return remove
 
     def seq_reserver(self, block: int) -> Callable[[], int]:
         """The edit reserving ``block`` sequence numbers for this process; it returns the first."""

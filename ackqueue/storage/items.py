@@ -24,6 +24,7 @@ class Staged:
     seq: int
     data: bytes
     not_before: float = 0.0
+    group: str | None = None
 
 
 def pickle_item(item: Any) -> bytes:

@@ -1,0 +1,78 @@
+"""Group rules across processes: which groups may deliver, read from the store.
+
+In shared mode every process's holds are stored (:mod:`ackqueue.shared.holdmarks`), so how many
+items of a group are held is counted there, never in one process's memory. A take of a grouped
+entry checks the rules inside its own commit and writes the group's *turn* (the time of its
+last delivery, ``record.group_turns``): two processes taking items of one group at once both
+change that one value, so ZODB makes the later commit conflict and retry, and the retry sees
+the other's hold. Takes of different groups change different keys, which BTrees merge. The
+ready scan skips groups the rules stop, so that gets do not keep racing for them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ackqueue.delivery.groups import GroupRules
+from ackqueue.records import QueueRecord
+from ackqueue.shared.holdmarks import HOLDS_KEY, entry_of
+
+
+def held_by_group(root: Any, name: str) -> Counter[str]:
+    """How many entries of each group of queue ``name`` are held, in every process."""
+    held: Counter[str] = Counter()
+    holds = root.get(HOLDS_KEY, {})
+    for key in {key for mine in holds.values() for qname, key in mine if qname == name}:
+        entry = entry_of(root, name, key)
+        group = getattr(entry, "group", None) if entry is not None else None
+        if group is not None:
+            held[group] += 1
+    return held
+
+
+class GroupGate:
+    """The group rules of one shared queue, applied to its stored state."""
+
+    def __init__(self, rules: GroupRules, name: str) -> None:
+        self.rules = rules
+        self._name = name
+
+    def stopped(self, record: QueueRecord, root: Any, now: float) -> set[str]:
+        """The groups that may not deliver now (paused, in their interval, or at the cap)."""
+        if not record.grouped:
+            return set()
+        stopped = {g for g, until in (record.group_pauses or {}).items() if until > now}
+        interval = self.rules.interval
+        if interval:
+            turns = record.group_turns or {}
+            stopped.update(g for g, last in turns.items() if now < last + interval)
+        if self.rules.max_held is not None:
+            held = held_by_group(root, self._name)
+            stopped.update(g for g, n in held.items() if self.rules.at_cap(n))
+        return stopped
+
+    def admit(
+        self, record: QueueRecord, root: Any, entry: Any, now: float, taking: Counter[str]
+    ) -> bool:
+        """Inside a take's commit: whether ``entry`` may be delivered now; if so its group's
+        turn is written (see the module docstring). ``taking``: groups taken earlier in this
+        commit, counted here."""
+        group = getattr(entry, "group", None)
+        if group is None:
+            return True
+        pauses = record.group_pauses
+        if pauses is not None and pauses.get(group, 0.0) > now:
+            return False
+        if not self.rules.limited:
+            return True
+        turns = record.group_turn_index()
+        if self.rules.interval and now < turns.get(group, float("-inf")) + self.rules.interval:
+            return False
+        if self.rules.max_held is not None:
+            held = held_by_group(root, self._name)[group] + taking[group]
+            if self.rules.at_cap(held):
+                return False
+        turns[group] = now
+        taking[group] += 1
+        return True
