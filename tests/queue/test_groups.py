@@ -1,0 +1,293 @@
+"""Groups in one process: round-robin, limits, snooze, pause and remove, bad input, threads."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+from polling import wait_until
+
+import ackqueue
+from ackqueue import AckQueue, Empty, LifoAckQueue, ManualClock, NotHeldError, PriorityAckQueue
+
+
+def drain_held(c: ackqueue.Consumer) -> list[object]:
+    got = []
+    while True:
+        try:
+            got.append(c.get(block=False))
+        except Empty:
+            return got
+
+
+def test_gets_go_round_robin_across_groups_fifo_within_each(qpath: str) -> None:
+    with AckQueue(qpath) as q:
+        q.put_many([f"a{i}" for i in range(4)], group="a")
+        q.put("b0", group="b")
+        q.put("n0")  # no group: a group of its own
+        q.put("b1", group="b")
+        q.put("n1")
+        with q.connect() as c:
+            assert drain_held(c) == ["a0", "b0", "n0", "a1", "b1", "n1", "a2", "a3"]
+
+
+def test_the_group_is_stored_and_survives_a_restart(qpath: str) -> None:
+    with AckQueue(qpath) as q:
+        q.put_many(["a0", "a1", "a2"], group="a")
+        q.put_many(["b0", "b1"], group="b")
+    with AckQueue(qpath, max_held_per_group=1) as q, q.connect() as c:
+        assert drain_held(c) == ["a0", "b0"]  # one held per group, the rest waits
+        assert q.qsize() == 0 and q.unacked_count() == 2
+
+
+def test_a_grouped_put_on_a_queue_opened_without_groups_keeps_the_backlog(qpath: str) -> None:
+    with AckQueue(qpath) as q:
+        q.put_many(["old0", "old1", "old2"])
+    with AckQueue(qpath) as q, q.connect() as c:
+        assert c.get() == "old0"
+        q.put("g0", group="g")
+        assert drain_held(c) == ["old1", "g0", "old2"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        (LifoAckQueue, ["a2", "b0", "a0", "b1", "a1"]),  # the last put of each group first
+        (PriorityAckQueue, ["a0", "b0", "a1", "b1", "a2"]),
+    ],
+)
+def test_within_a_group_the_queue_kind_orders(qpath: str, kind: type, expected: list[str]) -> None:
+    with kind(qpath) as q, q.connect() as c:
+        for item in ["a1", "a0", "a2"]:
+            q.put(item, group="a")
+        for item in ["b1", "b0"]:
+            q.put(item, group="b")
+        assert drain_held(c) == expected
+
+
+def test_max_held_per_group_caps_the_items_out_until_one_is_settled(qpath: str) -> None:
+    with AckQueue(qpath, max_held_per_group=2) as q, q.connect() as c:
+        q.put_many(range(5), group="a")
+        q.put("b", group="b")
+        got = drain_held(c)
+        assert got == [0, "b", 1]
+        c.ack(0)
+        assert c.get(timeout=5) == 2
+        c.nack(1)  # back in its place, and the group may deliver again
+        assert c.get(timeout=5) == 1
+
+
+def test_group_interval_spaces_deliveries_of_one_group() -> None:
+    clock = ManualClock(1000.0)
+    with AckQueue(None, clock=clock, group_interval=10) as q, q.connect() as c:
+        q.put_many(["a0", "a1"], group="a")
+        q.put_many(["b0"], group="b")
+        assert drain_held(c) == ["a0", "b0"]
+        clock.advance(9.5)
+        assert drain_held(c) == []
+        clock.advance(0.5)
+        assert drain_held(c) == ["a1"]
+
+
+def test_a_get_waiting_for_a_group_wakes_when_its_interval_ends() -> None:
+    with AckQueue(None, group_interval=0.2) as q, q.connect() as c:
+        q.put_many(["a0", "a1"], group="a")
+        assert c.get() == "a0"
+        started = time.monotonic()
+        assert c.get(timeout=10) == "a1"
+        assert time.monotonic() - started >= 0.15
+
+
+def test_snooze_puts_an_item_back_for_later_without_spending_an_attempt(qpath: str) -> None:
+    clock = ManualClock(1000.0)
+    with AckQueue(qpath, clock=clock, max_attempts=1) as q, q.connect() as c:
+        q.put("job", group="h")
+        item = c.get()
+        c.snooze(item, 30)
+        assert q.qsize() == 0 and q.delayed_count() == 1
+        clock.advance(30)
+        again = c.get(block=False)
+        assert c.delivery(again).attempts == 1  # with max_attempts=1 it was not buried
+        c.ack(again)
+        assert q.dead_count() == 0
+
+
+def test_snooze_is_stored(qpath: str) -> None:
+    with AckQueue(qpath) as q, q.connect() as c:
+        q.put("job")
+        c.snooze(c.get(), 3600)
+    with AckQueue(qpath) as q:
+        assert q.qsize() == 0 and q.delayed_count() == 1
+
+
+def test_snooze_of_what_is_not_held_or_negative_is_refused_and_changes_nothing(
+    qpath: str,
+) -> None:
+    with AckQueue(qpath) as q, q.connect() as c, q.connect() as other:
+        q.put("job")
+        item = c.get()
+        with pytest.raises(NotHeldError, match="held by another consumer"):
+            other.snooze(item, 1)
+        with pytest.raises(NotHeldError):
+            c.snooze("job", 1)  # not the very object get() returned
+        with pytest.raises(ValueError, match="snooze seconds"):
+            c.snooze(item, -1)
+        with pytest.raises(TypeError, match="snooze seconds"):
+            c.snooze(item, "soon")  # type: ignore[arg-type]
+        assert c.deliveries()[0].item is item and q.delayed_count() == 0
+        c.ack(item)
+
+
+@pytest.mark.parametrize("group", [b"host", 3, ("a",), object()])
+def test_a_group_that_is_not_a_str_is_refused_and_nothing_stored(qpath: str, group: object) -> None:
+    with AckQueue(qpath) as q:
+        with pytest.raises(TypeError, match="group must be a str"):
+            q.put("x", group=group)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="group must be a str"):
+            q.put_many(["x", "y"], group=group)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="name the group"):
+            q.pause_group(group, 1)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="name the group"):
+            q.remove_group(group)  # type: ignore[arg-type]
+        assert q.qsize() == 0
+    with AckQueue(qpath) as q:
+        assert q.qsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"max_held_per_group": 0}, ValueError),
+        ({"max_held_per_group": -1}, ValueError),
+        ({"max_held_per_group": 1.5}, TypeError),
+        ({"group_interval": -0.1}, ValueError),
+        ({"group_interval": float("nan")}, ValueError),
+        ({"group_interval": "1"}, TypeError),
+    ],
+)
+def test_bad_group_options_are_refused_before_the_file_is_made(
+    qpath: str, options: dict[str, object], error: type
+) -> None:
+    with pytest.raises(error, match="max_held_per_group|group_interval"):
+        AckQueue(qpath, **options)  # type: ignore[arg-type]
+    assert not os.path.exists(qpath)
+
+
+def test_a_negative_pause_is_refused_and_nothing_stored(qpath: str) -> None:
+    with AckQueue(qpath) as q:
+        with pytest.raises(ValueError, match="pause_group seconds"):
+            q.pause_group("a", -5)
+        q.put("a0", group="a")
+        assert q.qsize() == 1
+
+
+def test_a_paused_group_waits_and_the_pause_is_stored(qpath: str) -> None:
+    clock = ManualClock(1000.0)
+    with AckQueue(qpath, clock=clock) as q, q.connect() as c:
+        q.put_many(["a0", "a1"], group="a")
+        q.put("b0", group="b")
+        q.pause_group("a", 60)
+        assert drain_held(c) == ["b0"]
+    with AckQueue(qpath, clock=clock) as q, q.connect() as c:
+        assert drain_held(c) == ["b0"]  # given back at close; "a" is still paused
+        clock.advance(60)
+        assert drain_held(c) == ["a0", "a1"]
+
+
+def test_resume_group_wakes_a_waiting_get(qpath: str) -> None:
+    with AckQueue(qpath) as q, q.connect() as c:
+        q.put("a0", group="a")
+        q.pause_group("a", 3600)
+        got: list[object] = []
+        getter = threading.Thread(target=lambda: got.append(c.get(timeout=30)))
+        getter.start()
+        wait_until(lambda: q.qsize() == 0)
+        q.pause_group("a", 0)
+        getter.join(30)
+        assert got == ["a0"]
+
+
+def test_remove_group_removes_waiting_items_and_leaves_held_ones_held(qpath: str) -> None:
+    clock = ManualClock(1000.0)
+    with AckQueue(qpath, clock=clock) as q, q.connect() as c:
+        q.put_many(["a0", "a1", "a2"], group="a")
+        q.put("a-later", group="a", delay=60)
+        q.put("b0", group="b")
+        held = c.get()
+        assert held == "a0"
+        assert q.remove_group("a") == 3
+        assert q.remove_group("a") == 0
+        assert q.remove_group("nobody") == 0
+        c.ack(held)  # its ack works as usual
+        clock.advance(60)
+        assert drain_held(c) == ["b0"]  # "a-later" was removed too
+    with AckQueue(qpath) as q:
+        assert q.qsize() == 1 and q.delayed_count() == 0  # b0, given back at close
+
+
+def test_join_counts_items_of_groups_that_may_not_deliver(qpath: str) -> None:
+    with AckQueue(qpath, max_held_per_group=1) as q:
+        q.put_many(["a0", "a1"], group="a")
+        q.put("b0", group="b")
+        q.pause_group("b", 3600)
+    with AckQueue(qpath, max_held_per_group=1) as q, q.connect() as c:
+        assert q.unfinished_tasks == 3
+        assert q.qsize() == 2  # what may be delivered now: "b" is paused
+        c.get()
+        assert q.qsize() == 0  # "a" is at its cap
+        q.shutdown(immediate=True)
+        assert q.unfinished_tasks == 0  # join() counted the items of waiting groups too
+
+
+def test_many_threads_never_hold_two_of_a_group_and_keep_the_interval(qpath: str) -> None:
+    """max_held_per_group=1, checked by the workers themselves while they run, and the
+    spacing of group_interval from each get's own start and end."""
+    groups, per_group, interval = 6, 8, 0.05
+    with AckQueue(qpath, max_held_per_group=1, group_interval=interval) as q:
+        for g in range(groups):
+            q.put_many([(f"g{g}", i) for i in range(per_group)], group=f"g{g}")
+        lock = threading.Lock()
+        out: Counter[str] = Counter()
+        most_out: Counter[str] = Counter()
+        windows: dict[str, list[tuple[float, float]]] = {}
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                with q.connect() as c:
+                    while True:
+                        before = time.monotonic()
+                        try:
+                            item = c.get(timeout=1.0)
+                        except Empty:
+                            return
+                        group = item[0]
+                        after = time.monotonic()
+                        with lock:
+                            out[group] += 1
+                            most_out[group] = max(most_out[group], out[group])
+                            windows.setdefault(group, []).append((before, after))
+                        time.sleep(0.001)  # some work while it is held
+                        with lock:
+                            out[group] -= 1
+                        c.ack(item)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors
+        assert set(most_out.values()) == {1}, most_out
+        assert sum(len(w) for w in windows.values()) == groups * per_group
+        for group, spans in windows.items():
+            for n, (b1, a1) in enumerate(spans):
+                for b2, a2 in spans[n + 1 :]:
+                    # Each delivery happened inside its get's window: two windows that both
+                    # fit in less than the interval prove two deliveries closer than that.
+                    assert max(a1, a2) - min(b1, b2) >= interval, group
