@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ackqueue.cli import bench, inspection
+from ackqueue.cli import bench, groups, inspection
 from ackqueue.cli.changing import cmd_drop, cmd_pack, cmd_pause, cmd_purge, cmd_requeue, cmd_resume
 from ackqueue.cli.common import CommandError, Progress, single_name, where
 from ackqueue.cli.inspection import QueueFile
@@ -217,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     drop.add_argument("--yes", action="store_true", help="really do it")
     command("pause", cmd_pause, "hand out nothing until resumed, in every process; puts go on")
     command("resume", cmd_resume, "hand items out again after a pause")
+    groups.add_commands(command)
     bench.add_command(commands)
     return parser
 

@@ -229,7 +229,7 @@ class QueueFile:
         now = time.time()
         stored = stored_count(record)
         delayed = self._delayed_keys(record, now)
-        held_keys = self._held_keys(name)
+        held_keys = self.held_keys(name)
         # The status file may be a second older than the storage read: count only holds
         # whose items are still stored (one acked since then is gone from both views).
         held_items = [h for h in self._held_items(name, now) if _still_stored(record, h.key)]
@@ -278,7 +278,7 @@ class QueueFile:
         JSON values where they have one with ``for_json`` (see ``shown_item``)."""
         record = self.record(name)
         now = time.time()
-        held_keys = self._held_keys(name) or set()
+        held_keys = self.held_keys(name) or set()
         found: list[StoredItem] = []
         if count <= 0:
             return found
@@ -341,7 +341,7 @@ class QueueFile:
                              "got_at": None, "key": repr(key)})
         return held
 
-    def _held_keys(self, name: str) -> set[str] | None:
+    def held_keys(self, name: str) -> set[str] | None:
         return {h["key"] for h in self._held_raw(name)} if self.holds_known else None
 
     def _held_items(self, name: str, now: float) -> list[HeldItem]:
