@@ -63,6 +63,8 @@ class Entry(Persistent):
 class DeadRecord(Persistent):
     """A dead letter: an item taken out of delivery, with why and when."""
 
+    group: str | None = None  # its entry's group, for requeue_dead (a class default)
+
     def __init__(
         self, key: Any, data: bytes, put_at: float, attempts: int, reason: str, when: float
     ) -> None:

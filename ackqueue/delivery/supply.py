@@ -121,8 +121,11 @@ class Supply:
         self.ready.push(key)
         self._signals.not_empty.notify()
 
-    def offer_locked(self, key: Any) -> None:
-        """``key`` was stored or fell due, never held here: ready."""
+    def offer_locked(self, key: Any, group: Group = None) -> None:
+        """``key`` was stored or fell due, never held here: ready (``group``: a key new to
+        this process, with its group)."""
+        if group is not None:
+            self._note_group(key, group)
         if self._life.drained:
             self._forget_drained()
             return

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.base.interrupts import checkpoint, hold_back
+from ackqueue.delivery.groups import check_group
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.errors import Full
 from ackqueue.queue.calls import calling_stdlib, check_timeout
@@ -69,6 +70,7 @@ class Puts:
         due: float,
         group: str | None = None,
     ) -> None:
+        check_group(group)
         tx = current(self._store)
         if tx is not None:
             self.put_in_transaction(tx, [item], block, timeout, priority, due, group)
@@ -117,6 +119,7 @@ class Puts:
         due: float,
         group: str | None = None,
     ) -> None:
+        check_group(group)
         tx = current(self._store)
         if tx is not None:
             self.put_in_transaction(tx, items, block, timeout, priority, due, group)
@@ -225,7 +228,7 @@ class Puts:
         with signals.mutex:
             self._tasks.added_locked(len(moved))
             for staged in moved:
-                self._supply.offer_locked(staged.key)
+                self._supply.offer_locked(staged.key, staged.group)
         return len(moved)
 
     def _wake_waits(self) -> None:

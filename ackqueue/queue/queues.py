@@ -28,7 +28,7 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.groups import check_group, group_rules
+from ackqueue.delivery.groups import group_rules
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
@@ -193,7 +193,6 @@ class AckQueue(queue.Queue[T], Generic[T]):
         """
         self._order.check_priority(priority)
         due = self._puts.due_time(delay, not_before)
-        check_group(group)
         with Shield():
             self._puts.put(item, block, timeout, priority, due, group)
 
@@ -219,7 +218,6 @@ class AckQueue(queue.Queue[T], Generic[T]):
         items = list(items)
         self._order.check_priority(priority)
         due = self._puts.due_time(delay, not_before)
-        check_group(group)
         with Shield():
             self._puts.put_many(items, block, timeout, priority, due, group)
 

@@ -323,7 +323,8 @@ class Book:
                     continue
                 del record.dead[dead_id]
                 record.dead_length.change(-1)
-                record.entries[staged.key] = Entry(letter.data, letter.put_at)
+                record.entries[staged.key] = Entry(letter.data, letter.put_at, group=letter.group)
+                staged.group = letter.group
                 count_change(record, 1)
                 record.reserve_seq(staged.seq)
                 moved.append(staged)

@@ -51,7 +51,9 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     record.dead_next += 1
     dead_id = record.dead_next
     count = entry.attempts if attempts is None else attempts
-    dead[dead_id] = DeadRecord(key, entry.data, entry.put_at, count, reason, when)
+    letter = dead[dead_id] = DeadRecord(key, entry.data, entry.put_at, count, reason, when)
+    if entry.group is not None:
+        letter.group = entry.group
     record.dead_length.change(1)
     del record.entries[key]
     count_change(record, -1)

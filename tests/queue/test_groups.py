@@ -291,3 +291,30 @@ def test_many_threads_never_hold_two_of_a_group_and_keep_the_interval(qpath: str
                     # Each delivery happened inside its get's window: two windows that both
                     # fit in less than the interval prove two deliveries closer than that.
                     assert max(a1, a2) - min(b1, b2) >= interval, group
+
+
+def test_a_requeued_dead_letter_keeps_its_group(qpath: str) -> None:
+    with AckQueue(qpath, max_held_per_group=1) as q, q.connect() as c:
+        q.put_many(["a0", "a1"], group="a")
+        c.reject(c.get(), "bad")
+        assert q.requeue_dead() == 1
+        assert drain_held(c) == ["a1"]  # "a0" is back in group "a", which is at its cap
+    with AckQueue(qpath, max_held_per_group=1) as q, q.connect() as c:
+        assert len(drain_held(c)) == 1  # and it is stored in that group
+
+
+def test_grouped_puts_in_a_transaction_land_in_their_groups(qpath: str) -> None:
+    with AckQueue(qpath, max_held_per_group=1) as q, q.connect() as c:
+        with q.transaction():
+            q.put("a0", group="a")
+            q.put_many(["b0", "b1"], group="b")
+            q.put("a1", group="a")
+        assert drain_held(c) == ["a0", "b0"]
+
+
+def test_get_many_respects_the_cap_of_each_group(qpath: str) -> None:
+    with AckQueue(qpath, max_held_per_group=2) as q, q.connect() as c:
+        q.put_many(range(10), group="a")
+        q.put_many(["b0", "b1", "b2"], group="b")
+        got = c.get_many(10)
+        assert got == [0, "b0", 1, "b1"]
