@@ -163,6 +163,22 @@ class GroupedReadyIndex:
         self._paused.pop(group, None)
         return self._reconsider(group)
 
+    def discard(self, key: Key) -> bool:
+        """Take a ready key out of its lane (removing one item); True if it was there."""
+        group = self._group_of.get(self._key_id(key))
+        lane = self._lanes.get(group)
+        if not isinstance(lane, ReadyIndex) or not lane.discard(key):
+            return False
+        if group is not None:
+            self._in_grouped_lanes -= 1
+        if group in self._counted:
+            self._counted[group] -= 1
+            self._ready_now -= 1
+            if not self._counted[group]:
+                self._rotation.remove(group)
+                del self._counted[group]
+        return True
+
     def take_lane(self, group: Group) -> list[Key]:
         """Take every ready key of ``group`` out (to remove them); :meth:`push` puts one back."""
         lane = self._lanes.pop(group, None)
@@ -177,18 +193,6 @@ class GroupedReadyIndex:
         else:
             self._in_grouped_lanes -= len(taken)
         return taken
-
-    def keys_of(self, group: Group) -> list[Any]:
-        """The ids of every live key of ``group`` this index knows (ready, delayed, held)."""
-        return [key_id for key_id, g in self._group_of.items() if g == group]
-
-    def overview(self) -> dict[Group, tuple[int, int, float]]:
-        """Every group with ready keys or keys out: ``(ready, out, may deliver at)``; a
-        delivery time of 0 is now."""
-        now = self._clock()
-        seen = set(self._held) | {g for g, lane in self._lanes.items() if len(lane)}
-        return {g: (len(self._lanes[g]) if g in self._lanes else 0, self._held.get(g, 0),
-                    self._due(g, now)) for g in seen}
 
     # -- the rotation ------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from ackqueue.base.clock import Clock
 from ackqueue.delivery.grouped import GroupedReadyIndex, KeyId, Schedule
 from ackqueue.delivery.groups import GroupRules
 from ackqueue.delivery.ready import Key, ReadyKeys, ScanAfter
+from ackqueue.storage import groupbook
 from ackqueue.storage.book import Book
 
 
@@ -26,14 +27,14 @@ class Grouping:
     clock: Clock
 
     def wanted(self, book: Book) -> bool:
-        return self.rules.limited or book.has_groups()
+        return self.rules.limited or groupbook.has_groups(book)
 
     def open_index(
         self, book: Book, backlog: int, scan_after: ScanAfter, new_plain: Any, schedule: Schedule
     ) -> GroupedReadyIndex:
         """The index at open: ``backlog`` stored keys are ready (0 after a drain: none)."""
         key_id = self.key_id
-        entries = book.grouped_entries()
+        entries = groupbook.grouped_entries(book)
         group_of = {key_id(key): group for key, group, _delayed in entries}
         ready = [key for key, _group, delayed in entries if not delayed] if backlog > 0 else []
 
@@ -49,7 +50,7 @@ class Grouping:
 
         plain: ReadyKeys = new_plain(max(0, backlog - len(ready)), ungrouped_after)
         index = GroupedReadyIndex(
-            plain, self.rules, self.clock, key_id, schedule, group_of, book.group_pauses()
+            plain, self.rules, self.clock, key_id, schedule, group_of, groupbook.group_pauses(book)
         )
         for key in ready:
             index.offer(key)

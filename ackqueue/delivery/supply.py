@@ -27,6 +27,7 @@ from ackqueue.delivery.prefetch import READ_AHEAD, ItemCache
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.records import QueueRecord
+from ackqueue.storage import groupbook
 from ackqueue.storage.book import Book
 from ackqueue.storage.items import Staged
 
@@ -164,7 +165,7 @@ class Supply:
         groups from the store)."""
         if self.groups is None and self._grouping is not None:
             self.groups = self._grouping.around(self.ready, self._schedule)
-            for group, until in self._book.group_pauses().items():
+            for group, until in groupbook.group_pauses(self._book).items():
                 self.groups.pause(group, until)
             self.ready = self.groups
         return self.groups
@@ -188,9 +189,6 @@ class Supply:
                 del self.delays.pending[key_id]
                 taken.append((key, when))
         return taken
-
-    def group_overview_locked(self) -> dict[Any, tuple[int, int, float]]:
-        return {} if self.groups is None else self.groups.overview()
 
     # -- keys out no longer (for the hold counts of groups) ----------------------------------
 

@@ -9,10 +9,9 @@ settled, or pause the group first, to be rid of them).
 
 from __future__ import annotations
 
-from typing import Any
-
 from ackqueue.delivery.groups import GroupRules, check_named_group, checked_seconds
 from ackqueue.queue.core import Core
+from ackqueue.storage import groupbook
 
 
 class GroupControl:
@@ -28,7 +27,7 @@ class GroupControl:
         span = checked_seconds("pause_group seconds", seconds)
         self._life.check_open()
         until = self._clock() + span if span else 0.0
-        self._store.run(self._book.group_pauser(name, until))
+        self._store.run(groupbook.group_pauser(self._book, name, until))
         with self._signals.mutex:
             self._supply.pause_group_locked(name, until)
 
@@ -40,7 +39,7 @@ class GroupControl:
         with self._signals.mutex:
             taken = supply.take_group_locked(name)
         if taken is None:  # the ready index reads the store: remove what no process holds
-            return int(self._store.run(self._book.group_remover(name)))
+            return int(self._store.run(groupbook.group_remover(self._book, name)))
         if not taken:
             return 0
         keys = [key for key, _due in taken]
@@ -57,9 +56,3 @@ class GroupControl:
             self._tasks.finished_locked(len(keys))
             self._signals.not_full.notify(len(keys))
         return len(keys)
-
-    def overview(self) -> dict[Any, tuple[int, int, float]]:
-        """In this process: every group with waiting or held items, as ``(ready, held, next
-        delivery possible at)`` (0: now)."""
-        with self._signals.mutex:
-            return self._supply.group_overview_locked()

@@ -14,6 +14,7 @@ from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.grouping import Grouping
 from ackqueue.delivery.groups import GroupRules
+from ackqueue.delivery.groups import group_rules as group_rules  # checked by AckQueue first
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.metering import Meter

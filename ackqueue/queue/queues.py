@@ -28,14 +28,13 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.groups import group_rules
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
-from ackqueue.queue.opening import Options, assemble, signals_of
+from ackqueue.queue.opening import Options, assemble, group_rules, signals_of
 from ackqueue.shared.mode import wants_shared
 from ackqueue.storage.book import Book
 from ackqueue.storage.deadletters import DeadLetter
@@ -85,8 +84,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         autopack: bool = True,
         shared: bool | None = None,
         session_timeout: float = 10.0,
-        max_held_per_group: int | None = None,
-        group_interval: float = 0.0,
+        max_held_per_group: int | None = None, group_interval: float = 0.0,
     ) -> None:
         if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
             raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
@@ -129,9 +127,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
         core = parts.core
         self._signals, self._mode, self._supply = core.signals, core.mode, core.supply
         self._meter, self._clock = core.meter, core.clock
-        self._timers, self._holds = parts.timers, parts.holds
+        self._timers, self._holds, self._groups = parts.timers, parts.holds, parts.groups
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
-        self._groups = parts.groups
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())

@@ -12,6 +12,7 @@ ready scan skips groups the rules stop, so that gets do not keep racing for them
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from ackqueue.delivery.groups import GroupRules
@@ -52,12 +53,21 @@ class GroupGate:
             stopped.update(g for g, n in held.items() if self.rules.at_cap(n))
         return stopped
 
-    def admit(
+    def admitter(self, record: QueueRecord, root: Any, now: float) -> Callable[[Any], bool]:
+        """For one take's commit: ``admit(entry)``, whether ``entry`` may be delivered now
+        (entries admitted earlier in the commit count as held)."""
+        taking: Counter[str] = Counter()
+
+        def admit(entry: Any) -> bool:
+            return self._admit(record, root, entry, now, taking)
+
+        return admit
+
+    def _admit(
         self, record: QueueRecord, root: Any, entry: Any, now: float, taking: Counter[str]
     ) -> bool:
-        """Inside a take's commit: whether ``entry`` may be delivered now; if so its group's
-        turn is written (see the module docstring). ``taking``: groups taken earlier in this
-        commit, counted here."""
+        """Whether ``entry`` may be delivered now; if so its group's turn is written (see the
+        module docstring)."""
         group = getattr(entry, "group", None)
         if group is None:
             return True

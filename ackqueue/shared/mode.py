@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections import Counter
 from typing import Any, Literal
 
 from ackqueue.base.clock import Clock
@@ -58,9 +57,8 @@ log = logging.getLogger("ackqueue")
 SEQ_BLOCK = 64
 SEQ_BLOCK_SECONDS = 1.0
 
-# The outcome of taking one claim: None (another process got it first), or the attempts so
-# far (None: out of attempts, buried) with the hold stored for it (None when removed at once).
-# "stopped": the entry's group may not deliver now (its rules, checked in the commit).
+# The outcome of taking one claim: None (another process got it first), "stopped" (its group may
+# not deliver now), or the attempts so far (None: buried) with its stored hold (None: removed).
 TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped"] | None
 
 
@@ -188,12 +186,12 @@ class SharedMode:
             sid = session.check_live()
             now = self._clock()
             results: list[TakeResult] = []
-            taking: Counter[str] = Counter()
+            admit = gate.admitter(record, root(), now)
             for claim in claims:
                 entry = record.entries.get(claim.key)
                 if entry is None or holder(entry) is not None:
                     results.append(None)  # another process got it first
-                elif not gate.admit(record, root(), entry, now, taking):
+                elif not admit(entry):
                     results.append("stopped")  # a hold of another process, say
                 elif remove:
                     entry._p_changed = True  # conflicts with a take racing it: see set_hold
@@ -233,14 +231,11 @@ class SharedMode:
     def _sort_taken(self, claims: list[Claim], results: list[TakeResult]) -> Taken:
         taken = Taken()
         with self._signals.mutex:
-            lost = stopped = False
+            lost = look_again = False
             for claim, result in zip(claims, results, strict=True):
                 self.taking.discard(claim.key)
-                if result is None:
-                    lost = True
-                    continue
-                if result == "stopped":
-                    stopped = True
+                if result is None or result == "stopped":
+                    lost, look_again = lost or result is None, True
                     continue
                 attempts, held_as = result
                 if attempts is None:
@@ -250,7 +245,7 @@ class SharedMode:
                 if held_as is not None:
                     self.mine[claim.key] = held_as
                 taken.kept.append(claim)
-            if lost or stopped:
+            if look_again:
                 index = self._require_index()
                 index.refresh()  # the next scan skips the stopped group
                 if lost:

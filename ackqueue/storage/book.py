@@ -157,34 +157,6 @@ class Book:
 
         return self.read(read)
 
-    def has_groups(self) -> bool:
-        """Whether an entry was ever put with a group (see :mod:`ackqueue.delivery.grouped`)."""
-        return self.read(lambda record: bool(record.grouped))
-
-    def grouped_entries(self) -> list[tuple[Any, str, bool]]:
-        """``(key, group, delayed)`` of every stored entry that has a group (reads them all)."""
-
-        def read(record: QueueRecord) -> list[tuple[Any, str, bool]]:
-            if not record.grouped:
-                return []
-            delayed = record.delayed if record.delayed is not None else {}
-            return [
-                (key, entry.group, key in delayed)
-                for key, entry in record.entries.items()
-                if entry.group is not None
-            ]
-
-        return self.read(read)
-
-    def group_pauses(self) -> dict[str, float]:
-        """Every paused group with the time its pause ends."""
-
-        def read(record: QueueRecord) -> dict[str, float]:
-            pauses = record.group_pauses
-            return dict(pauses.items()) if pauses is not None else {}
-
-        return self.read(read)
-
     def dead_letters(self) -> list[DeadLetter]:
         def read(record: QueueRecord) -> list[DeadLetter]:
             dead = record.dead
@@ -361,39 +333,6 @@ class Book:
                 record.paused = paused
 
         return set_paused
-
-    def group_pauser(self, group: str, until: float) -> Callable[[], None]:
-        """The edit pausing ``group`` until ``until`` (a time in the past resumes it)."""
-        record = self.record
-
-        def set_pause() -> None:
-            pauses = record.group_pause_index()
-            if until > 0:
-                pauses[group] = until
-            elif group in pauses:
-                del pauses[group]
-
-        return set_pause
-
-    def group_remover(self, group: str) -> Callable[[], int]:
-        """The edit removing every stored entry of ``group`` that no process holds (shared
-        mode marks holds on the entries); it returns how many."""
-        record = self.record
-
-        def remove() -> int:
-            if not record.grouped:
-                return 0
-            doomed = [
-                key
-                for key, entry in record.entries.items()
-                if entry.group == group and getattr(entry, "holder", None) is None
-            ]
-            for key in doomed:
-                record.entries[key]._p_changed = True  # conflicts with a take racing it
-                self.remove_entry(key)
-            return len(doomed)
-
-        return remove
 
     def seq_reserver(self, block: int) -> Callable[[], int]:
         """The edit reserving ``block`` sequence numbers for this process; it returns the first."""
