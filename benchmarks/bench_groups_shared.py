@@ -25,20 +25,7 @@ from ackqueue import AckQueue
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-WORKER = r"""
-import json, logging, sys, threading, time
-import ackqueue
-
-class Conflicts(logging.Handler):
-    count = 0
-    def emit(self, record):
-        if "conflict" in record.getMessage():
-            Conflicts.count += 1
-
-log = logging.getLogger("ackqueue")
-log.setLevel(logging.DEBUG)
-log.addHandler(Conflicts())
-log.propagate = False
+WORKER = _common.COUNTING_CONFLICTS + r"""
 path, threads, cap = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 q = ackqueue.AckQueue(path, shared=True, max_held_per_group=None if cap == "-" else int(cap))
 print("ready", flush=True)

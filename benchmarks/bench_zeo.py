@@ -27,20 +27,7 @@ import _common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CONSUMER = r"""
-import json, logging, sys, threading, time
-import ackqueue
-
-class Conflicts(logging.Handler):
-    count = 0
-    def emit(self, record):
-        if "conflict" in record.getMessage():
-            Conflicts.count += 1
-
-log = logging.getLogger("ackqueue")
-log.setLevel(logging.DEBUG)
-log.addHandler(Conflicts())
-log.propagate = False
+CONSUMER = _common.COUNTING_CONFLICTS + r"""
 where, threads, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 q = ackqueue.AckQueue(where)
 consumers = [q.connect() for _ in range(threads)]
