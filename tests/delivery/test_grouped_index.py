@@ -8,11 +8,11 @@ from ackqueue.delivery.grouped import GroupedReadyIndex
 from ackqueue.delivery.groups import GroupRules
 from ackqueue.delivery.ready import ReadyIndex
 
-
 Scheduled = list[tuple[float, Callable[[], bool]]]
+NO_RULES = GroupRules()
 
 
-def make(rules: GroupRules = GroupRules()) -> tuple[GroupedReadyIndex, Scheduled]:
+def make(rules: GroupRules = NO_RULES) -> tuple[GroupedReadyIndex, Scheduled]:
     scheduled: Scheduled = []
     index = GroupedReadyIndex(
         ReadyIndex(0, lambda cursor: []),
