@@ -47,19 +47,8 @@ def open_queue(engine, where):
     return ackqueue.AckQueue(db=ZODB.DB(RelStorage(adapter, options=options)), session_timeout=30)
 """
 
-WORKER = OPEN + r"""
-import json, logging, time
-
-class Conflicts(logging.Handler):
-    count = 0
-    def emit(self, record):
-        if "conflict" in record.getMessage():
-            Conflicts.count += 1
-
-log = logging.getLogger("ackqueue")
-log.setLevel(logging.DEBUG)
-log.addHandler(Conflicts())
-log.propagate = False
+WORKER = OPEN + _common.COUNT_CONFLICTS + r"""
+import json, time
 engine, where, job, count, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(
     sys.argv[5])
 q = open_queue(engine, where)
@@ -191,18 +180,17 @@ def wake_ms(engine: str, where: str, rounds: int) -> float:
     return _common.median(waits)
 
 
-def start_postgres() -> bool:
-    """Start the run's PostgreSQL server; False (saying why) where there is none."""
+def start_postgres(stack: contextlib.ExitStack) -> bool:
+    """Start the run's PostgreSQL server, until ``stack`` closes; False (saying why) where
+    there is none."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from postgres_server import PostgresServer, why_unavailable
+    from postgres_server import running, why_unavailable
 
     reason = why_unavailable()
     if reason is not None:
         print(f"postgresql: SKIPPED, {reason}")
         return False
-    server = PostgresServer()
-    server.start()
-    POSTGRES.append(server)
+    POSTGRES.append(stack.enter_context(running()))
     return True
 
 
@@ -214,13 +202,10 @@ def main() -> None:
     parser.add_argument("--engines", default="zeo,sqlite,postgresql")
     args = parser.parse_args()
     engines = args.engines.split(",")
-    if "postgresql" in engines and not start_postgres():
-        engines.remove("postgresql")
-    try:
+    with contextlib.ExitStack() as stack:
+        if "postgresql" in engines and not start_postgres(stack):
+            engines.remove("postgresql")
         measure(engines, [int(n) for n in args.processes.split(",")], args.items, args.rounds)
-    finally:
-        for server in POSTGRES:
-            server.close()
 
 
 def measure(engines: list[str], counts: list[int], items_per_job: int, rounds: int) -> None:

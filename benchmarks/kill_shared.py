@@ -32,17 +32,13 @@ def queue_at(engine: str, tmp: str) -> Iterator[tuple[str, float]]:
     if engine == "zeo":
         yield os.path.join(tmp, "q.fs"), 0.35
         return
-    from postgres_server import PostgresServer, why_unavailable
+    from postgres_server import running, why_unavailable
 
     reason = why_unavailable()
     if reason is not None:
         sys.exit(f"no PostgreSQL: {reason}")
-    server = PostgresServer()
-    try:
-        server.start()
+    with running() as server:
         yield server.new_database(), 0.0
-    finally:
-        server.close()
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ own from :func:`postgres_uri`. ``benchmarks/`` start one the same way.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -141,18 +142,25 @@ class PostgresServer:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server on 127.0.0.1 for the session (skips where there is none)."""
-    reason = why_unavailable()
-    if reason is not None:
-        pytest.skip(f"no PostgreSQL: {reason}")
+@contextlib.contextmanager
+def running() -> Iterator[PostgresServer]:
+    """A started server, stopped (and its directory removed) when the block ends."""
     server = PostgresServer()
     try:
         server.start()
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server on 127.0.0.1 for the session (skips where there is none)."""
+    reason = why_unavailable()
+    if reason is not None:
+        pytest.skip(f"no PostgreSQL: {reason}")
+    with running() as server:
+        yield server
 
 
 @pytest.fixture
