@@ -144,3 +144,19 @@ def test_an_unknown_option_is_named_and_nothing_is_created(postgres_uri: str) ->
 def test_a_port_that_is_not_a_number_is_a_clear_error() -> None:
     with pytest.raises(ackqueue.StorageError, match="the port is not a number"):
         ackqueue.AckQueue("postgresql://queue:s3cret@127.0.0.1:x/jobs")
+
+
+def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    from ackqueue.storage import postgres
+
+    plain = urlsplit(postgres.for_zodburi("postgresql://queue:p%40ss@db.example.org/jobs"))
+    assert (plain.scheme, plain.hostname, plain.port, plain.path) == (
+        "postgres", "db.example.org", 5432, "/jobs")
+    assert (plain.username, plain.password) == ("queue", "p%40ss")
+    assert parse_qs(plain.query) == {"keep_history": ["false"], "connect_timeout": ["10"]}
+    given = urlsplit(postgres.for_zodburi(
+        "postgres://queue@db:6543/jobs?keep_history=true&connect_timeout=3"))
+    assert parse_qs(given.query) == {"keep_history": ["true"], "connect_timeout": ["3"]}
+    assert postgres.shown("postgresql://queue:s3cret@db/jobs") == "postgresql://queue:***@db/jobs"
