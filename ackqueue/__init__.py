@@ -25,6 +25,7 @@ from ackqueue.errors import (
     ShutDown,
     StorageError,
     UnpicklableItemError,
+    WorkerProcessError,
 )
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.metrics import PrometheusCollector, QueueMetrics
@@ -32,6 +33,7 @@ from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
 from ackqueue.storage.deadletters import DeadLetter, UnloadableItem
 from ackqueue.storage.transactions import TransactionError
 from ackqueue.workers.pool import PoolStats, Retry, WorkerPool
+from ackqueue.workers.processes import ProcessPool
 
 __all__ = [
     "AckQueue",
@@ -49,6 +51,7 @@ __all__ = [
     "NotHeldError",
     "PoolStats",
     "PriorityAckQueue",
+    "ProcessPool",
     "PrometheusCollector",
     "QueueMetrics",
     "QueueClosedError",
@@ -60,5 +63,6 @@ __all__ = [
     "UnloadableItem",
     "UnpicklableItemError",
     "WorkerPool",
+    "WorkerProcessError",
 ]
 __version__ = "0.1.0"

@@ -56,3 +56,7 @@ _StdShutDown: type[Exception] = getattr(queue, "ShutDown", Exception)
 
 class ShutDown(AckQueueError, _StdShutDown):  # type: ignore[valid-type,misc]
     """The queue was shut down: no more puts, and no more gets once nothing is ready."""
+
+
+class WorkerProcessError(AckQueueError, RuntimeError):
+    """A worker process of a :class:`~ackqueue.ProcessPool` could not start working."""

@@ -23,6 +23,23 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ackqueue.cli.bench import cpu_model  # noqa: E402 - after the path
 from ackqueue.cli.bench import item as item  # noqa: E402
 
+# Source for a benchmark's child process: ``Conflicts.count`` counts the write conflicts its
+# queue retried (from the ackqueue logger's debug records, which it then keeps to itself).
+COUNT_CONFLICTS = r"""
+import logging
+
+class Conflicts(logging.Handler):
+    count = 0
+    def emit(self, record):
+        if "conflict" in record.getMessage():
+            Conflicts.count += 1
+
+_log = logging.getLogger("ackqueue")
+_log.setLevel(logging.DEBUG)
+_log.addHandler(Conflicts())
+_log.propagate = False
+"""
+
 
 @contextlib.contextmanager
 def tmpdir() -> Iterator[str]:

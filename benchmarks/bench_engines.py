@@ -1,14 +1,18 @@
 """Which engine should carry ``AckQueue(path, shared=True)``: the queue on ZEO over a Unix
 socket (runzeo, FileStorage with an fsync a commit) beside the queue on RelStorage's SQLite
 adapter with ``synchronous=FULL`` (an fsync a commit too: as durable as strict single-process
-mode), with 1, 2 and 4 processes, in one run (the machine is shared: read the ratios).
+mode), and on RelStorage's PostgreSQL adapter (``AckQueue("postgresql://...")``, a server on
+127.0.0.1 started for the run as ``tests/postgres_server.py`` does, fsync on), with 1, 2 and 4
+processes, in one run (the machine is shared: read the ratios).
 
     python benchmarks/bench_engines.py [--items 1000] [--processes 1,2,4] [--rounds 1]
+                                       [--engines zeo,sqlite,postgresql]
 
 For each engine and process count: ``put`` one at a time (the items split between the
 processes), then get+ack one at a time, then ``get_many``/``ack_many`` of 10, each process with
 one consumer thread. Items are put beforehand with ``put_many``; the clock runs from "go" to the
-last put or ack. Prints items/s, the ratio of 4 processes to 1, and RelStorage's ratio to ZEO.
+last put or ack. Prints items/s, the ratio of 4 processes to 1, each engine's ratio to ZEO,
+and the write conflicts retried per item (counted from ackqueue's debug log in each worker).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import sys, ackqueue
 def open_queue(engine, where):
     if engine == "zeo":
         return ackqueue.AckQueue("zeo://" + where, session_timeout=30)
+    if engine == "postgresql":
+        return ackqueue.AckQueue(where, session_timeout=30)
     import ZODB
     from relstorage.adapters.sqlite.adapter import Sqlite3Adapter
     from relstorage.options import Options
@@ -41,7 +47,7 @@ def open_queue(engine, where):
     return ackqueue.AckQueue(db=ZODB.DB(RelStorage(adapter, options=options)), session_timeout=30)
 """
 
-WORKER = OPEN + r"""
+WORKER = OPEN + _common.COUNT_CONFLICTS + r"""
 import json, time
 engine, where, job, count, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(
     sys.argv[5])
@@ -63,7 +69,8 @@ else:
         c.ack_many(items)
         done += len(items)
         last = time.time()
-print(json.dumps({"done": done, "last": time.time() if job == "put" else last}), flush=True)
+print(json.dumps({"done": done, "last": time.time() if job == "put" else last,
+                  "conflicts": Conflicts.count}), flush=True)
 c.close()
 q.close()
 """
@@ -110,10 +117,17 @@ def start_zeo(directory: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, sock
 
 
+POSTGRES: list[Any] = []  # the run's PostgreSQL server, started once by main()
+
+
 @contextlib.contextmanager
 def engine_at(engine: str) -> Iterator[str]:
     """A fresh place for ``engine`` in a temporary directory: a ZEO server's socket (the
-    server runs until the block ends) or a RelStorage SQLite directory."""
+    server runs until the block ends), a RelStorage SQLite directory, or the URI of a new
+    database on the run's PostgreSQL server."""
+    if engine == "postgresql":
+        yield POSTGRES[0].new_database()
+        return
     with _common.tmpdir() as tmp:
         if engine != "zeo":
             yield os.path.join(tmp, "rs")
@@ -126,8 +140,10 @@ def engine_at(engine: str) -> Iterator[str]:
             server.wait()
 
 
-def run(engine: str, where: str, job: str, processes: int, items: int, batch: int) -> float:
-    """Items/s of ``processes`` workers doing ``job`` on ``items`` items between them."""
+def run(engine: str, where: str, job: str, processes: int, items: int,
+        batch: int) -> tuple[float, float]:
+    """Items/s of ``processes`` workers doing ``job`` on ``items`` items between them, and
+    the write conflicts they retried per item."""
     # Fills the queue, or for puts only creates the database: RelStorage's SQLite adapter
     # fails ("table pack_object already exists") when processes create one at the same time.
     subprocess.run([sys.executable, "-c", FILL, engine, where, str(0 if job == "put" else items)],
@@ -138,7 +154,8 @@ def run(engine: str, where: str, job: str, processes: int, items: int, batch: in
     done = sum(r["done"] for r in results)
     expected = share * processes if job == "put" else items
     assert done == expected, f"{engine} {job}: {done} of {expected}"
-    return done / (max(r["last"] for r in results) - go)
+    return done / (max(r["last"] for r in results) - go), sum(r["conflicts"]
+                                                              for r in results) / done
 
 
 def wake_ms(engine: str, where: str, rounds: int) -> float:
@@ -163,54 +180,89 @@ def wake_ms(engine: str, where: str, rounds: int) -> float:
     return _common.median(waits)
 
 
+def start_postgres(stack: contextlib.ExitStack) -> bool:
+    """Start the run's PostgreSQL server, until ``stack`` closes; False (saying why) where
+    there is none."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from postgres_server import running, why_unavailable
+
+    reason = why_unavailable()
+    if reason is not None:
+        print(f"postgresql: SKIPPED, {reason}")
+        return False
+    POSTGRES.append(stack.enter_context(running()))
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--engines", default="zeo,sqlite,postgresql")
     args = parser.parse_args()
-    counts = [int(n) for n in args.processes.split(",")]
-    jobs = [("put", 1, args.items), ("get+ack", 1, args.items), ("get+ack x10", 10,
-                                                                   args.items * 3)]
+    engines = args.engines.split(",")
+    with contextlib.ExitStack() as stack:
+        if "postgresql" in engines and not start_postgres(stack):
+            engines.remove("postgresql")
+        measure(engines, [int(n) for n in args.processes.split(",")], args.items, args.rounds)
+
+
+def measure(engines: list[str], counts: list[int], items_per_job: int, rounds: int) -> None:
+    jobs = [("put", 1, items_per_job), ("get+ack", 1, items_per_job),
+            ("get+ack x10", 10, items_per_job * 3)]
     table: dict[tuple[str, str, int], list[float]] = {}
+    conflicts: dict[tuple[str, str, int], list[float]] = {}
     failures: dict[str, int] = {}
-    for _ in range(args.rounds):
-        for engine in ("zeo", "sqlite"):
+    for _ in range(rounds):
+        for engine in engines:
             for job, batch, items in jobs:
                 for n in counts:
                     with engine_at(engine) as where:
                         try:
-                            rate = run(engine, where, job.split()[0], n, items, batch)
+                            rate, per_item = run(engine, where, job.split()[0], n, items, batch)
                         except (AssertionError, ValueError) as exc:
                             # RelStorage 4.3's SQLite adapter has failed acks with a
                             # KeyError in conflict resolution here: count it, go on.
                             failures[engine] = failures.get(engine, 0) + 1
-                            print(f"  {engine:6} {job:12} {n} proc: FAILED ({exc})", flush=True)
+                            print(f"  {engine:10} {job:12} {n} proc: FAILED ({exc})", flush=True)
                             continue
                     table.setdefault((engine, job, n), []).append(rate)
-                    print(f"  {engine:6} {job:12} {n} proc: {rate:7.0f} items/s", flush=True)
+                    conflicts.setdefault((engine, job, n), []).append(per_item)
+                    print(f"  {engine:10} {job:12} {n} proc: {rate:7.0f} items/s, "
+                          f"{per_item:.3f} conflicts/item", flush=True)
     wakes: dict[str, list[float]] = {}
-    for _ in range(args.rounds):
-        for engine in ("zeo", "sqlite"):
+    for _ in range(rounds):
+        for engine in engines:
             with engine_at(engine) as where:
                 wakes.setdefault(engine, []).append(wake_ms(engine, where, 10))
-            print(f"  {engine:6} wake-up across processes: {wakes[engine][-1]:.0f} ms (median)",
-                  flush=True)
-    print(f"\nmedians over {args.rounds} round(s), items/s "
-          f"(4p/1p = the ratio of {counts[-1]} processes to {counts[0]})")
+            print(f"  {engine:10} wake-up across processes: {wakes[engine][-1]:.0f} ms "
+                  "(median)", flush=True)
+
+    def median(figures: dict[tuple[str, str, int], list[float]], key: tuple[str, str, int]
+               ) -> float:
+        return _common.median(figures.get(key) or [float("nan")])
+
+    print(f"\nmedians over {rounds} round(s), items/s "
+          f"({counts[-1]}p/{counts[0]}p = the ratio of {counts[-1]} processes to {counts[0]}; "
+          f"conflicts retried per item at {counts[-1]} processes)")
     print(f"| job | engine | {' | '.join(f'{n} proc' for n in counts)} | "
-          f"{counts[-1]}p/{counts[0]}p |")
-    print("|---|---|" + "---:|" * (len(counts) + 1))
+          f"{counts[-1]}p/{counts[0]}p | conflicts/item |")
+    print("|---|---|" + "---:|" * (len(counts) + 2))
     for job, _, _ in jobs:
-        for engine in ("zeo", "sqlite"):
-            rates = [_common.median(table.get((engine, job, n)) or [float("nan")])
-                     for n in counts]
+        for engine in engines:
+            rates = [median(table, (engine, job, n)) for n in counts]
             print(f"| {job} | {engine} | " + " | ".join(f"{r:,.0f}" for r in rates)
-                  + f" | {rates[-1] / rates[0]:.2f} |")
-        ratios = [_common.median(table.get(("sqlite", job, n)) or [float("nan")])
-                  / _common.median(table.get(("zeo", job, n)) or [float("nan")]) for n in counts]
-        print(f"| {job} | sqlite/zeo | " + " | ".join(f"{r:.2f}x" for r in ratios) + " | |")
-    for engine in ("zeo", "sqlite"):
+                  + f" | {rates[-1] / rates[0]:.2f} | "
+                  f"{median(conflicts, (engine, job, counts[-1])):.3f} |")
+        for engine in engines:
+            if engine == "zeo" or "zeo" not in engines:
+                continue
+            ratios = [median(table, (engine, job, n)) / median(table, ("zeo", job, n))
+                      for n in counts]
+            print(f"| {job} | {engine}/zeo | " + " | ".join(f"{r:.2f}x" for r in ratios)
+                  + " | | |")
+    for engine in engines:
         print(f"runs that failed, {engine}: {failures.get(engine, 0)}")
         print(f"wake-up across processes, {engine}: median {_common.median(wakes[engine]):.0f} ms")
 

@@ -14,8 +14,9 @@ settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-# The contract suite's ``queues`` fixture (see that module for why it is a plugin).
-pytest_plugins = ["contracts.implementations"]
+# The contract suite's ``queues`` fixture and the session's PostgreSQL server (see those
+# modules for why they are plugins).
+pytest_plugins = ["contracts.implementations", "postgres_server"]
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))  # the helpers and children live here
 REPO_ROOT = os.path.dirname(TESTS_DIR)

@@ -3,7 +3,8 @@
 ``AckQueue("zeo://127.0.0.1:8100")`` shares one queue database between processes through a ZEO
 server. ``file://`` is the same as giving the path (and shares its one-opener-per-file
 registry); every other scheme is handed to ``zodburi`` (installed with the ``[zeo]`` extra), so
-any storage it knows (RelStorage's ``postgres://`` among them, when installed) opens the same way.
+any storage it knows opens the same way. ``postgresql://`` (and ``postgres://``) is RelStorage on
+PostgreSQL, with the defaults and error messages of ``postgres.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ZODB
 from ZODB.POSException import ConflictError
 
 from ackqueue.errors import StorageError
+from ackqueue.storage import postgres
 
 OPEN_RETRIES = 5
 
@@ -47,15 +49,26 @@ def open_db(uri: str) -> ZODB.DB:
             f"opening {uri} needs the zodburi package: "
             "pip install '.[zeo]' in a checkout of ackqueue"
         ) from None
+    on_postgresql = postgres.is_postgresql(uri)
+    resolved = postgres.for_zodburi(uri) if on_postgresql else uri
+
+    def failed(exc: BaseException) -> StorageError:
+        if on_postgresql:
+            return postgres.open_error(uri, exc)
+        return StorageError(f"cannot open storage {uri}: {exc!r}")
+
     try:
-        factory, dbkw = zodburi.resolve_uri(uri)
+        factory, dbkw = zodburi.resolve_uri(resolved)
     except Exception as exc:
+        if on_postgresql:
+            raise failed(exc) from exc
         raise StorageError(f"cannot open storage {uri}: {exc}") from exc
+
     def opened() -> Any:
         try:
             return factory()
         except Exception as exc:
-            raise StorageError(f"cannot open storage {uri}: {exc!r}") from exc
+            raise failed(exc) from exc
 
     return db_on(opened, **dbkw)
 

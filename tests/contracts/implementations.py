@@ -7,7 +7,10 @@ contract test in this folder runs, unchanged, on every one of them.
 - ``zeo``: shared mode, ``AckQueue("zeo://...")`` on a real ZEO server on 127.0.0.1 that the
   test session starts once; each test's queue names are its own, so no test sees another's;
 - ``relstorage``: shared mode on RelStorage's SQLite adapter (``db=``), one database for the
-  session, opened once, with names per test as on ZEO.
+  session, opened once, with names per test as on ZEO;
+- ``postgresql``: shared mode, ``AckQueue("postgresql://...")`` on a real PostgreSQL server on
+  127.0.0.1 (``postgres_server.py``), one database for the session, names per test as on ZEO;
+  skipped, saying why, where PostgreSQL is not installed.
 
 This is a plugin (``pytest_plugins`` in ``tests/conftest.py``), not ``tests/contracts/
 conftest.py``: the tests import helpers with ``from conftest import ...``, and a second module
@@ -28,8 +31,9 @@ from ZODB.MappingStorage import MappingStorage
 
 import ackqueue
 
-IMPLEMENTATIONS = ["memory", "file", "zeo", "relstorage"]
-SHARED = {"zeo", "relstorage"}
+IMPLEMENTATIONS = ["memory", "file", "zeo", "relstorage", "postgresql"]
+SHARED = {"zeo", "relstorage", "postgresql"}
+BY_URI = {"zeo", "postgresql"}  # opened by the URI of a server the session started
 # Shared mode gives back in a background commit: a test waits this long at most for it.
 GIVE_BACK_TIMEOUT = 10.0
 _test_numbers = itertools.count(1)
@@ -46,7 +50,7 @@ class Queues:
         self,
         implementation: str,
         directory: str,
-        zeo_uri: str | None = None,
+        uri: str | None = None,
         relstorage_db: ZODB.DB | None = None,
     ) -> None:
         self.implementation = implementation
@@ -54,7 +58,7 @@ class Queues:
         # Whether a queue closed and opened again under its name finds what it left.
         self.reopens = implementation != "memory"
         self._directory = directory
-        self._zeo_uri = zeo_uri
+        self._uri = uri
         self._relstorage_db = relstorage_db
         self._prefix = f"t{next(_test_numbers)}-"  # this test's names in the session's database
         self._db: ZODB.DB | None = None
@@ -83,9 +87,9 @@ class Queues:
             return kind(maxsize=maxsize, name=name, db=self._database(), **options)
         if self.implementation == "file":
             return kind(os.path.join(self._directory, "q.fs"), maxsize, name=name, **options)
-        if self.implementation == "zeo":
-            assert self._zeo_uri is not None
-            return kind(self._zeo_uri, maxsize, name=self._prefix + name, **options)
+        if self.implementation in BY_URI:
+            assert self._uri is not None
+            return kind(self._uri, maxsize, name=self._prefix + name, **options)
         assert self._relstorage_db is not None
         return kind(maxsize=maxsize, name=self._prefix + name, db=self._relstorage_db, **options)
 
@@ -124,6 +128,12 @@ def contracts_zeo_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
 
 @pytest.fixture(scope="session")
+def contracts_postgresql_uri(postgres_server: Any) -> str:
+    """One PostgreSQL database for every contract test of the session."""
+    return str(postgres_server.create_database("contracts"))
+
+
+@pytest.fixture(scope="session")
 def contracts_relstorage_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZODB.DB]:
     """One RelStorage database (SQLite) for every contract test of the session."""
     db = open_relstorage(str(tmp_path_factory.mktemp("contracts-relstorage")))
@@ -137,9 +147,9 @@ def contracts_relstorage_db(tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def queues(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Queues]:
     """A :class:`Queues` factory for each implementation of the queue."""
     implementation: str = request.param
-    if implementation == "zeo":
-        factory = Queues(implementation, str(tmp_path), zeo_uri=request.getfixturevalue(
-            "contracts_zeo_uri"
+    if implementation in BY_URI:
+        factory = Queues(implementation, str(tmp_path), uri=request.getfixturevalue(
+            f"contracts_{implementation}_uri"
         ))
     elif implementation == "relstorage":
         factory = Queues(implementation, str(tmp_path), relstorage_db=request.getfixturevalue(

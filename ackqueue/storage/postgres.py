@@ -1,0 +1,109 @@
+"""PostgreSQL URIs: ``AckQueue("postgresql://user:password@host:port/dbname")``.
+
+The queue is stored by RelStorage (``pip install 'ackqueue[postgresql]'``: RelStorage and the
+psycopg2 driver) in an existing PostgreSQL database, whose tables RelStorage creates on first
+use. Every process and host that opens the same URI shares the queue (shared mode).
+
+Both spellings libpq knows, ``postgresql://`` and ``postgres://``, are accepted; the query takes
+RelStorage's and zodburi's options (``?keep_history=true``, ``connect_timeout=30``, ...). Two
+defaults differ from RelStorage's own, for a queue:
+
+* ``keep_history=false``: a history-preserving database keeps every state of every item until
+  someone packs it, and a queue rewrites its records at each put and ack;
+* ``connect_timeout=10`` (seconds): libpq's default waits forever for a host that does not
+  answer, and an open should fail with the place it tried instead.
+"""
+
+from __future__ import annotations
+
+import getpass
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+from ackqueue.errors import StorageError
+
+SCHEMES = ("postgresql", "postgres")
+DEFAULTS = {"keep_history": "false", "connect_timeout": "10"}
+DEFAULT_PORT = 5432
+
+
+def is_postgresql(uri: str) -> bool:
+    """Whether ``uri`` names a PostgreSQL database."""
+    return uri.split("://", 1)[0].lower() in SCHEMES
+
+
+def for_zodburi(uri: str) -> str:
+    """``uri`` as zodburi's RelStorage resolver reads it: the ``postgres://`` scheme, the
+    user, host and port spelled out (that resolver passes a missing one on as the word
+    ``None``), and the queue's defaults for the options the URI does not set."""
+    parts = urlsplit(uri)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = {key for key, _ in query}
+    query += [(key, value) for key, value in DEFAULTS.items() if key not in given]
+    user, password, host, port = _addressed(uri)
+    login = quote(user, safe="") + (f":{quote(password, safe='')}" if password is not None else "")
+    netloc = f"{login}@{host}:{port}"
+    return urlunsplit(("postgres", netloc, parts.path, urlencode(query), ""))
+
+
+def _addressed(uri: str) -> tuple[str, str | None, str, int]:
+    """The user, password, host and port ``uri`` names, libpq's defaults for those it does
+    not (this process's user, localhost, 5432)."""
+    parts = urlsplit(uri)
+    try:
+        port = parts.port or DEFAULT_PORT
+    except ValueError:
+        raise StorageError(
+            f"{shown(uri)}: the port is not a number; write postgresql://USER@HOST:PORT/DBNAME"
+        ) from None
+    user = unquote(parts.username) if parts.username else getpass.getuser()
+    password = unquote(parts.password) if parts.password is not None else None
+    return user, password, parts.hostname or "localhost", port
+
+
+def shown(uri: str) -> str:
+    """``uri`` with its password, if any, replaced by ``***``: for messages and logs."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def where(uri: str) -> str:
+    """The server, database and user ``uri`` names, as an error message says them."""
+    user, _password, host, port = _addressed(uri)
+    database = urlsplit(uri).path.lstrip("/") or "(none given)"
+    return f"PostgreSQL server {host} port {port}, database {database!r}, user {user!r}"
+
+
+def open_error(uri: str, exc: BaseException) -> StorageError:
+    """The error for a PostgreSQL database that could not be opened: what went wrong, where
+    it was tried, and what to do."""
+    detail = " ".join(str(exc).split()) or repr(exc)
+    lowered = detail.lower()
+    if isinstance(exc, ImportError) or "driver" in lowered and "available" in lowered:
+        advice = "install the driver: pip install 'ackqueue[postgresql]' (psycopg2)"
+    elif "does not exist" in lowered and "database" in lowered:
+        advice = "create the database first (createdb NAME, or CREATE DATABASE as its owner)"
+    elif "authentication" in lowered or "role" in lowered or "password" in lowered:
+        advice = "check the user and password in the URI, and the server's pg_hba.conf"
+    elif "keyword" in lowered or "option" in lowered:
+        advice = "fix or remove the unknown option in the URI's query (after the ?)"
+    elif "history" in lowered or "object_state" in lowered or "relation" in lowered:
+        advice = (
+            "the database holds RelStorage tables made with other options: open it with the "
+            "keep_history= it was created with (the queue's default is false), or give the "
+            "queue a database of its own"
+        )
+    elif any(word in lowered for word in ("connect", "refused", "timeout", "resolve", "host")):
+        advice = (
+            "start the server, or fix the host and port in the URI; a server on another host "
+            "must listen on that address (listen_addresses) and let this host in (pg_hba.conf)"
+        )
+    else:
+        advice = "see the server's log for why, or give the queue a database of its own"
+    return StorageError(
+        f"cannot open the queue database {shown(uri)}: tried the {where(uri)}: {detail}; "
+        f"{advice}"
+    )

@@ -1,0 +1,162 @@
+"""``AckQueue("postgresql://...")``: shared mode on RelStorage over a real PostgreSQL server on
+127.0.0.1 (``postgres_server.py`` starts one for the session; each test has a database of its
+own), with real processes and real SIGKILLs: a put in one process wakes a get blocked in
+another, a killed holder's item comes back once its session lease lapses, a kill campaign loses
+nothing confirmed, and an open that cannot reach the server says where it tried and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import shared_campaign
+from conftest import REPO_ROOT, spawn_child
+from postgres_server import PostgresServer, free_port
+
+import ackqueue
+
+LEASE = 2.0
+KILLS = int(os.environ.get("ACKQUEUE_POSTGRESQL_KILLS", "6"))
+
+HOLDER = """
+import sys, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+c = q.connect()
+print(c.get(timeout=30), flush=True)
+sys.stdin.readline()  # hold it until killed
+"""
+
+PUTTER = """
+import sys, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+print("open", flush=True)
+sys.stdin.readline()
+q.put(sys.argv[3])
+q.close()
+"""
+
+
+def test_a_postgresql_uri_opens_a_shared_queue_that_both_spellings_reach(
+    postgres_uri: str,
+) -> None:
+    with ackqueue.AckQueue(postgres_uri) as q:
+        assert q.shared
+        q.put({"url": "http://example.org/"})
+    other = postgres_uri.replace("postgresql://", "postgres://", 1)
+    with ackqueue.AckQueue(other) as q, q.connect() as c:
+        item = c.get(timeout=10)
+        assert item == {"url": "http://example.org/"}
+        c.ack(item)
+        assert q.qsize() == 0
+
+
+def test_a_put_in_another_process_wakes_a_blocked_get(postgres_uri: str) -> None:
+    with ackqueue.AckQueue(postgres_uri, session_timeout=LEASE) as q:
+        putter = spawn_child(PUTTER, postgres_uri, str(LEASE), "from the other process")
+        try:
+            assert putter.stdout is not None and putter.stdin is not None
+            assert putter.stdout.readline().strip() == "open"
+            with q.connect() as c:
+                putter.stdin.write("go\n")
+                putter.stdin.flush()
+                item = c.get(timeout=30)
+                assert item == "from the other process"
+                c.ack(item)
+            assert putter.wait(timeout=30) == 0
+        finally:
+            putter.kill()
+            putter.wait()
+
+
+def test_the_item_of_a_sigkilled_holder_comes_back_after_its_lease(postgres_uri: str) -> None:
+    with ackqueue.AckQueue(postgres_uri, session_timeout=LEASE) as q:
+        q.put("job")
+        holder = spawn_child(HOLDER, postgres_uri, str(LEASE))
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "job"
+            with q.connect() as c:
+                with pytest.raises(ackqueue.Empty):
+                    c.get(timeout=0.2)  # held by the live holder
+                holder.send_signal(signal.SIGKILL)
+                holder.wait(timeout=30)
+                killed = time.monotonic()
+                item = c.get(timeout=30)
+                came_back = time.monotonic() - killed
+                assert item == "job"
+                assert c.delivery(item).attempts == 2
+                c.ack(item)
+        finally:
+            holder.kill()
+            holder.wait()
+    assert came_back >= LEASE / 2, "given back before the lease of a silent session lapsed"
+
+
+def test_random_kills_of_clients_lose_nothing_confirmed(postgres_uri: str, tmp_path) -> None:
+    """The campaign of ``shared_campaign.py`` on PostgreSQL: clients SIGKILLed in puts, gets,
+    acks and transactions (the server is PostgreSQL's to keep; it is not killed here)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    result = shared_campaign.run(postgres_uri, str(logs), KILLS, REPO_ROOT, seed=13,
+                                 server_share=0.0)
+    assert result.problems == []
+    assert result.kills == KILLS and result.starter_killed
+    assert result.confirmed_puts > 0 and result.confirmed_acks > 0
+
+
+def test_no_server_at_the_address_says_where_it_tried_and_what_to_do() -> None:
+    port = free_port()  # nothing listens there
+    uri = f"postgresql://queue:s3cret@127.0.0.1:{port}/jobs"
+    with pytest.raises(ackqueue.StorageError) as caught:
+        ackqueue.AckQueue(uri)
+    message = str(caught.value)
+    assert f"127.0.0.1 port {port}" in message
+    assert "database 'jobs'" in message and "user 'queue'" in message
+    assert "start the server" in message
+    assert "s3cret" not in message
+
+
+def test_a_missing_database_says_to_create_it(postgres_server: PostgresServer) -> None:
+    with pytest.raises(ackqueue.StorageError, match="createdb") as caught:
+        ackqueue.AckQueue(postgres_server.uri("no_such_database"))
+    assert "'no_such_database'" in str(caught.value)
+
+
+def test_an_unknown_option_is_named_and_nothing_is_created(postgres_uri: str) -> None:
+    with pytest.raises(ackqueue.StorageError, match="unknown option"):
+        ackqueue.AckQueue(postgres_uri + "?no_such_option=1")
+    import psycopg2
+
+    dbname = postgres_uri.rsplit("/", 1)[1]
+    port = int(postgres_uri.rsplit(":", 1)[1].split("/")[0])
+    conn = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname=dbname)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            assert cur.fetchone() == (0,)
+    finally:
+        conn.close()
+
+
+def test_a_port_that_is_not_a_number_is_a_clear_error() -> None:
+    with pytest.raises(ackqueue.StorageError, match="the port is not a number"):
+        ackqueue.AckQueue("postgresql://queue:s3cret@127.0.0.1:x/jobs")
+
+
+def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    from ackqueue.storage import postgres
+
+    plain = urlsplit(postgres.for_zodburi("postgresql://queue:p%40ss@db.example.org/jobs"))
+    assert (plain.scheme, plain.hostname, plain.port, plain.path) == (
+        "postgres", "db.example.org", 5432, "/jobs")
+    assert (plain.username, plain.password) == ("queue", "p%40ss")
+    assert parse_qs(plain.query) == {"keep_history": ["false"], "connect_timeout": ["10"]}
+    given = urlsplit(postgres.for_zodburi(
+        "postgres://queue@db:6543/jobs?keep_history=true&connect_timeout=3"))
+    assert parse_qs(given.query) == {"keep_history": ["true"], "connect_timeout": ["3"]}
+    assert postgres.shown("postgresql://queue:s3cret@db/jobs") == "postgresql://queue:***@db/jobs"

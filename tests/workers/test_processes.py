@@ -1,0 +1,167 @@
+"""``ProcessPool``: worker processes over one queue opened with ``shared=True`` in each, with
+real processes: they work at the same time and their counts are merged; a worker process
+SIGKILLed in a handler loses nothing (its item comes back when its session lapses, to a worker
+process started in its stead); SIGTERM stops the pool gracefully (the running handler
+finishes and is acked, the rest stays in the queue); bad arguments are refused before any
+process starts.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import process_handlers
+import pytest
+from conftest import child_env
+from contracts.implementations import settled
+from polling import wait_until
+
+import ackqueue
+
+LEASE = 2.0
+
+
+def lines(directory: str) -> list[tuple[str, int, int]]:
+    try:
+        with open(os.path.join(directory, "log")) as f:
+            return [(what, int(n), int(pid)) for what, n, pid in
+                    (line.split() for line in f if line.endswith("\n"))]
+    except FileNotFoundError:
+        return []
+
+
+def fill(where: str, directory: str, count: int, **extra: Any) -> None:
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        q.put_many([{"n": n, "dir": directory, **extra} for n in range(count)])
+
+
+@pytest.fixture(params=["file", "postgresql"])
+def where(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A queue every process can open: a file with shared=True, or a PostgreSQL database."""
+    if request.param == "file":
+        return str(tmp_path / "q.fs")
+    return str(request.getfixturevalue("postgres_uri"))
+
+
+def test_worker_processes_work_at_the_same_time_and_their_counts_add_up(
+    where: str, tmp_path: Any
+) -> None:
+    directory = str(tmp_path)
+    fill(where, directory, 20, processes=2)
+    pool = ackqueue.ProcessPool(where, process_handlers.together, processes=2, prefetch=1,
+                                queue_options={"session_timeout": LEASE})
+    stats = pool.run_until_empty()
+    assert (stats.done, stats.failed, stats.dead, stats.stopped_by) == (20, 0, 0, None)
+    assert pool.restarts == 0
+    done = [(n, pid) for what, n, pid in lines(directory) if what == "done"]
+    assert sorted(n for n, _ in done) == list(range(20))
+    # Two at least (the barrier in the handler saw them at work together); a third when a
+    # worker process ended on a stale view of the queue and the pool started another round.
+    assert len({pid for _, pid in done}) >= 2
+    with ackqueue.AckQueue(where, shared=True) as q:
+        assert (q.qsize(), q.unacked_count()) == (0, 0)
+
+
+def test_a_sigkilled_worker_process_loses_nothing_and_is_replaced(tmp_path: Any) -> None:
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    fill(where, directory, 10)
+    pool = ackqueue.ProcessPool(where, process_handlers.hang_first, processes=2, prefetch=1,
+                                queue_options={"session_timeout": LEASE})
+    killed: list[int] = []
+
+    def kill_the_hung_one() -> None:
+        hung = os.path.join(directory, "hung")
+        wait_until(lambda: os.path.exists(hung), 60, "a worker process hangs in item 0")
+        with open(hung) as f:
+            pid = int(f.read())
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill_the_hung_one)
+    killer.start()
+    try:
+        stats = pool.run_until_empty()
+    finally:
+        killer.join()
+    assert pool.restarts == 1
+    done = collections.defaultdict(list)
+    for what, n, pid in lines(directory):
+        if what == "done":
+            done[n].append(pid)
+    assert sorted(done) == list(range(10)), "every item was handled"
+    assert killed[0] not in done[0], "item 0 was finished by another process"
+    for n, pids in done.items():
+        if len(pids) > 1:  # again only if the killed process handled it and had not acked
+            assert killed[0] in pids, (n, pids)
+    assert stats.done >= 10 - sum(killed[0] in pids for pids in done.values())
+    with ackqueue.AckQueue(where, shared=True) as q:
+        assert (q.qsize(), q.unacked_count()) == (0, 0)
+
+
+RUN_POOL = """
+import logging, sys, process_handlers, ackqueue
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    pool = ackqueue.ProcessPool(sys.argv[1], process_handlers.until_released, processes=2,
+                                prefetch=1, queue_options={"session_timeout": 2.0})
+    stats = pool.run()
+    print(stats.done, stats.stopped_by, flush=True)
+    sys.exit(stats.exit_code)
+"""
+
+
+def test_sigterm_stops_gracefully_running_handlers_finish_and_the_rest_stays(
+    tmp_path: Any,
+) -> None:
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    fill(where, directory, 10)
+    script = tmp_path / "run_pool.py"
+    script.write_text(RUN_POOL)
+    env = child_env(PYTHONPATH=os.pathsep.join([os.path.dirname(process_handlers.__file__),
+                                                child_env()["PYTHONPATH"]]))
+    parent = subprocess.Popen([sys.executable, str(script), where], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len([1 for what, _, _ in lines(directory) if what == "started"]) == 2,
+                   60, "both worker processes run a handler")
+        parent.send_signal(signal.SIGTERM)
+        # Each worker process logs that it waits for its running handler (to the stderr it
+        # shares with the parent): only then may the handlers finish, or they would take the
+        # next items.
+        assert parent.stderr is not None
+        told = 0
+        for line in parent.stderr:
+            told += "stopping: waiting up to" in line
+            if told == 2:
+                break
+        open(os.path.join(directory, "release"), "w").close()
+        out, _ = parent.communicate(timeout=120)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert parent.returncode == 128 + signal.SIGTERM
+    assert out.split() == ["2", "SIGTERM"]
+    started = {n for what, n, _ in lines(directory) if what == "started"}
+    finished = {n for what, n, _ in lines(directory) if what == "done"}
+    assert started == finished and len(finished) == 2
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        settled(q, ready=8, held=0)
+
+
+def test_what_cannot_reach_worker_processes_is_refused_before_any_starts(tmp_path) -> None:
+    where = str(tmp_path / "q.fs")
+    with pytest.raises(TypeError, match="top level of an importable module"):
+        ackqueue.ProcessPool(where, lambda item: None)
+    with pytest.raises(ValueError, match="path of a queue file or a storage URI"):
+        ackqueue.ProcessPool(None, process_handlers.burn)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one process"):
+        ackqueue.ProcessPool(where, process_handlers.burn, processes=0)
+    with pytest.raises(ValueError, match="shared=True"):
+        ackqueue.ProcessPool(where, process_handlers.burn, queue_options={"shared": False})
+    assert not os.path.exists(where)
