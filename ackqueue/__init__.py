@@ -17,6 +17,8 @@ from ackqueue.errors import (
     Empty,
     Full,
     ItemLoadError,
+    KeyHeldError,
+    KeyTypeError,
     LeaseExpiredError,
     NotAQueueFileError,
     NotHeldError,
@@ -24,6 +26,7 @@ from ackqueue.errors import (
     QueueLockedError,
     ShutDown,
     StorageError,
+    UnknownKeyError,
     UnpicklableItemError,
 )
 from ackqueue.queue.consumer import Consumer
@@ -42,6 +45,8 @@ __all__ = [
     "Empty",
     "Full",
     "ItemLoadError",
+    "KeyHeldError",
+    "KeyTypeError",
     "LeaseExpiredError",
     "LifoAckQueue",
     "ManualClock",
@@ -57,6 +62,7 @@ __all__ = [
     "Retry",
     "StorageError",
     "TransactionError",
+    "UnknownKeyError",
     "UnloadableItem",
     "UnpicklableItemError",
     "WorkerPool",

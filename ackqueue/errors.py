@@ -56,3 +56,18 @@ _StdShutDown: type[Exception] = getattr(queue, "ShutDown", Exception)
 
 class ShutDown(AckQueueError, _StdShutDown):  # type: ignore[valid-type,misc]
     """The queue was shut down: no more puts, and no more gets once nothing is ready."""
+
+
+class KeyTypeError(AckQueueError, TypeError):
+    """A put by key (or remove, forget, seen) was given a key that is not a str or bytes."""
+
+
+class UnknownKeyError(AckQueueError, KeyError):
+    """``remove(key)`` named a key that no live item of the queue has."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # KeyError would show it quoted
+
+
+class KeyHeldError(AckQueueError, ValueError):
+    """``remove(key)`` named an item a consumer holds: its ack or nack decides its fate."""

@@ -46,6 +46,10 @@ class Entry(Persistent):
     """
 
     not_before = 0.0
+    # Put by key (storage/keyindex.py): the key as indexed, and for how many seconds to
+    # remember it once the item is done (None: not at all; math.inf: forever).
+    item_key: bytes | None = None
+    remember: float | None = None
 
     def __init__(self, data: bytes, put_at: float, not_before: float = 0.0) -> None:
         self.data = data
@@ -84,6 +88,8 @@ class QueueRecord(Persistent):
     # read the count with ``counts.stored_count`` (see counts.py).
     counted_in_log = False
     paused = False  # while True no item is handed out, in any process (q.pause()); puts go on
+    keyed: Any = None  # OOBTree: indexed key -> entry key, for every live item put by key
+    seen: Any = None  # OOBTree: indexed key -> until when it is remembered (math.inf: forever)
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -101,6 +107,16 @@ class QueueRecord(Persistent):
             self.dead = LOBTree()
             self.dead_length = Length()
         return self.dead
+
+    def key_index(self) -> Any:
+        if self.keyed is None:
+            self.keyed = OOBTree()
+        return self.keyed
+
+    def seen_set(self) -> Any:
+        if self.seen is None:
+            self.seen = OOBTree()
+        return self.seen
 
     def delay_index(self) -> Any:
         if self.delayed is None:

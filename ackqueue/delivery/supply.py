@@ -122,6 +122,15 @@ class Supply:
             self.items.add(staged.seq, staged.data, 0)
         self.land_locked(staged.key, staged.not_before)
 
+    def withdraw_locked(self, key: Any) -> bool:
+        """Keep stored ``key`` from being handed out while its entry is removed or rewritten
+        (a remove, a put by key that revisits it); give it back with :meth:`land_locked`, or
+        forget it once removed. False if it is held or being handed out."""
+        self.items.discard(self._order.key_seq(key))  # its pickle may be about to change
+        if self.delays.fall_due(key):
+            return True
+        return self.ready.withdraw(key, self._is_from_backlog(key))
+
     def _fall_due_callback(self, key: Any) -> Callable[[], None]:
         def fall_due() -> None:
             if self.delays.fall_due(key):

@@ -23,9 +23,11 @@ from ackqueue.queue.calls import Calls
 from ackqueue.queue.claiming import Claimer, StdlibGet
 from ackqueue.queue.core import Core
 from ackqueue.queue.deliveries import Deliveries
+from ackqueue.queue.keying import Keys
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
+from ackqueue.storage.keyindex import remember_seconds
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Options:
     clock: Clock
     session_timeout: float
     shared: bool
+    unique: str | float | None = None  # the default scope of puts by key (keying.py)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,20 @@ class Parts:
     claimer: Claimer
     puts: Puts
     deliveries: Deliveries
+    keys: Keys
+
+
+def check_options(
+    max_attempts: int | None, ack_timeout: float | None, session_timeout: float, unique: object
+) -> None:
+    """A clear error for a bad queue option, before anything is opened."""
+    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+        raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
+    if ack_timeout is not None and not ack_timeout > 0:
+        raise ValueError("ack_timeout must be a positive number of seconds or None")
+    if not session_timeout > 0:
+        raise ValueError("session_timeout must be a positive number of seconds")
+    remember_seconds(unique)
 
 
 def open_mode(
@@ -74,6 +91,7 @@ def assemble(
     """The queue's collaborators, once the standard library has made its mutex (``signals``).
     If this fails, the book is closed."""
     clock = opts.clock
+    book.clock = clock
     timers = Timers(signals.mutex, clock, opts.name)
     try:
         mode = open_mode(book, order, signals, life, opts)
@@ -87,7 +105,8 @@ def assemble(
     claimer = Claimer(core, stdlib_get)
     puts = Puts(core, stdlib_put, order, opts.maxsize)
     deliveries = Deliveries(core, claimer, holds, opts.max_attempts)
-    return Parts(core, timers, holds, claimer, puts, deliveries)
+    keys = Keys(core, puts, opts.unique)
+    return Parts(core, timers, holds, claimer, puts, deliveries, keys)
 
 
 def signals_of(

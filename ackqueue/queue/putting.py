@@ -108,7 +108,7 @@ class Puts:
             return
         if not items:
             return
-        batch = self._stage_batch(items, block, timeout, priority, due, in_tx=False)
+        batch = self.stage_batch(items, block, timeout, priority, due, in_tx=False)
         signals, supply = self._signals, self._supply
         try:
             self._store.run(self._book.inserter(batch, self._clock()))
@@ -137,7 +137,7 @@ class Puts:
     ) -> None:
         if not items:
             return
-        batch = self._stage_batch(items, block, timeout, priority, due, in_tx=True)
+        batch = self.stage_batch(items, block, timeout, priority, due, in_tx=True)
         signals, supply = self._signals, self._supply
 
         def land() -> None:
@@ -155,7 +155,7 @@ class Puts:
 
         tx.add(self._book.inserter(batch, self._clock()), after_commit=land, undo=drop)
 
-    def _stage_batch(
+    def stage_batch(
         self,
         items: list[Any],
         block: bool,

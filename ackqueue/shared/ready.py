@@ -124,6 +124,11 @@ class SharedReadyIndex:
         # here would count it twice whenever the watcher's refresh came in between).
         self._stale = True
 
+    def withdraw(self, key: Any, backlog: bool) -> bool:
+        """Not ours to hand out while the caller's change removes or rewrites ``key``'s entry
+        (that change checks no other process holds it); False if a thread here has it."""
+        return key not in self._holder.taking and key not in self._holder.mine
+
     def lost_race(self) -> None:
         """Another process took a key we claimed: spread our next takes for a while."""
         self._contended_until = time.monotonic() + CONTENDED_SECONDS

@@ -14,6 +14,7 @@ from ackqueue.errors import ItemLoadError
 from ackqueue.records import DeadRecord, QueueRecord
 from ackqueue.storage.counts import count_change
 from ackqueue.storage.items import unpickle_item
+from ackqueue.storage.keyindex import release
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     count = entry.attempts if attempts is None else attempts
     dead[dead_id] = DeadRecord(key, entry.data, entry.put_at, count, reason, when)
     record.dead_length.change(1)
+    release(record, key, entry, None)  # a dead letter gives up its key (see keyindex.py)
     del record.entries[key]
     count_change(record, -1)
     if record.delayed is not None and key in record.delayed:
