@@ -55,6 +55,7 @@ class Supply:
         self._timers = timers
         self._new_index = new_index
         self.items = ItemCache()
+        self._withdrawn: set[Any] = set()  # ids of backlog keys taken out by withdraw_locked
         self.delays = Delays(book.delayed_at_open(), clock(), ordering.key_id)
         self._session_seq = book.seq_reserved()
         self.staged = 0  # puts keyed and counted, their commit under way
@@ -129,7 +130,12 @@ class Supply:
         self.items.discard(self._order.key_seq(key))  # its pickle may be about to change
         if self.delays.fall_due(key):
             return True
-        return self.ready.withdraw(key, self._is_from_backlog(key))
+        backlog = self._is_from_backlog(key)
+        if not self.ready.withdraw(key, backlog):
+            return False
+        if backlog:  # the backlog scan must not find it again: it comes back by land_locked
+            self._withdrawn.add(self._order.key_id(key))
+        return True
 
     def _fall_due_callback(self, key: Any) -> Callable[[], None]:
         def fall_due() -> None:
@@ -193,7 +199,9 @@ class Supply:
         return self._book.read(scan)
 
     def _is_from_backlog(self, key: Any) -> bool:
-        """Stored before this session and not in the delay index at open."""
+        """Stored before this session, not in the delay index at open, not withdrawn."""
         if self._order.key_seq(key) >= self._session_seq:
+            return False
+        if self._withdrawn and self._order.key_id(key) in self._withdrawn:
             return False
         return not self.delays.delayed_at_open(key)

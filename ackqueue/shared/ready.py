@@ -127,7 +127,10 @@ class SharedReadyIndex:
     def withdraw(self, key: Any, backlog: bool) -> bool:
         """Not ours to hand out while the caller's change removes or rewrites ``key``'s entry
         (that change checks no other process holds it); False if a thread here has it."""
-        return key not in self._holder.taking and key not in self._holder.mine
+        if key in self._holder.taking or key in self._holder.mine:
+            return False
+        self._stale = True  # the estimate is read again once the change has committed
+        return True
 
     def lost_race(self) -> None:
         """Another process took a key we claimed: spread our next takes for a while."""
