@@ -8,6 +8,7 @@ It runs on one process's queue and on a shared one (``shared=True``, over its ow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -173,15 +174,15 @@ class KeysMachine(RuleBasedStateMachine):
         if acked is not None:
             self.done(acked[0])
         first = self.n - len(keys) + 1
-        with pytest.raises(RuntimeError) if fail else _nothing():
-            with self.c.transaction():
-                if acked is not None:
-                    self.c.ack(acked[1])
-                got = [self.q.put((k, first + i), key=k, unique="forever")
-                       for i, k in enumerate(keys)]
-                assert got == expected
-                if fail:
-                    raise RuntimeError("roll back")
+        expecting = pytest.raises(RuntimeError) if fail else contextlib.nullcontext()
+        with expecting, self.c.transaction():
+            if acked is not None:
+                self.c.ack(acked[1])
+            got = [self.q.put((k, first + i), key=k, unique="forever")
+                   for i, k in enumerate(keys)]
+            assert got == expected
+            if fail:
+                raise RuntimeError("roll back")
         if fail:
             self.ready, self.held, self.seen, self.seq = saved[0], saved[1], saved[2], saved[3]
             for x in self.ready + [h for h, _ in self.held]:
@@ -211,14 +212,6 @@ class KeysMachine(RuleBasedStateMachine):
             wait_until(lambda: self.q.qsize() == len(self.ready), 10, "the ready estimate")
         assert self.q.qsize() == len(self.ready)
         assert self.q.unacked_count() == len(self.held)
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 class SharedKeysMachine(KeysMachine):
