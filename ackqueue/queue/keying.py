@@ -165,9 +165,9 @@ class Keys:
         tx = current(self._store)
         if tx is not None:
             was = self.seen(key)
-            tx.add(self._book.forgetter(indexed))
+            tx.add(self._book.forgetter(indexed, self._core.clock()))
             return was
-        return self._store.run(self._book.forgetter(indexed))
+        return self._store.run(self._book.forgetter(indexed, self._core.clock()))
 
     # -- removing ------------------------------------------------------------------------------
 

@@ -188,16 +188,17 @@ class KeyBook:
 
         return remove
 
-    def forgetter(self, key: bytes) -> Callable[[], bool]:
-        """The edit forgetting a seen key; whether it was remembered."""
+    def forgetter(self, key: bytes, now: float) -> Callable[[], bool]:
+        """The edit forgetting a seen key; whether it was remembered (and not expired)."""
         record = self.book.record
 
         def forget() -> bool:
             seen = record.seen
             if seen is None or key not in seen:
                 return False
+            remembered = seen_until(record, key, now) is not None
             del seen[key]
-            return True
+            return remembered
 
         return forget
 
