@@ -16,7 +16,6 @@ what was written when the process is SIGKILLed). Used by ``tests/keys/test_keys_
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -24,6 +23,8 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+
+from shared_campaign import _env  # the environment of a child running the tree at ``root``
 
 KEYS = 4000  # the key space: links pick from it, so many are put again after they were seen
 
@@ -99,12 +100,6 @@ class Result:
     seen_at_end: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
-
-
-def _env(root: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return env
 
 
 def _lines(path: str) -> list[str]:
