@@ -171,3 +171,20 @@ def test_remove_where_skips_held_items_and_frees_keys(path):
 def test_a_plain_put_still_returns_none(path):
     with ackqueue.AckQueue(path) as q:
         assert q.put("x") is None and q.put_many(["y"]) is None
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one-process", "shared"])
+def test_delayed_items_are_removed_and_advanced_after_a_reopen(path, shared):
+    clock = ManualClock()
+    options = {"clock": clock, "shared": shared or None}
+    with ackqueue.AckQueue(path, **options) as q:
+        q.put_many(["a", "b", "c"], keys=["a", "b", "c"], delay=100)
+    with ackqueue.AckQueue(path, **options) as q:
+        assert q.delayed_count() == 3
+        q.remove("a")
+        assert q.put("b now", key="b") is False  # no delay: the waiting "b" comes now
+        assert q.get(timeout=10) == "b"
+        clock.advance(101)
+        assert q.get(timeout=10) == "c"
+        with pytest.raises(ackqueue.UnknownKeyError):
+            q.remove("a")
