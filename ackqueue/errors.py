@@ -60,3 +60,18 @@ class ShutDown(AckQueueError, _StdShutDown):  # type: ignore[valid-type,misc]
 
 class WorkerProcessError(AckQueueError, RuntimeError):
     """A worker process of a :class:`~ackqueue.ProcessPool` could not start working."""
+
+
+class KeyTypeError(AckQueueError, TypeError):
+    """A put by key (or remove, forget, seen) was given a key that is not a str or bytes."""
+
+
+class UnknownKeyError(AckQueueError, KeyError):
+    """``remove(key)`` named a key that no live item of the queue has."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # KeyError would show it quoted
+
+
+class KeyHeldError(AckQueueError, ValueError):
+    """``remove(key)`` named an item a consumer holds: its ack or nack decides its fate."""

@@ -47,6 +47,10 @@ class Entry(Persistent):
 
     not_before = 0.0
     group: str | None = None  # put(group=): a class default, so older entries have none
+    # Put by key (storage/keyindex.py): the key as indexed, and for how many seconds to
+    # remember it once the item is done (None: not at all; math.inf: forever).
+    item_key: bytes | None = None
+    remember: float | None = None
 
     def __init__(
         self, data: bytes, put_at: float, not_before: float = 0.0, group: str | None = None
@@ -94,6 +98,8 @@ class QueueRecord(Persistent):
     grouped = False  # True once an entry was put with a group: the ready index must know them
     group_pauses: Any = None  # OOBTree: group -> paused until (epoch seconds), q.pause_group()
     group_turns: Any = None  # OOBTree: group -> last delivery (shared mode with group rules)
+    keyed: Any = None  # OOBTree: indexed key -> entry key, for every live item put by key
+    seen: Any = None  # OOBTree: indexed key -> until when it is remembered (math.inf: forever)
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -121,6 +127,16 @@ class QueueRecord(Persistent):
         if self.group_turns is None:
             self.group_turns = OOBTree()
         return self.group_turns
+
+    def key_index(self) -> Any:
+        if self.keyed is None:
+            self.keyed = OOBTree()
+        return self.keyed
+
+    def seen_set(self) -> Any:
+        if self.seen is None:
+            self.seen = OOBTree()
+        return self.seen
 
     def delay_index(self) -> Any:
         if self.delayed is None:

@@ -1,6 +1,6 @@
-"""The commands that change a queue file: ``requeue``, ``purge``, ``pack``, ``drop``, ``pause``
-and ``resume``. They need the file to themselves (or a shared one's server), and ``requeue``,
-``purge`` and ``drop`` do nothing without ``--yes``."""
+"""The commands that change a queue file: ``requeue``, ``purge``, ``pack``, ``drop``, ``pause``,
+``resume`` and ``remove``. They need the file to themselves (or a shared one's server), and
+``requeue``, ``purge`` and ``drop`` do nothing without ``--yes``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ackqueue.cli.common import (
     single_name,
     where,
 )
+from ackqueue.cli.groups import remove_group
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import counted
 from ackqueue.errors import Empty
@@ -193,4 +194,16 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
         else:
             q.resume()
             print(f"resumed queue {q.name!r}")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    """Drop waiting items by the key they were put with (``q.remove``: names them, so no
+    --yes), or every waiting item of a group (``--group``, after ``--yes``)."""
+    if args.group is not None:
+        return remove_group(args)
+    with open_for_change(args.path, args.name) as q:
+        for key in args.key:
+            q.remove(key.encode() if args.bytes else key)
+            print(f"removed the item with key {key!r} from queue {q.name!r}")
     return 0

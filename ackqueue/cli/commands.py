@@ -2,7 +2,7 @@
 
 Reading commands (``stats``, ``peek``, ``dead``, ``top``) open the file read-only, so they work
 while a live process has it open. Changing commands (``requeue``, ``purge``, ``pack``, ``drop``,
-``pause``, ``resume``: :mod:`.changing`) need the file to themselves, and
+``pause``, ``resume``, ``remove``: :mod:`.changing`) need the file to themselves, and
 ``requeue``/``purge``/``drop`` do nothing without ``--yes``.
 """
 
@@ -18,7 +18,15 @@ import time
 from collections.abc import Callable
 
 from ackqueue.cli import bench, groups, inspection
-from ackqueue.cli.changing import cmd_drop, cmd_pack, cmd_pause, cmd_purge, cmd_requeue, cmd_resume
+from ackqueue.cli.changing import (
+    cmd_drop,
+    cmd_pack,
+    cmd_pause,
+    cmd_purge,
+    cmd_remove,
+    cmd_requeue,
+    cmd_resume,
+)
 from ackqueue.cli.common import CommandError, Progress, single_name, where
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import QueueStats, SessionInfo, age_text, as_json, counted
@@ -218,6 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     command("pause", cmd_pause, "hand out nothing until resumed, in every process; puts go on")
     command("resume", cmd_resume, "hand items out again after a pause")
     groups.add_commands(command)
+    remove = command("remove", cmd_remove, "drop waiting items by the key they were put with, "
+                     "or by group (a held item is left to its consumer)")
+    which = remove.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key", action="append", help="the item's key (repeat for several)")
+    which.add_argument("--group", help="every waiting item put with this group= (needs --yes)")
+    remove.add_argument("--bytes", action="store_true",
+                        help="the keys were bytes, not str (given here as UTF-8)")
+    remove.add_argument("--yes", action="store_true", help="really remove a whole group")
     bench.add_command(commands)
     return parser
 

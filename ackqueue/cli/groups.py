@@ -1,5 +1,5 @@
 """``ackqueue groups PATH``: items per group, held per group, when each group next delivers;
-and the group part of ``ackqueue remove PATH --group G``.
+and the group part of ``ackqueue remove PATH --group G`` (the command is in changing.py).
 
 Read from the file like ``stats`` (read-only, also while a live process has it open: holds are
 those its status file reports, or in shared mode the stored ones). What only a live process
@@ -108,15 +108,7 @@ def remove_group(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_remove(args: argparse.Namespace) -> int:
-    return remove_group(args)
-
-
 def add_commands(command: Any) -> None:
-    """Add ``groups`` and ``remove`` with ``command(name, func, help, reading)`` (see
-    commands.build_parser)."""
+    """Add ``groups`` with ``command(name, func, help, reading)`` (see commands.build_parser)."""
     command("groups", cmd_groups, "items, ready, held and delayed per group, and when each "
             "group next delivers", reading=True)
-    remove = command("remove", cmd_remove, "remove waiting items by group")
-    remove.add_argument("--group", required=True, help="the group given to put(group=)")
-    remove.add_argument("--yes", action="store_true", help="really do it")

@@ -169,6 +169,21 @@ class GroupedReadyIndex:
         lane = self._lanes.get(group)
         if not isinstance(lane, ReadyIndex) or not lane.discard(key):
             return False
+        self._taken_out(group)
+        return True
+
+    def withdraw(self, key: Key, backlog: bool) -> bool:
+        """As :meth:`ReadyIndex.withdraw`: a ready key taken out (a remove, or a revisit of a
+        put by key); keys without a group may still be in the ungrouped lane's backlog."""
+        group = self._group_of.get(self._key_id(key))
+        if group is not None:
+            return self.discard(key)
+        if not self._lanes[None].withdraw(key, backlog):
+            return False
+        self._taken_out(None)
+        return True
+
+    def _taken_out(self, group: Group) -> None:
         if group is not None:
             self._in_grouped_lanes -= 1
         if group in self._counted:
@@ -177,7 +192,6 @@ class GroupedReadyIndex:
             if not self._counted[group]:
                 self._rotation.remove(group)
                 del self._counted[group]
-        return True
 
     def take_lane(self, group: Group) -> list[Key]:
         """Take every ready key of ``group`` out (to remove them); :meth:`push` puts one back."""

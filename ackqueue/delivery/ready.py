@@ -37,6 +37,11 @@ class ReadyKeys(Protocol):
 
     def pop(self) -> Key: ...
 
+    def withdraw(self, key: Key, backlog: bool) -> bool:
+        """Take ready ``key`` out so that it is not handed out (``backlog``: it was stored
+        before this session). False if it is held or being handed out here."""
+        ...
+
 
 class ReadyIndex:
     def __init__(
@@ -94,6 +99,16 @@ class ReadyIndex:
             heapq.heapify(self._heap)
             return True
         return False
+
+    def withdraw(self, key: Key, backlog: bool) -> bool:
+        if self.discard(key):
+            return True
+        if not backlog or self._backlog <= 0 or (self._cursor is not None and key <= self._cursor):
+            return False  # taken from the backlog already: held, or being handed out
+        if key in self._upcoming:
+            self._upcoming.remove(key)
+        self._backlog -= 1
+        return True
 
     def _peek_backlog(self) -> deque[Key]:
         """The backlog keys read ahead (empty when the backlog is)."""

@@ -63,6 +63,7 @@ class Supply:
         self._grouping = grouping
         self.groups: GroupedReadyIndex | None = None  # the ready index, when it knows groups
         self.items = ItemCache()
+        self._withdrawn: set[Any] = set()  # ids of backlog keys taken out by withdraw_locked
         self.delays = Delays(book.delayed_at_open(), clock(), ordering.key_id)
         self._session_seq = book.seq_reserved()
         self.staged = 0  # puts keyed and counted, their commit under way
@@ -203,6 +204,20 @@ class Supply:
         if self.groups is not None and self.groups.forget(key):
             self._signals.not_empty.notify_all()
 
+    def withdraw_locked(self, key: Any) -> bool:
+        """Keep stored ``key`` from being handed out while its entry is removed or rewritten
+        (a remove, a put by key that revisits it); give it back with :meth:`land_locked`, or
+        forget it once removed. False if it is held or being handed out."""
+        self.items.discard(self._order.key_seq(key))  # its pickle may be about to change
+        if self.delays.fall_due(key):
+            return True
+        backlog = self._is_from_backlog(key)
+        if not self.ready.withdraw(key, backlog):
+            return False
+        if backlog:  # the backlog scan must not find it again: it comes back by land_locked
+            self._withdrawn.add(self._order.key_id(key))
+        return True
+
     def _fall_due_callback(self, key: Any) -> Callable[[], None]:
         def fall_due() -> None:
             if self.delays.fall_due(key):
@@ -265,7 +280,9 @@ class Supply:
         return self._book.read(scan)
 
     def _is_from_backlog(self, key: Any) -> bool:
-        """Stored before this session and not in the delay index at open."""
+        """Stored before this session, not in the delay index at open, not withdrawn."""
         if self._order.key_seq(key) >= self._session_seq:
+            return False
+        if self._withdrawn and self._order.key_id(key) in self._withdrawn:
             return False
         return not self.delays.delayed_at_open(key)

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.grouping import Grouping
-from ackqueue.delivery.groups import GroupRules
-from ackqueue.delivery.groups import group_rules as group_rules  # checked by AckQueue first
+from ackqueue.delivery.groups import GroupRules, group_rules
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.metering import Meter
@@ -27,9 +26,11 @@ from ackqueue.queue.claiming import Claimer, StdlibGet
 from ackqueue.queue.core import Core
 from ackqueue.queue.deliveries import Deliveries
 from ackqueue.queue.groupcontrol import GroupControl
+from ackqueue.queue.keying import Keys
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
+from ackqueue.storage.keyindex import remember_seconds
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Options:
     session_timeout: float
     shared: bool
     groups: GroupRules = GroupRules()
+    unique: str | float | None = None  # the default scope of puts by key (keying.py)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,22 @@ class Parts:
     puts: Puts
     deliveries: Deliveries
     groups: GroupControl
+    keys: Keys
+
+
+def check_options(
+    max_attempts: int | None, ack_timeout: float | None, session_timeout: float, unique: object,
+    max_held_per_group: int | None, group_interval: float,
+) -> GroupRules:
+    """A clear error for a bad queue option, before anything is opened; the group rules."""
+    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+        raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
+    if ack_timeout is not None and not ack_timeout > 0:
+        raise ValueError("ack_timeout must be a positive number of seconds or None")
+    if not session_timeout > 0:
+        raise ValueError("session_timeout must be a positive number of seconds")
+    remember_seconds(unique)
+    return group_rules(max_held_per_group, group_interval)  # see README, "Groups"
 
 
 def open_mode(
@@ -87,6 +105,7 @@ def assemble(
     """The queue's collaborators, once the standard library has made its mutex (``signals``).
     If this fails, the book is closed."""
     clock = opts.clock
+    book.clock = clock
     timers = Timers(signals.mutex, clock, opts.name)
     try:
         mode = open_mode(book, order, signals, life, opts)
@@ -104,7 +123,8 @@ def assemble(
     puts = Puts(core, stdlib_put, order, opts.maxsize)
     deliveries = Deliveries(core, claimer, holds, opts.max_attempts)
     groups = GroupControl(core, opts.groups)
-    return Parts(core, timers, holds, claimer, puts, deliveries, groups)
+    keys = Keys(core, puts, opts.unique)
+    return Parts(core, timers, holds, claimer, puts, deliveries, groups, keys)
 
 
 def signals_of(

@@ -126,7 +126,7 @@ class Puts:
             return
         if not items:
             return
-        batch = self._stage_batch(items, block, timeout, priority, due, False, group)
+        batch = self.stage_batch(items, block, timeout, priority, due, False, group)
         signals, supply = self._signals, self._supply
         try:
             self._store.run(self._book.inserter(batch, self._clock()))
@@ -156,7 +156,7 @@ class Puts:
     ) -> None:
         if not items:
             return
-        batch = self._stage_batch(items, block, timeout, priority, due, True, group)
+        batch = self.stage_batch(items, block, timeout, priority, due, True, group)
         signals, supply = self._signals, self._supply
 
         def land() -> None:
@@ -174,7 +174,7 @@ class Puts:
 
         tx.add(self._book.inserter(batch, self._clock()), after_commit=land, undo=drop)
 
-    def _stage_batch(
+    def stage_batch(
         self,
         items: list[Any],
         block: bool,

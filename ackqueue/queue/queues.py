@@ -2,17 +2,11 @@
 
 They plug into ``queue.Queue``'s hooks (``_init``, ``_qsize``, ``_put``, ``_get``), so blocking,
 timeouts, ``maxsize`` and ``task_done``/``join`` are the standard library's own code, and
-delegate the rest to collaborators that each own their state:
-
-* the store (:mod:`ackqueue.storage.store`) and the queue's book in it
-  (:mod:`ackqueue.storage.book`): commits, stored entries, delays and dead letters;
-* the supply (:mod:`ackqueue.delivery.supply`): what is ready or delayed, in memory;
-* the holds (:mod:`ackqueue.delivery.holding`): what each consumer holds, with leases;
-* the mode (:mod:`ackqueue.delivery.mode`): single-process or shared, chosen at open;
-* puts (:mod:`.putting`), claims (:mod:`.claiming`) and deliveries (:mod:`.deliveries`),
-  which run the operations across them.
-
-The three kinds differ only in the :mod:`~ackqueue.delivery.ordering` they are given.
+delegate the rest to collaborators that each own their state (docs/architecture.rst has the
+list): the store and the queue's book in it, the supply (ready and delayed, in memory), the
+holds, the mode (single-process or shared), and the operations across them: puts
+(:mod:`.putting`), claims, deliveries, and puts by key (:mod:`.keying`). The three kinds
+differ only in the :mod:`~ackqueue.delivery.ordering` they are given.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from __future__ import annotations
 import os
 import queue
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -33,8 +27,9 @@ from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
 from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
-from ackqueue.queue.opening import Options, assemble, group_rules, signals_of
+from ackqueue.queue.opening import Options, assemble, check_options, signals_of
 from ackqueue.shared.mode import wants_shared
 from ackqueue.storage.book import Book
 from ackqueue.storage.deadletters import DeadLetter
@@ -85,14 +80,11 @@ class AckQueue(queue.Queue[T], Generic[T]):
         shared: bool | None = None,
         session_timeout: float = 10.0,
         max_held_per_group: int | None = None, group_interval: float = 0.0,
+        unique: Unique = None,
     ) -> None:
-        if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
-            raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
-        if ack_timeout is not None and not ack_timeout > 0:
-            raise ValueError("ack_timeout must be a positive number of seconds or None")
-        if not session_timeout > 0:
-            raise ValueError("session_timeout must be a positive number of seconds")
-        rules = group_rules(max_held_per_group, group_interval)  # see README, "Groups"
+        rules = check_options(
+            max_attempts, ack_timeout, session_timeout, unique, max_held_per_group, group_interval
+        )
         self.name = name
         self.max_attempts = max_attempts
         self.ack_timeout = ack_timeout
@@ -111,7 +103,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         try:
             opts = Options(
                 name, maxsize, max_attempts, ack_timeout, clock or time.time, session_timeout,
-                wants_shared(store, shared), rules,
+                wants_shared(store, shared), rules, unique,
             )
             # A shared queue's count is read by other processes: keep it in its Length.
             self._book = book = Book(store, name, order.kind, type(self).__name__, not opts.shared)
@@ -129,6 +121,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._meter, self._clock = core.meter, core.clock
         self._timers, self._holds, self._groups = parts.timers, parts.holds, parts.groups
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
+        self._keys = parts.keys
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
@@ -171,7 +164,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
     # -- public API --------------------------------------------------------------------------
 
-    def put(
+    def put(  # type: ignore[override]  # a put by key says whether it stored the item
         self,
         item: T,
         block: bool = True,
@@ -181,17 +174,19 @@ class AckQueue(queue.Queue[T], Generic[T]):
         delay: float | None = None,
         not_before: float | None = None,
         group: str | None = None,
-    ) -> None:
+        key: str | bytes | None = None, unique: Unique = None, replace: bool = False,
+    ) -> bool | None:
         """Put ``item``; return once it is durable. Lower ``priority`` is delivered first.
 
         ``delay`` (seconds from now) or ``not_before`` (epoch seconds) hold the item back
         until then; it is stored at once but neither ready nor counted by ``qsize()`` before.
         ``group`` (a str, e.g. a host name): see README, "Groups: politeness and fairness".
+        With ``key``: stored only if the key is free; returns whether (see :mod:`.keying`).
         """
         self._order.check_priority(priority)
         due = self._puts.due_time(delay, not_before)
         with Shield():
-            self._puts.put(item, block, timeout, priority, due, group)
+            return self._keys.put(item, key, block, timeout, priority, due, unique, replace, group)
 
     def put_nowait(self, item: T, **options: Any) -> None:
         self.put(item, block=False, **options)
@@ -206,17 +201,38 @@ class AckQueue(queue.Queue[T], Generic[T]):
         delay: float | None = None,
         not_before: float | None = None,
         group: str | None = None,
-    ) -> None:
+        keys: Iterable[str | bytes] | None = None, unique: Unique = None, replace: bool = False,
+    ) -> list[bool] | None:
         """Put every item in one commit; return once all are durable (or none is stored).
 
         With ``maxsize``, waits until the whole batch fits (a batch larger than ``maxsize``
-        is a ``ValueError``); ``block``, ``timeout`` and the rest are as for :meth:`put`.
+        is a ``ValueError``); ``block`` and ``timeout`` are as for :meth:`put`. With ``keys``
+        (one per item), returns which items were stored, as :meth:`put` with ``key``; one
+        ``group`` for every item.
         """
         items = list(items)
         self._order.check_priority(priority)
         due = self._puts.due_time(delay, not_before)
         with Shield():
-            self._puts.put_many(items, block, timeout, priority, due, group)
+            return self._keys.put_batch(
+                items, keys, block, timeout, priority, due, unique, replace, group
+            )
+
+    def remove(self, key: str | bytes) -> None:
+        """Drop the waiting item put with ``key`` (not a held one): see :mod:`.keying`."""
+        self._keys.remove(key)
+
+    def remove_where(self, pred: Callable[[T], object]) -> int:
+        """Drop every waiting item ``pred`` accepts (it must not use the queue); how many."""
+        return self._keys.remove_where(pred)
+
+    def forget(self, key: str | bytes) -> bool:
+        """Let ``key`` be put again although it was seen; whether it was remembered."""
+        return self._keys.forget(key)
+
+    def seen(self, key: str | bytes) -> bool:
+        """Whether ``key`` is remembered as done (put with ``unique=``, then acked)."""
+        return self._keys.seen(key)
 
     def get(self, block: bool = True, timeout: float | None = None) -> T:
         """Remove and return the next item; the removal is durable when this returns."""

@@ -136,6 +136,14 @@ class SharedReadyIndex:
         # here would count it twice whenever the watcher's refresh came in between).
         self._stale = True
 
+    def withdraw(self, key: Any, backlog: bool) -> bool:
+        """Not ours to hand out while the caller's change removes or rewrites ``key``'s entry
+        (that change checks no other process holds it); False if a thread here has it."""
+        if key in self._holder.taking or key in self._holder.mine:
+            return False
+        self._stale = True  # the estimate is read again once the change has committed
+        return True
+
     def lost_race(self) -> None:
         """Another process took a key we claimed: spread our next takes for a while."""
         self._contended_until = time.monotonic() + CONTENDED_SECONDS

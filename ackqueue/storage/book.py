@@ -12,16 +12,19 @@ holds its mutex), which is what makes one connection safe to share between threa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from ZODB.POSException import ReadConflictError
 
+from ackqueue.base.clock import Clock
 from ackqueue.errors import AckQueueError, NotAQueueFileError
 from ackqueue.records import ROOT_KEY, Entry, QueueRecord, queues_of
 from ackqueue.storage.counts import count_change, settle, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.items import Staged
+from ackqueue.storage.keyindex import release
 from ackqueue.storage.store import Store
 
 READ_RETRIES = 5
@@ -48,6 +51,7 @@ class Book:
         self._kind = kind
         self._class_name = class_name
         self._defer_count = defer_count
+        self.clock: Clock = time.time  # the queue's (set at open): when a key was seen
         # The writer connection's record: read and changed only inside a change.
         self.record: QueueRecord = store.run(self._find_or_create)
         self._reader, self._reader_tm = store.open_reader()
@@ -227,9 +231,12 @@ class Book:
 
         return require
 
-    def remove_entry(self, key: Any) -> None:
-        """Delete entry ``key`` (inside a change)."""
+    def remove_entry(self, key: Any, done: bool = True) -> None:
+        """Delete entry ``key`` (inside a change). ``done``: the item was acked or handed out
+        by a plain get, so a key it was put with to be remembered goes to the seen-set."""
         record = self.record
+        if record.keyed is not None:
+            release(record, key, record.entries[key], self.clock() if done else None)
         del record.entries[key]
         count_change(record, -1)
         self.store.note_dropped(1)  # the entry's own record is garbage now

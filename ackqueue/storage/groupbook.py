@@ -72,7 +72,7 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
         ]
         for key in doomed:
             record.entries[key]._p_changed = True  # conflicts with a take racing it
-            book.remove_entry(key)
+            book.remove_entry(key, done=False)  # a removed item's key is free, not seen
         return len(doomed)
 
     return remove

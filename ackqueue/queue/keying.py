@@ -1,0 +1,298 @@
+"""Puts by key, the seen-set, revisits and removal: the API side of a crawler's frontier.
+
+``put(item, key=k)`` stores the item only if no live item (ready, delayed or held) has key
+``k`` and ``k`` is not remembered as seen; it returns whether it stored it. A first look at the
+stored index (no commit) answers at once for keys that are live or seen, which is most of a
+crawler's puts; the rest are staged like any put and their commit checks again, so the check
+and the insert are one commit (and, inside ``transaction()``, the commit of the whole block).
+
+Revisits: a put by key whose key is live and waiting replaces the item's payload (and due time,
+if the put gives one) with ``replace=True``; without it, only an earlier due time wins (the item
+comes sooner; the put still returns False: nothing new was stored). A held item is never
+revised: the consumer working on it decides its fate, so the put returns False and changes
+nothing; put again after its ack (or nack) if the new payload matters.
+
+``remove(key)`` drops a waiting item; a held one is refused with :class:`KeyHeldError` for the
+same reason. ``remove_where(pred)`` drops every waiting item ``pred`` accepts (held ones are
+skipped). Removed and dead-lettered items free their key; only a done item (acked, or handed
+out by a plain ``get``) put to be remembered (``unique=``) leaves its key in the seen-set.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ackqueue.delivery.groups import check_group
+from ackqueue.errors import ItemLoadError, KeyHeldError, UnknownKeyError
+from ackqueue.queue.core import Core
+from ackqueue.queue.putting import Puts
+from ackqueue.shared.holdmarks import holder
+from ackqueue.storage.items import Staged, pickle_item, unpickle_item
+from ackqueue.storage.keyindex import index_key, remember_seconds
+from ackqueue.storage.keys import KeyBook, Live, NewPut, Revisit
+from ackqueue.storage.transactions import Transaction, current
+
+# ``unique=`` as the API takes it: "forever", seconds, or None (the queue's default).
+Unique = str | float | None
+
+
+class Keys:
+    """Puts by key and the rest, for one queue; ``unique`` is the queue's default scope."""
+
+    def __init__(self, core: Core, puts: Puts, unique: Unique) -> None:
+        self._core = core
+        self._puts = puts
+        self._store = core.book.store
+        self._remember = remember_seconds(unique)
+        self._book = KeyBook(core.book, holder)
+        # Keys put in each open transaction, so that a second put of one answers False.
+        self._pending: weakref.WeakKeyDictionary[Transaction, set[bytes]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- puts ------------------------------------------------------------------------------
+
+    def put(
+        self, item: Any, key: Any, block: bool, timeout: float | None, priority: int,
+        due: float, unique: Unique, replace: bool, group: str | None = None,
+    ) -> bool | None:
+        """A put, by key or not: a plain one returns None, as ``queue.Queue.put`` does."""
+        if key is None:
+            _no_key_options(unique, replace)
+            self._puts.put(item, block, timeout, priority, due, group)
+            return None
+        return self.put_many(
+            [item], [key], block, timeout, priority, due, unique, replace, group
+        )[0]
+
+    def put_batch(
+        self, items: list[Any], keys: Iterable[Any] | None, block: bool, timeout: float | None,
+        priority: int, due: float, unique: Unique, replace: bool, group: str | None = None,
+    ) -> list[bool] | None:
+        """``put_many``, by key or not (a plain one returns None)."""
+        if keys is None:
+            _no_key_options(unique, replace)
+            self._puts.put_many(items, block, timeout, priority, due, group)
+            return None
+        return self.put_many(
+            items, list(keys), block, timeout, priority, due, unique, replace, group
+        )
+
+    def put_many(
+        self, items: list[Any], keys: list[Any], block: bool, timeout: float | None,
+        priority: int, due: float, unique: Unique, replace: bool, group: str | None = None,
+    ) -> list[bool]:
+        """Put each item under its key; which were stored (or, with ``replace``, revised).
+        A revisit keeps the item's group (the put's ``group`` is for new items)."""
+        check_group(group)
+        if len(items) != len(keys):
+            raise ValueError(f"put_many got {len(items)} items and {len(keys)} keys: "
+                             "give one key per item")
+        indexed = [index_key(key) for key in keys]
+        remember = self._remember if unique is None else remember_seconds(unique)
+        core, tx = self._core, current(self._store)
+        result = [False] * len(items)
+        first: dict[bytes, int] = {}
+        for i, key in enumerate(indexed):  # a key twice in one batch: later puts revisit
+            if key in first:
+                if replace:
+                    items[first[key]], result[i] = items[i], True
+            else:
+                first[key] = i
+        pending = self._pending.setdefault(tx, set()) if tx is not None else set()
+        with core.signals.mutex:
+            core.life.check_can_put()
+            states = self._book.states(list(first), core.clock())
+        new: list[int] = []
+        revisits: list[tuple[int, Revisit]] = []
+        for (key, i), state in zip(first.items(), states, strict=True):
+            if key in pending or state is True:
+                continue  # live in this transaction already, or seen
+            if state is False:
+                new.append(i)
+            elif isinstance(state, Live):
+                revisit = self._revisit(key, state, items[i], due, replace)
+                if revisit is not None:
+                    revisits.append((i, revisit))
+        staged: list[Staged] = []
+        if new:
+            staged = self._puts.stage_batch(
+                [items[i] for i in new], block, timeout, priority, due, tx is not None, group
+            )
+        with core.signals.mutex:
+            revisits = [(i, r) for i, r in revisits
+                        if core.supply.withdraw_locked(r.live.entry_key)]
+        news = [NewPut(s, indexed[i], remember) for s, i in zip(staged, new, strict=True)]
+        if not news and not revisits:
+            return result  # every key live or seen: nothing to commit
+        edit = self._book.admitter(news, [r for _, r in revisits], core.clock())
+        landing = _Landing(core, news, [r for _, r in revisits], in_tx=tx is not None)
+        if tx is not None:
+            tx.add(lambda: landing.note(edit()), after_commit=landing.land, undo=landing.undo)
+            pending.update(put.key for put in news)
+            for i in new:
+                result[i] = True
+            for i, r in revisits:
+                result[i] = r.data is not None
+            return result
+        try:
+            landing.note(self._store.run(edit))
+        except BaseException:
+            landing.undo()
+            raise
+        landing.land()
+        for i, ok in zip(new, landing.stored, strict=True):
+            result[i] = ok
+        for (i, r), ok in zip(revisits, landing.revised, strict=True):
+            result[i] = ok and r.data is not None
+        return result
+
+    @staticmethod
+    def _revisit(key: bytes, live: Live, item: Any, due: float, replace: bool) -> Revisit | None:
+        if replace:
+            return Revisit(key, live, pickle_item(item), due or live.not_before)
+        if due < live.not_before:
+            return Revisit(key, live, None, due)  # the earlier due time wins
+        return None
+
+    # -- the seen-set ------------------------------------------------------------------------
+
+    def seen(self, key: Any) -> bool:
+        indexed = index_key(key)
+        with self._core.signals.mutex:
+            self._core.life.check_open()
+            return self._book.seen(indexed, self._core.clock())
+
+    def forget(self, key: Any) -> bool:
+        """Let ``key`` in again; whether it was remembered (inside a transaction: with it)."""
+        indexed = index_key(key)
+        self._core.life.check_open()
+        tx = current(self._store)
+        if tx is not None:
+            was = self.seen(key)
+            tx.add(self._book.forgetter(indexed, self._core.clock()))
+            return was
+        return self._store.run(self._book.forgetter(indexed, self._core.clock()))
+
+    # -- removing ------------------------------------------------------------------------------
+
+    def remove(self, key: Any) -> None:
+        indexed = index_key(key)
+        core = self._core
+        with core.signals.mutex:
+            core.life.check_open()
+            live = self._book.live(indexed)
+            if live is None:
+                raise UnknownKeyError(f"queue {core.book.name!r} has no live item with key "
+                                      f"{key!r}: nothing was removed (see seen() for keys "
+                                      "done already)")
+            if not core.supply.withdraw_locked(live.entry_key):
+                raise KeyHeldError(f"the item with key {key!r} of queue {core.book.name!r} is "
+                                   "held by a consumer: its ack or nack decides; nothing was "
+                                   "removed")
+        self._remove([live], indexed)
+
+    def remove_where(self, pred: Callable[[Any], object]) -> int:
+        """Remove every waiting item ``pred(item)`` accepts; how many (one commit)."""
+        core = self._core
+
+        def wanted(data: bytes) -> bool:
+            try:
+                return bool(pred(unpickle_item(data, "an item")))
+            except ItemLoadError:
+                return False
+
+        with core.signals.mutex:
+            core.life.check_open()
+            chosen = [live for live in self._book.matching(wanted)
+                      if core.supply.withdraw_locked(live.entry_key)]
+        return self._remove(chosen, None) if chosen else 0
+
+    def _remove(self, lives: list[Live], key: bytes | None) -> int:
+        core = self._core
+        edit = self._book.remover([live.entry_key for live in lives], key)
+        done: list[bool] = []
+
+        def finish() -> None:
+            with core.signals.mutex:
+                for live, removed in zip(lives, done, strict=True):
+                    if removed:
+                        core.mode.forget_locked(live.entry_key)
+                    else:
+                        core.supply.land_locked(live.entry_key, live.not_before)
+                core.tasks.finished_locked(sum(done))
+
+        def undo() -> None:
+            with core.signals.mutex:
+                for live in lives:
+                    core.supply.land_locked(live.entry_key, live.not_before)
+
+        tx = current(self._store)
+        if tx is not None:
+            tx.add(lambda: done.extend(edit()), after_commit=finish, undo=undo)
+            return len(lives)
+        try:
+            done.extend(self._store.run(edit))
+        except BaseException:
+            undo()
+            raise
+        finish()
+        return sum(done)
+
+
+def _no_key_options(unique: Unique, replace: bool) -> None:
+    if unique is not None or replace:
+        raise ValueError("unique= and replace= apply to puts by key: give key= (or keys=) too")
+
+
+class _Landing:
+    """What a put by key does in memory once its commit is known (or undone)."""
+
+    def __init__(
+        self, core: Core, news: list[NewPut], revisits: list[Revisit], in_tx: bool
+    ) -> None:
+        self._core, self._news, self._revisits, self._in_tx = core, news, revisits, in_tx
+        self.stored: list[bool] = []
+        self.revised: list[bool] = []
+
+    def note(self, outcome: tuple[list[bool], list[bool]]) -> None:
+        self.stored, self.revised = outcome  # the last application of the edit counts
+
+    def land(self) -> None:
+        core = self._core
+        signals, supply, n = core.signals, core.supply, len(self._news)
+        with signals.mutex:
+            stored = sum(self.stored)
+            if self._in_tx:
+                supply.tx_staged -= n
+                core.tasks.added_locked(stored)
+            else:
+                supply.staged -= n
+                core.tasks.finished_locked(n - stored)
+            for put, ok in zip(self._news, self.stored, strict=True):
+                if ok:
+                    supply.land_locked(put.staged.key, put.staged.not_before)
+            for revisit, ok in zip(self._revisits, self.revised, strict=True):
+                live = revisit.live
+                supply.land_locked(live.entry_key, revisit.due if ok else live.not_before)
+            core.meter.put_locked(stored)
+            signals.landed.notify_all()
+            if n - stored:
+                signals.not_full.notify(n - stored)
+
+    def undo(self) -> None:
+        core = self._core
+        signals, supply, n = core.signals, core.supply, len(self._news)
+        with signals.mutex:
+            if self._in_tx:
+                supply.tx_staged -= n
+            else:
+                supply.staged -= n
+                core.tasks.finished_locked(n)
+            for revisit in self._revisits:
+                supply.land_locked(revisit.live.entry_key, revisit.live.not_before)
+            signals.landed.notify_all()
+            if n:
+                signals.not_full.notify(n)
