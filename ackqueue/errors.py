@@ -56,3 +56,9 @@ _StdShutDown: type[Exception] = getattr(queue, "ShutDown", Exception)
 
 class ShutDown(AckQueueError, _StdShutDown):  # type: ignore[valid-type,misc]
     """The queue was shut down: no more puts, and no more gets once nothing is ready."""
+
+
+class AsyncUsageError(AckQueueError, RuntimeError):
+    """The asyncio API was used where it cannot keep its promises: on another event loop than
+    the one an object is bound to, by a task that does not own a consumer, or a blocking call
+    on a thread whose event loop uses the queue. The message says what to do instead."""

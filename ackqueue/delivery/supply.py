@@ -92,7 +92,7 @@ class Supply:
             self._forget_drained()
             return
         self.ready.push(key)
-        self._signals.not_empty.notify()
+        self._signals.ready_locked()
 
     def offer_locked(self, key: Any) -> None:
         """``key`` was stored or fell due, never held here: ready."""
@@ -100,7 +100,7 @@ class Supply:
             self._forget_drained()
             return
         self.ready.offer(key)
-        self._signals.not_empty.notify()
+        self._signals.ready_locked()
 
     def _forget_drained(self) -> None:
         """After an immediate shutdown a key that would be ready stays stored for the next
