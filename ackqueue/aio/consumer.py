@@ -27,7 +27,7 @@ from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.signals import ReadyListeners
-from ackqueue.errors import NotHeldError, QueueClosedError
+from ackqueue.errors import Empty, NotHeldError, QueueClosedError
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.queues import AckQueue
 
@@ -46,6 +46,7 @@ class AsyncConsumer(Generic[T]):
     ) -> None:
         self._binding = Binding("this AsyncConsumer")
         self._sync: Consumer[T] = queue.connect()
+        self._queue = queue
         self._runner = runner
         self._listeners = listeners
         self._take_on_loop = take_on_loop
@@ -84,6 +85,9 @@ class AsyncConsumer(Generic[T]):
     async def _take(self, take: Callable[[], list[T]]) -> list[T]:
         if self._take_on_loop and current_lane.get() is None:
             return take()  # memory only: no await between the take and the hand-over
+        queue = self._queue
+        if not queue.qsize() and not queue.closed and not queue.is_shutdown:
+            raise Empty  # nothing ready: no thread needed to learn that
         future = self._runner.start(take)
         try:
             return await asyncio.shield(future)

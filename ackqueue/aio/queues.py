@@ -97,10 +97,13 @@ class AsyncAckQueue(Generic[T]):
         """
         running_loop("get()")
         sync = self.sync
-        return await take_when_ready(
-            self._listeners, lambda: _finish_despite_cancel(self._runner.start(sync.get, False)),
-            timeout,
-        )
+
+        async def attempt() -> T:
+            if not sync.qsize() and not sync.closed and not sync.is_shutdown:
+                raise Empty  # nothing ready: no thread needed to learn that
+            return await _finish_despite_cancel(self._runner.start(sync.get, False))
+
+        return await take_when_ready(self._listeners, attempt, timeout)
 
     async def get_nowait(self) -> T:
         return await self.get(timeout=0)

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ackqueue.errors import QueueClosedError
+
 T = TypeVar("T")
 
 # The lane of the transaction the current task is inside, if any (see transactions.py).
@@ -65,7 +67,12 @@ class Runner:
         lane = current_lane.get()
         executor = self._pool if lane is None else lane.executor
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+        try:
+            return loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+        except RuntimeError:
+            if self.closed:
+                raise QueueClosedError(f"queue {self._name!r} is closed") from None
+            raise
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on a thread; cancelling the awaiting task does not stop it."""
