@@ -129,7 +129,8 @@ class AsyncWorkerPool:
         started = time.monotonic()
         buffer: asyncio.Queue[Any] = asyncio.Queue()
         try:
-            async with self.queue.connect() as consumer:
+            # Backlog reads on a thread: the workers and settlers run on meanwhile.
+            async with self.queue.connect(takes_on_threads=True) as consumer:
                 self._workers_left = self.concurrency
                 workers = [
                     asyncio.create_task(self._work(buffer), name=f"ackqueue-worker-{n}")

@@ -108,10 +108,17 @@ class AsyncAckQueue(Generic[T]):
     async def get_nowait(self) -> T:
         return await self.get(timeout=0)
 
-    def connect(self) -> AsyncConsumer[T]:
+    def connect(self, *, takes_on_threads: bool = False) -> AsyncConsumer[T]:
         """A consumer for the calling task: what it gets is held until acked, and goes back
-        when it is closed or the task ends. ``async with q.connect() as c:``"""
-        return AsyncConsumer(self.sync, self._runner, self._listeners, self._take_on_loop)
+        when it is closed or the task ends. ``async with q.connect() as c:``
+
+        ``takes_on_threads``: take items on the queue's threads even where a take only
+        touches memory, so that reading items from the file (a backlog) leaves the loop free
+        for other tasks meanwhile; a batch consumer (``get_many``) gains, a single ``get``
+        pays a thread hop.
+        """
+        on_loop = self._take_on_loop and not takes_on_threads
+        return AsyncConsumer(self.sync, self._runner, self._listeners, on_loop)
 
     def transaction(self) -> AsyncTransaction:
         """``async with q.transaction():`` commits the block's queue operations together."""
