@@ -36,8 +36,25 @@ AsyncHandler = Callable[[Any], Awaitable[object]]
 
 _UNSTARTED = object()  # an item given back without running the handler
 _STOP = object()  # tells a worker task to end
-# Tasks that commit acks: while one waits for its commit's fsync, the other commits the next.
+# Feeder tasks, each with its consumer: while one waits for its get_many (items read on a
+# thread), the other's items are being handled.
+FEEDERS = 2
+# Tasks of a feeder that commit its acks: while one waits for its fsync, the other commits.
 SETTLERS = 2
+
+
+class _Feeder:
+    """One feeder's own state: what the workers hand back to it, to settle on its consumer."""
+
+    def __init__(self) -> None:
+        self.results: collections.deque[tuple[Any, object]] = collections.deque()
+        self.ready = asyncio.Event()  # results are waiting, or the pool is closing
+        self.settling = 0
+        self.closing = False
+
+    def hand_back(self, item: Any, outcome: object) -> None:
+        self.results.append((item, outcome))
+        self.ready.set()
 
 
 class AsyncWorkerPool:
@@ -81,13 +98,12 @@ class AsyncWorkerPool:
         self._stopping: asyncio.Event | None = None
         self._stopped_by: str | None = None
         self._interrupts = 0
-        self._results: collections.deque[tuple[Any, object]] = collections.deque()
-        self._results_ready: asyncio.Event | None = None
+        self._feeders: list[_Feeder] = []
         self._running = 0
-        self._settling = 0
+        self._getting = 0  # items asked for by gets under way
+        self._workers_done: asyncio.Event | None = None
         self._retry_due = 0.0
         self._workers_left = 0
-        self._closing = False
         self._need_more: asyncio.Event | None = None  # the buffer fell below half
         self._forced: asyncio.Event | None = None  # a second SIGINT: stop at once
 
@@ -118,37 +134,41 @@ class AsyncWorkerPool:
         if self._stopping is not None:
             raise RuntimeError("this pool is running already")
         self._stopping = asyncio.Event()
-        self._results_ready = asyncio.Event()
         self._need_more = asyncio.Event()
         self._forced = asyncio.Event()
-        self._closing = False
+        self._workers_done = asyncio.Event()
         self._stopped_by = None
         self._interrupts = 0
         self.stats.stopped_by = None
         restore = self._install_signal_handlers()
         started = time.monotonic()
         buffer: asyncio.Queue[Any] = asyncio.Queue()
+        self._feeders = [_Feeder() for _ in range(FEEDERS)]
         try:
-            # Backlog reads on a thread: the workers and settlers run on meanwhile.
-            async with self.queue.connect(takes_on_threads=True) as consumer:
-                self._workers_left = self.concurrency
-                workers = [
-                    asyncio.create_task(self._work(buffer), name=f"ackqueue-worker-{n}")
-                    for n in range(self.concurrency)
-                ]
-                settlers = [
-                    asyncio.create_task(self._settle_loop(consumer)) for _ in range(SETTLERS)
-                ]
-                logger = asyncio.create_task(self._log_loop(started))
-                try:
-                    await self._feed(consumer, buffer, until_empty)
-                    await self._wind_down(buffer, workers)
-                finally:
-                    for task in workers:
-                        task.cancel()
-                    await asyncio.gather(*workers, return_exceptions=True)
-                    logger.cancel()
-                    await self._finish_settling(settlers)
+            self._workers_left = self.concurrency
+            workers = [
+                asyncio.create_task(self._work(buffer), name=f"ackqueue-worker-{n}")
+                for n in range(self.concurrency)
+            ]
+            feeding = [
+                asyncio.create_task(self._feeder(feeder, buffer, until_empty))
+                for feeder in self._feeders
+            ]
+            logger = asyncio.create_task(self._log_loop(started))
+            try:
+                await self._stopping.wait()
+                await self._wind_down(buffer, workers)
+            finally:
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                logger.cancel()
+                self._workers_done.set()
+                self._stop(self._stopped_by)
+                failures = await asyncio.gather(*feeding, return_exceptions=True)
+            for failure in failures:
+                if isinstance(failure, BaseException):
+                    raise failure
         finally:
             restore()
             self._stopping = None
@@ -156,15 +176,35 @@ class AsyncWorkerPool:
         self._log_progress(started, final=True)
         return self.stats
 
-    async def _feed(self, consumer: AsyncConsumer[Any], buffer: asyncio.Queue[Any],
-                    until_empty: bool) -> None:
+    async def _feeder(self, feeder: _Feeder, buffer: asyncio.Queue[Any], until_empty: bool
+                      ) -> None:
+        """One feeder task: owns a consumer, fills the buffer, settles what comes back."""
+        assert self._workers_done is not None
+        # Backlog reads on a thread: the workers and settlers run on meanwhile.
+        async with self.queue.connect(takes_on_threads=True) as consumer:
+            settlers = [
+                asyncio.create_task(self._settle_loop(feeder, consumer)) for _ in range(SETTLERS)
+            ]
+            try:
+                await self._feed(feeder, consumer, buffer, until_empty)
+            except Exception:
+                log.exception("the pool's feeder failed; stopping the pool")
+                self._stop("error")
+            finally:
+                self._stop(self._stopped_by)
+                await self._workers_done.wait()  # then nothing more comes back to settle
+                feeder.closing = True
+                feeder.ready.set()
+                await asyncio.gather(*settlers)
+
+    async def _feed(self, feeder: _Feeder, consumer: AsyncConsumer[Any],
+                    buffer: asyncio.Queue[Any], until_empty: bool) -> None:
         stopping = self._stopping
-        assert stopping is not None
         need_more = self._need_more
-        assert need_more is not None
+        assert stopping is not None and need_more is not None
         while not stopping.is_set():
-            room = self.prefetch - buffer.qsize() - self._running
-            if room < max(1, self.prefetch // 2) and buffer.qsize():
+            room = self.prefetch - buffer.qsize() - self._running - self._getting
+            if room < max(1, self.prefetch // 4) and buffer.qsize():
                 need_more.clear()
                 if buffer.qsize() >= self.prefetch // 2:
                     await need_more.wait()  # a worker sets it, or stopping does
@@ -172,18 +212,32 @@ class AsyncWorkerPool:
             if until_empty and self._is_drained(buffer):
                 self._stop(None)
                 break
+            share = max(1, room // FEEDERS)  # leave some for the other feeder to take
+            # Only the first feeder waits for the queue itself: two waiting in turn would
+            # never let _is_drained() see no get under way.
+            waits = feeder is self._feeders[0]
+            self._getting += share
             try:
-                items = await consumer.get_many(max(1, room), timeout=self.poll)
+                items = await consumer.get_many(share, timeout=self.poll if waits else 0)
             except Empty:
-                continue
+                items = []
             except (QueueClosedError, ShutDown):
                 self._stop(None)  # shut down and drained, or closed under us
                 break
+            finally:
+                self._getting -= share
+            if not items and not waits:
+                need_more.clear()
+                await need_more.wait()  # items are coming in, or the pool is stopping
             for item in items:
-                buffer.put_nowait(item)
+                buffer.put_nowait((item, feeder))
 
     def _is_drained(self, buffer: asyncio.Queue[Any]) -> bool:
-        if buffer.qsize() or self._running or self._results or self._settling:
+        """Nothing ready, held, buffered, running, coming back or being got; no retry due.
+        (A take under way has its item neither ready nor held: hence ``_getting``.)"""
+        if buffer.qsize() or self._running or self._getting:
+            return False
+        if any(f.results or f.settling for f in self._feeders):
             return False
         if time.time() < self._retry_due:
             return False
@@ -193,7 +247,8 @@ class AsyncWorkerPool:
                          ) -> None:
         """Give back what is buffered; let running handlers finish, up to ``stop_timeout``."""
         while not buffer.empty():
-            self._hand_back(buffer.get_nowait(), _UNSTARTED)
+            item, feeder = buffer.get_nowait()
+            feeder.hand_back(item, _UNSTARTED)
         for _ in workers:
             buffer.put_nowait(_STOP)
         if self._running:
@@ -213,20 +268,16 @@ class AsyncWorkerPool:
             log.warning("%d handler(s) still running after %.0f s; their items go back to "
                         "the queue", len(late), self.stop_timeout)
 
-    def _hand_back(self, item: Any, outcome: object) -> None:
-        self._results.append((item, outcome))
-        assert self._results_ready is not None
-        self._results_ready.set()
-
     # -- one worker ------------------------------------------------------------------------------
 
     async def _work(self, buffer: asyncio.Queue[Any]) -> None:
         handler = self.handler
         try:
             while True:
-                item = await buffer.get()
-                if item is _STOP:
+                got = await buffer.get()
+                if got is _STOP:
                     return
+                item, feeder = got
                 if buffer.qsize() < self.prefetch // 2 and self._need_more is not None:
                     self._need_more.set()
                 self._running += 1
@@ -236,16 +287,16 @@ class AsyncWorkerPool:
                 except Exception as exc:
                     outcome = exc
                 except asyncio.CancelledError:
-                    self._hand_back(item, _UNSTARTED)  # a forced stop: it goes back
+                    feeder.hand_back(item, _UNSTARTED)  # a forced stop: it goes back
                     raise
                 except BaseException:
-                    self._hand_back(item, _UNSTARTED)
+                    feeder.hand_back(item, _UNSTARTED)
                     log.exception("a worker task was ended by its handler on item %r; the "
                                   "item goes back to the queue", item)
                     return
                 finally:
                     self._running -= 1
-                self._hand_back(item, outcome)
+                feeder.hand_back(item, outcome)
         finally:
             self._workers_left -= 1
             if self._workers_left == 0 and self._stopping and not self._stopping.is_set():
@@ -254,27 +305,18 @@ class AsyncWorkerPool:
 
     # -- settling ------------------------------------------------------------------------------
 
-    async def _settle_loop(self, consumer: AsyncConsumer[Any]) -> None:
-        ready = self._results_ready
-        assert ready is not None
+    async def _settle_loop(self, feeder: _Feeder, consumer: AsyncConsumer[Any]) -> None:
         while True:
-            if not self._results:
-                if self._closing:
+            if not feeder.results:
+                if feeder.closing:
                     return
-                ready.clear()
-                await ready.wait()
+                feeder.ready.clear()
+                await feeder.ready.wait()
                 continue
-            await self._settle(consumer)
+            await self._settle(feeder, consumer)
 
-    async def _finish_settling(self, settlers: list[asyncio.Task[None]]) -> None:
-        """Settle what is still coming back (given back, or finished as the pool stopped)."""
-        self._closing = True
-        assert self._results_ready is not None
-        self._results_ready.set()
-        await asyncio.gather(*settlers)
-
-    async def _settle(self, consumer: AsyncConsumer[Any]) -> None:
-        results = self._results
+    async def _settle(self, feeder: _Feeder, consumer: AsyncConsumer[Any]) -> None:
+        results = feeder.results
         acks: list[Any] = []
         others: list[tuple[Any, object]] = []
         while results and len(acks) + len(others) < self.prefetch:
@@ -283,14 +325,14 @@ class AsyncWorkerPool:
                 acks.append(item)
             else:
                 others.append((item, outcome))
-        self._settling += 1
+        feeder.settling += 1
         try:
             if acks:
                 await self._ack(consumer, acks)
             for item, outcome in others:
                 await self._settle_one(consumer, item, outcome)
         finally:
-            self._settling -= 1
+            feeder.settling -= 1
 
     async def _ack(self, consumer: AsyncConsumer[Any], items: list[Any]) -> None:
         try:
