@@ -145,3 +145,25 @@ def test_queue_made_outside_a_loop_serves_several_loops_in_turn(qpath):
     finally:
         q.close_now()
     assert stored(qpath) == [2]
+
+
+def test_maxsize_back_pressure_and_forwarded_pause(qpath):
+    async def main() -> None:
+        async with AsyncAckQueue(qpath, maxsize=2) as q:
+            await q.put_many([1, 2])
+            blocked = asyncio.create_task(q.put(3))  # waits for room on a thread of the loop's
+            await asyncio.sleep(0.05)
+            assert not blocked.done() and q.full()
+            assert await q.get() == 1
+            await asyncio.wait_for(blocked, 10)
+            await q.pause()  # a method the async queue does not name: forwarded, awaited
+            assert q.paused
+            with pytest.raises(ackqueue.Empty):
+                await q.get(timeout=0.05)
+            waiting = asyncio.create_task(q.get())
+            await wait_for_waiters(q, 1)
+            await q.resume()
+            assert await asyncio.wait_for(waiting, 10) == 2
+
+    asyncio.run(main())
+    assert stored(qpath) == [3]
