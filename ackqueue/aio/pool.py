@@ -17,16 +17,16 @@ SIGINT cancels them. Either way what the pool holds and has not acked goes back 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import signal
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ackqueue.aio.consumer import AsyncConsumer
+from ackqueue.aio.feeders import FEEDERS, SETTLERS, Feeder
 from ackqueue.aio.queues import AsyncAckQueue
+from ackqueue.aio.signals import handle_stop_signals
 from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
 from ackqueue.workers.pool import PoolStats, Retry
 
@@ -36,27 +36,6 @@ AsyncHandler = Callable[[Any], Awaitable[object]]
 
 _UNSTARTED = object()  # an item given back without running the handler
 _STOP = object()  # tells a worker task to end
-# Feeder tasks, each with its consumer: while one waits for its get_many (items read on a
-# thread), the other's items are being handled.
-FEEDERS = 2
-# Tasks of a feeder that commit its acks: while one waits for its fsync, the other commits.
-SETTLERS = 2
-
-
-class _Feeder:
-    """One feeder's own state: what the workers hand back to it, to settle on its consumer."""
-
-    def __init__(self) -> None:
-        self.results: collections.deque[tuple[Any, object]] = collections.deque()
-        self.ready = asyncio.Event()  # results are waiting, or the pool is closing
-        self.settling = 0
-        self.closing = False
-
-    def hand_back(self, item: Any, outcome: object) -> None:
-        self.results.append((item, outcome))
-        self.ready.set()
-
-
 class AsyncWorkerPool:
     """``concurrency`` tasks awaiting ``handler(item)`` for each item of ``queue``.
 
@@ -98,7 +77,7 @@ class AsyncWorkerPool:
         self._stopping: asyncio.Event | None = None
         self._stopped_by: str | None = None
         self._interrupts = 0
-        self._feeders: list[_Feeder] = []
+        self._feeders: list[Feeder] = []
         self._running = 0
         self._getting = 0  # items asked for by gets under way
         self._workers_done: asyncio.Event | None = None
@@ -140,10 +119,10 @@ class AsyncWorkerPool:
         self._stopped_by = None
         self._interrupts = 0
         self.stats.stopped_by = None
-        restore = self._install_signal_handlers()
+        restore = handle_stop_signals(self._on_signal)
         started = time.monotonic()
         buffer: asyncio.Queue[Any] = asyncio.Queue()
-        self._feeders = [_Feeder() for _ in range(FEEDERS)]
+        self._feeders = [Feeder() for _ in range(FEEDERS)]
         try:
             self._workers_left = self.concurrency
             workers = [
@@ -176,7 +155,7 @@ class AsyncWorkerPool:
         self._log_progress(started, final=True)
         return self.stats
 
-    async def _feeder(self, feeder: _Feeder, buffer: asyncio.Queue[Any], until_empty: bool
+    async def _feeder(self, feeder: Feeder, buffer: asyncio.Queue[Any], until_empty: bool
                       ) -> None:
         """One feeder task: owns a consumer, fills the buffer, settles what comes back."""
         assert self._workers_done is not None
@@ -197,7 +176,7 @@ class AsyncWorkerPool:
                 feeder.ready.set()
                 await asyncio.gather(*settlers)
 
-    async def _feed(self, feeder: _Feeder, consumer: AsyncConsumer[Any],
+    async def _feed(self, feeder: Feeder, consumer: AsyncConsumer[Any],
                     buffer: asyncio.Queue[Any], until_empty: bool) -> None:
         stopping = self._stopping
         need_more = self._need_more
@@ -305,7 +284,7 @@ class AsyncWorkerPool:
 
     # -- settling ------------------------------------------------------------------------------
 
-    async def _settle_loop(self, feeder: _Feeder, consumer: AsyncConsumer[Any]) -> None:
+    async def _settle_loop(self, feeder: Feeder, consumer: AsyncConsumer[Any]) -> None:
         while True:
             if not feeder.results:
                 if feeder.closing:
@@ -315,7 +294,7 @@ class AsyncWorkerPool:
                 continue
             await self._settle(feeder, consumer)
 
-    async def _settle(self, feeder: _Feeder, consumer: AsyncConsumer[Any]) -> None:
+    async def _settle(self, feeder: Feeder, consumer: AsyncConsumer[Any]) -> None:
         results = feeder.results
         acks: list[Any] = []
         others: list[tuple[Any, object]] = []
@@ -379,22 +358,6 @@ class AsyncWorkerPool:
         log.warning("item %r failed (attempt %d), retry in %.2f s: %s", item, attempts, delay, exc)
 
     # -- signals and progress ------------------------------------------------------------------
-
-    def _install_signal_handlers(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        loop = asyncio.get_running_loop()
-        signals = (signal.SIGINT, signal.SIGTERM)
-        previous = {sig: signal.getsignal(sig) for sig in signals}
-        for sig in signals:
-            loop.add_signal_handler(sig, self._on_signal, sig)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, handler)
-
-        return restore
 
     def _on_signal(self, signum: int) -> None:
         self._interrupts += 1
