@@ -63,12 +63,13 @@ def getack_threads(d: str, n: int, consumers: int) -> float:
         return n / (time.perf_counter() - start)
 
 
-def getack_tasks(d: str, n: int, consumers: int) -> float:
+def getack_tasks(d: str, n: int, consumers: int, threads: int = 8) -> float:
+    """``consumers`` tasks getting and acking; the async queue commits on ``threads``."""
     path = os.path.join(d, "q.fs")
     prefill(path, n)
 
     async def main() -> float:
-        async with ackqueue.AsyncAckQueue(path) as q:
+        async with ackqueue.AsyncAckQueue(path, threads=threads) as q:
             async def consume() -> None:
                 async with q.connect() as cons:
                     while True:
@@ -111,30 +112,6 @@ def pool_tasks(d: str, n: int) -> float:
             start = time.perf_counter()
             stats = await pool.run_until_empty()
             assert stats.done == n, stats
-            return n / (time.perf_counter() - start)
-
-    return asyncio.run(main())
-
-
-# -- commit threads ----------------------------------------------------------------------------
-
-
-def acks_with_threads(d: str, n: int, threads: int) -> float:
-    path = os.path.join(d, "q.fs")
-    prefill(path, n)
-
-    async def main() -> float:
-        async with ackqueue.AsyncAckQueue(path, threads=threads) as q:
-            async def consume() -> None:
-                async with q.connect() as cons:
-                    while True:
-                        try:
-                            await cons.ack(await cons.get(timeout=0))
-                        except ackqueue.Empty:
-                            return
-
-            start = time.perf_counter()
-            await asyncio.gather(*(consume() for _ in range(64)))
             return n / (time.perf_counter() - start)
 
     return asyncio.run(main())
@@ -272,7 +249,7 @@ def main() -> None:
         values = []
         for _ in range(runs):
             with c.tmpdir() as d:
-                values.append(acks_with_threads(d, n, threads))
+                values.append(getack_tasks(d, n, 64, threads))
         commit_rows.append([str(threads), f"{c.median(values):,.0f}"])
     print(c.rst_table(commit_rows, ["threads", "acks/s"]))
 

@@ -8,6 +8,7 @@ import sys
 import threading
 
 from conftest import REPO_ROOT, child_env
+from test_crawler_example import wait_for_pages
 
 CRAWLER = os.path.join(REPO_ROOT, "examples", "async_crawler.py")
 
@@ -22,14 +23,6 @@ def start(state_dir, pages):
     watchdog.daemon = True
     watchdog.start()
     return child
-
-
-def wait_for_pages(child, count):
-    fetched = 0
-    while fetched < count:
-        line = child.stdout.readline()
-        assert line, f"crawler ended early: {child.stderr.read()}"
-        fetched += line.startswith("fetched ")
 
 
 def finish(state_dir, pages):
