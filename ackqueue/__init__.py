@@ -10,10 +10,18 @@
 (0, 0)
 """
 
+from ackqueue.aio import (
+    AsyncAckQueue,
+    AsyncConsumer,
+    AsyncLifoAckQueue,
+    AsyncPriorityAckQueue,
+)
+from ackqueue.aio.pool import AsyncWorkerPool
 from ackqueue.base.clock import ManualClock
 from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import (
     AckQueueError,
+    AsyncUsageError,
     Empty,
     Full,
     ItemLoadError,
@@ -41,6 +49,12 @@ from ackqueue.workers.processes import ProcessPool
 __all__ = [
     "AckQueue",
     "AckQueueError",
+    "AsyncAckQueue",
+    "AsyncConsumer",
+    "AsyncLifoAckQueue",
+    "AsyncPriorityAckQueue",
+    "AsyncUsageError",
+    "AsyncWorkerPool",
     "Consumer",
     "DeadLetter",
     "Delivery",

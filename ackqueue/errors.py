@@ -75,3 +75,9 @@ class UnknownKeyError(AckQueueError, KeyError):
 
 class KeyHeldError(AckQueueError, ValueError):
     """``remove(key)`` named an item a consumer holds: its ack or nack decides its fate."""
+
+
+class AsyncUsageError(AckQueueError, RuntimeError):
+    """The asyncio API was used where it cannot keep its promises: on another event loop than
+    the one an object is bound to, by a task that does not own a consumer, or a blocking call
+    on a thread whose event loop uses the queue. The message says what to do instead."""

@@ -1,16 +1,76 @@
 """What the queue's collaborators share: its lock and conditions, and its lifecycle.
 
 ``queue.Queue`` makes the mutex and its three conditions; the queue adds ``landed`` (a get
-waiting for puts still committing). Every collaborator's ``*_locked`` method runs with the
-mutex held, and each wakes the waiters its change concerns.
+waiting for puts still committing) and :class:`ReadyListeners` (waiters that are not threads:
+an event loop's gets, see :mod:`ackqueue.aio`). Every collaborator's ``*_locked`` method runs
+with the mutex held, and each wakes the waiters its change concerns.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import threading
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from ackqueue.errors import QueueClosedError, ShutDown
+from ackqueue.errors import AsyncUsageError, QueueClosedError, ShutDown
+
+
+class ReadyListeners:
+    """One-shot callbacks of waiters that do not wait on ``not_empty`` (coroutines awaiting a
+    get): each is called at most once, when an item may have become ready for it.
+
+    Items becoming ready wake as many listeners as items, in the order they started waiting;
+    a change every waiter must look at (close, shutdown, resume) wakes them all. A callback
+    runs with the queue's mutex held, in whatever thread made the change: it must only hand
+    the news on (``loop.call_soon_threadsafe``), never call back into the queue.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: OrderedDict[int, Callable[[], None]] = OrderedDict()
+        self._tokens = itertools.count()
+        self.loops = 0  # event loops using the queue now: blocking gets on their thread fail
+
+    def add(self, wake: Callable[[], None]) -> int:
+        """Call ``wake()`` at the next item ready; returns a token for :meth:`discard`."""
+        token = next(self._tokens)
+        with self._lock:
+            self._waiting[token] = wake
+        return token
+
+    def discard(self, token: int) -> bool:
+        """Stop waiting; False if the listener was woken already (it may owe a wake-up)."""
+        with self._lock:
+            return self._waiting.pop(token, None) is not None
+
+    def wake(self, n: int | None = 1) -> None:
+        """Wake the ``n`` longest-waiting listeners (all of them when ``n`` is None)."""
+        if not self._waiting:  # read without the lock: a waiter adds itself before it looks
+            return
+        with self._lock:
+            if n is None or n >= len(self._waiting):
+                woken = list(self._waiting.values())
+                self._waiting.clear()
+            else:
+                woken = [self._waiting.popitem(last=False)[1] for _ in range(n)]
+        for wake in woken:
+            wake()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def check_may_block(self, what: str) -> None:
+        """Refuse a blocking ``what`` on a thread that runs an event loop using this queue:
+        it would stop every task of that loop, the very ones that could unblock it."""
+        if self.loops and asyncio._get_running_loop() is not None:
+            raise AsyncUsageError(
+                f"{what} would block the event loop running in this thread, and every task "
+                "on it; in a coroutine use the AsyncAckQueue's own awaitable (await q.get(), "
+                "await c.get()), or call the blocking method from another thread"
+            )
 
 
 @dataclass(eq=False)
@@ -20,11 +80,21 @@ class Signals:
     not_full: threading.Condition
     all_tasks_done: threading.Condition
     landed: threading.Condition
+    listeners: ReadyListeners = field(default_factory=ReadyListeners)
+
+    def ready_locked(self, n: int | None = 1) -> None:
+        """``n`` items became ready (None: something every waiting get must look at)."""
+        if n is None:
+            self.not_empty.notify_all()
+        else:
+            self.not_empty.notify(n)
+        self.listeners.wake(n)
 
     def wake_all_locked(self) -> None:
         self.not_empty.notify_all()
         self.not_full.notify_all()
         self.landed.notify_all()
+        self.listeners.wake(None)
 
 
 class Lifecycle:

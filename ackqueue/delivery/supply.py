@@ -121,7 +121,7 @@ class Supply:
             self._forget_drained()
             return
         self.ready.push(key)
-        self._signals.not_empty.notify()
+        self._signals.ready_locked()
 
     def offer_locked(self, key: Any, group: Group = None) -> None:
         """``key`` was stored or fell due, never held here: ready (``group``: a key new to
@@ -132,7 +132,7 @@ class Supply:
             self._forget_drained()
             return
         self.ready.offer(key)
-        self._signals.not_empty.notify()
+        self._signals.ready_locked()
 
     def _forget_drained(self) -> None:
         """After an immediate shutdown a key that would be ready stays stored for the next

@@ -36,6 +36,8 @@ class Claimer:
         """Claim the next ready item, waiting like ``queue.Queue.get``; ``table`` is the
         consumer getting it, if any: closing that consumer wakes this wait with
         QueueClosedError."""
+        if block:
+            self._signals.listeners.check_may_block("a blocking get")
         self._calls.getter = table
         try:
             return self._claim_next(block, timeout)

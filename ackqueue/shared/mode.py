@@ -345,6 +345,7 @@ class SharedMode:
             self._life.paused = self._book.paused()  # another process may have paused it
             if len(index):
                 signals.not_empty.notify_all()
+                signals.listeners.wake(len(index))
             signals.not_full.notify_all()
 
     def session_lost(self) -> None:

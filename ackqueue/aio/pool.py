@@ -1,0 +1,385 @@
+"""A pool of tasks running an async handler on each item: ack on success, retry with backoff,
+stop on a signal; the asyncio twin of :class:`~ackqueue.workers.pool.WorkerPool`, with its
+:class:`~ackqueue.workers.pool.Retry` and :class:`~ackqueue.workers.pool.PoolStats`.
+
+The task that runs the pool owns its consumer and feeds a buffer with ``get_many`` (prefetch);
+``concurrency`` worker tasks take from it and hand back what happened to each item; a settling
+task commits every success since its last commit in one ``ack_many`` (one fsync, on a thread)
+while the workers go on, and retries a failure by ``nack`` with the retry's delay, or sends it
+to the dead letters once it has been delivered ``max_attempts`` times. A job counts as done
+only once its ack is durable.
+
+On SIGINT or SIGTERM (when run on the main thread's loop) the pool stops taking items, gives
+back what is buffered and lets running handlers finish, for up to ``stop_timeout``; a second
+SIGINT cancels them. Either way what the pool holds and has not acked goes back to the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ackqueue.aio.consumer import AsyncConsumer
+from ackqueue.aio.feeders import FEEDERS, SETTLERS, Feeder
+from ackqueue.aio.queues import AsyncAckQueue
+from ackqueue.aio.signals import handle_stop_signals
+from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
+from ackqueue.workers.pool import PoolStats, Retry
+
+log = logging.getLogger("ackqueue")
+
+AsyncHandler = Callable[[Any], Awaitable[object]]
+
+_UNSTARTED = object()  # an item given back without running the handler
+_STOP = object()  # tells a worker task to end
+class AsyncWorkerPool:
+    """``concurrency`` tasks awaiting ``handler(item)`` for each item of ``queue``.
+
+    ``await run()`` works until :meth:`stop`, a signal, or the queue is shut down and drained;
+    ``await run_until_empty()`` also returns once the queue is empty, nothing is held and no
+    retry of its own is pending. Both return :class:`~ackqueue.PoolStats`. ``prefetch`` is
+    how many items the pool holds ahead of its workers (default 32 a task; one a task when
+    the queue has an ``ack_timeout``).
+    """
+
+    def __init__(
+        self,
+        queue: AsyncAckQueue[Any],
+        handler: AsyncHandler,
+        concurrency: int = 8,
+        retry: Retry | None = None,
+        *,
+        stop_timeout: float = 30.0,
+        log_interval: float = 10.0,
+        poll: float = 0.2,
+        prefetch: int | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("a pool needs a concurrency of at least 1")
+        if prefetch is not None and prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        if not asyncio.iscoroutinefunction(handler) and not callable(handler):
+            raise TypeError("handler must be an async function taking one item")
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.retry = retry or Retry()
+        self.stop_timeout = stop_timeout
+        self.log_interval = log_interval
+        self.poll = poll
+        leased = queue.ack_timeout is not None
+        self.prefetch = prefetch or (concurrency if leased else 32 * concurrency)
+        self.stats = PoolStats()
+        self._stopping: asyncio.Event | None = None
+        self._stopped_by: str | None = None
+        self._interrupts = 0
+        self._feeders: list[Feeder] = []
+        self._running = 0
+        self._getting = 0  # items asked for by gets under way
+        self._workers_done: asyncio.Event | None = None
+        self._retry_due = 0.0
+        self._workers_left = 0
+        self._need_more: asyncio.Event | None = None  # the buffer fell below half
+        self._forced: asyncio.Event | None = None  # a second SIGINT: stop at once
+
+    async def run(self) -> PoolStats:
+        """Work until stopped, or the queue is shut down and drained."""
+        return await self._run(until_empty=False)
+
+    async def run_until_empty(self) -> PoolStats:
+        """Work until the queue is empty, nothing is held and no retry of ours is pending."""
+        return await self._run(until_empty=True)
+
+    def stop(self) -> None:
+        """Ask the pool to stop: no new items are taken; running handlers finish."""
+        self._stop("stop()")
+
+    def _stop(self, by: str | None) -> None:
+        if self._stopping is None:
+            return
+        if not self._stopping.is_set() and self._stopped_by is None:
+            self._stopped_by = by
+        self._stopping.set()
+        if self._need_more is not None:
+            self._need_more.set()
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def _run(self, until_empty: bool) -> PoolStats:
+        if self._stopping is not None:
+            raise RuntimeError("this pool is running already")
+        self._stopping = asyncio.Event()
+        self._need_more = asyncio.Event()
+        self._forced = asyncio.Event()
+        self._workers_done = asyncio.Event()
+        self._stopped_by = None
+        self._interrupts = 0
+        self.stats.stopped_by = None
+        restore = handle_stop_signals(self._on_signal)
+        started = time.monotonic()
+        buffer: asyncio.Queue[Any] = asyncio.Queue()
+        self._feeders = [Feeder() for _ in range(FEEDERS)]
+        try:
+            self._workers_left = self.concurrency
+            workers = [
+                asyncio.create_task(self._work(buffer), name=f"ackqueue-worker-{n}")
+                for n in range(self.concurrency)
+            ]
+            feeding = [
+                asyncio.create_task(self._feeder(feeder, buffer, until_empty))
+                for feeder in self._feeders
+            ]
+            logger = asyncio.create_task(self._log_loop(started))
+            try:
+                await self._stopping.wait()
+                await self._wind_down(buffer, workers)
+            finally:
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                logger.cancel()
+                self._workers_done.set()
+                self._stop(self._stopped_by)
+                failures = await asyncio.gather(*feeding, return_exceptions=True)
+            for failure in failures:
+                if isinstance(failure, BaseException):
+                    raise failure
+        finally:
+            restore()
+            self._stopping = None
+        self.stats.stopped_by = self._stopped_by
+        self._log_progress(started, final=True)
+        return self.stats
+
+    async def _feeder(self, feeder: Feeder, buffer: asyncio.Queue[Any], until_empty: bool
+                      ) -> None:
+        """One feeder task: owns a consumer, fills the buffer, settles what comes back."""
+        assert self._workers_done is not None
+        # Backlog reads on a thread: the workers and settlers run on meanwhile.
+        async with self.queue.connect(takes_on_threads=True) as consumer:
+            settlers = [
+                asyncio.create_task(self._settle_loop(feeder, consumer)) for _ in range(SETTLERS)
+            ]
+            try:
+                await self._feed(feeder, consumer, buffer, until_empty)
+            except Exception:
+                log.exception("the pool's feeder failed; stopping the pool")
+                self._stop("error")
+            finally:
+                self._stop(self._stopped_by)
+                await self._workers_done.wait()  # then nothing more comes back to settle
+                feeder.closing = True
+                feeder.ready.set()
+                await asyncio.gather(*settlers)
+
+    async def _feed(self, feeder: Feeder, consumer: AsyncConsumer[Any],
+                    buffer: asyncio.Queue[Any], until_empty: bool) -> None:
+        stopping = self._stopping
+        need_more = self._need_more
+        assert stopping is not None and need_more is not None
+        while not stopping.is_set():
+            room = self.prefetch - buffer.qsize() - self._running - self._getting
+            if room < max(1, self.prefetch // 4) and buffer.qsize():
+                need_more.clear()
+                if buffer.qsize() >= self.prefetch // 2:
+                    await need_more.wait()  # a worker sets it, or stopping does
+                continue
+            if until_empty and self._is_drained(buffer):
+                self._stop(None)
+                break
+            share = max(1, room // FEEDERS)  # leave some for the other feeder to take
+            # Only the first feeder waits for the queue itself: two waiting in turn would
+            # never let _is_drained() see no get under way.
+            waits = feeder is self._feeders[0]
+            self._getting += share
+            try:
+                items = await consumer.get_many(share, timeout=self.poll if waits else 0)
+            except Empty:
+                items = []
+            except (QueueClosedError, ShutDown):
+                self._stop(None)  # shut down and drained, or closed under us
+                break
+            finally:
+                self._getting -= share
+            if not items and not waits:
+                need_more.clear()
+                await need_more.wait()  # items are coming in, or the pool is stopping
+            for item in items:
+                buffer.put_nowait((item, feeder))
+
+    def _is_drained(self, buffer: asyncio.Queue[Any]) -> bool:
+        """Nothing ready, held, buffered, running, coming back or being got; no retry due.
+        (A take under way has its item neither ready nor held: hence ``_getting``.)"""
+        if buffer.qsize() or self._running or self._getting:
+            return False
+        if any(f.results or f.settling for f in self._feeders):
+            return False
+        if time.time() < self._retry_due:
+            return False
+        return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
+
+    async def _wind_down(self, buffer: asyncio.Queue[Any], workers: list[asyncio.Task[Any]]
+                         ) -> None:
+        """Give back what is buffered; let running handlers finish, up to ``stop_timeout``."""
+        while not buffer.empty():
+            item, feeder = buffer.get_nowait()
+            feeder.hand_back(item, _UNSTARTED)
+        for _ in workers:
+            buffer.put_nowait(_STOP)
+        if self._running:
+            log.info("stopping: waiting up to %.0f s for %d running handler(s)",
+                     self.stop_timeout, self._running)
+        assert self._forced is not None
+        forced = asyncio.create_task(self._forced.wait())
+        finished = asyncio.ensure_future(asyncio.wait(workers))
+        try:
+            await asyncio.wait([finished, forced], timeout=self.stop_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            forced.cancel()
+            finished.cancel()
+        late = [w for w in workers if not w.done()]
+        if late:
+            log.warning("%d handler(s) still running after %.0f s; their items go back to "
+                        "the queue", len(late), self.stop_timeout)
+
+    # -- one worker ------------------------------------------------------------------------------
+
+    async def _work(self, buffer: asyncio.Queue[Any]) -> None:
+        handler = self.handler
+        try:
+            while True:
+                got = await buffer.get()
+                if got is _STOP:
+                    return
+                item, feeder = got
+                if buffer.qsize() < self.prefetch // 2 and self._need_more is not None:
+                    self._need_more.set()
+                self._running += 1
+                try:
+                    await handler(item)
+                    outcome: object = None
+                except Exception as exc:
+                    outcome = exc
+                except asyncio.CancelledError:
+                    feeder.hand_back(item, _UNSTARTED)  # a forced stop: it goes back
+                    raise
+                except BaseException:
+                    feeder.hand_back(item, _UNSTARTED)
+                    log.exception("a worker task was ended by its handler on item %r; the "
+                                  "item goes back to the queue", item)
+                    return
+                finally:
+                    self._running -= 1
+                feeder.hand_back(item, outcome)
+        finally:
+            self._workers_left -= 1
+            if self._workers_left == 0 and self._stopping and not self._stopping.is_set():
+                log.error("every worker task of the pool ended; stopping the pool")
+                self._stop("error")
+
+    # -- settling ------------------------------------------------------------------------------
+
+    async def _settle_loop(self, feeder: Feeder, consumer: AsyncConsumer[Any]) -> None:
+        while True:
+            if not feeder.results:
+                if feeder.closing:
+                    return
+                feeder.ready.clear()
+                await feeder.ready.wait()
+                continue
+            await self._settle(feeder, consumer)
+
+    async def _settle(self, feeder: Feeder, consumer: AsyncConsumer[Any]) -> None:
+        results = feeder.results
+        acks: list[Any] = []
+        others: list[tuple[Any, object]] = []
+        while results and len(acks) + len(others) < self.prefetch:
+            item, outcome = results.popleft()
+            if outcome is None:
+                acks.append(item)
+            else:
+                others.append((item, outcome))
+        feeder.settling += 1
+        try:
+            if acks:
+                await self._ack(consumer, acks)
+            for item, outcome in others:
+                await self._settle_one(consumer, item, outcome)
+        finally:
+            feeder.settling -= 1
+
+    async def _ack(self, consumer: AsyncConsumer[Any], items: list[Any]) -> None:
+        try:
+            await consumer.ack_many(items)
+        except NotHeldError:
+            done = 0  # some were taken back (a lease ran out): ack the others one by one
+            for item in items:
+                try:
+                    await consumer.ack(item)
+                except NotHeldError:
+                    continue
+                done += 1
+            self.stats.done += done
+            return
+        self.stats.done += len(items)
+
+    async def _settle_one(self, consumer: AsyncConsumer[Any], item: Any, outcome: object) -> None:
+        try:
+            if isinstance(outcome, Exception):
+                await self._failed(consumer, item, outcome)
+            else:
+                await consumer.nack(item)
+        except NotHeldError:
+            pass  # given back (a lease ran out) while the handler ran
+        except QueueClosedError:
+            raise
+        except Exception:  # the item stays held, and goes back when the consumer closes
+            log.exception("settling item %r failed", item)
+
+    async def _failed(self, consumer: AsyncConsumer[Any], item: Any, exc: Exception) -> None:
+        attempts = consumer.delivery(item).attempts
+        limit = self.retry.max_attempts or self.queue.max_attempts
+        if limit and attempts >= limit:
+            await consumer.reject(item, reason=f"{type(exc).__name__}: {exc}")
+            self.stats.failed += 1
+            self.stats.dead += 1
+            log.error("item %r failed %d time(s), sent to the dead letters: %s",
+                      item, attempts, exc, exc_info=exc)
+            return
+        delay = self.retry.delay(attempts)
+        self._retry_due = max(self._retry_due, time.time() + delay)
+        await consumer.nack(item, delay=delay)
+        self.stats.failed += 1
+        log.warning("item %r failed (attempt %d), retry in %.2f s: %s", item, attempts, delay, exc)
+
+    # -- signals and progress ------------------------------------------------------------------
+
+    def _on_signal(self, signum: int) -> None:
+        self._interrupts += 1
+        name = signal.Signals(signum).name
+        if self._interrupts > 1 and signum == signal.SIGINT:
+            log.warning("SIGINT again: cancelling running handlers; their items go back")
+            self._stop(name)
+            if self._forced is not None:
+                self._forced.set()
+            return
+        log.warning("%s: stopping after running handlers finish (Ctrl-C again to stop at once)",
+                    name)
+        self._stop(name)
+
+    async def _log_loop(self, started: float) -> None:
+        while True:
+            await asyncio.sleep(self.log_interval)
+            self._log_progress(started)
+
+    def _log_progress(self, started: float, final: bool = False) -> None:
+        elapsed = max(1e-9, time.monotonic() - started)
+        s = self.stats
+        log.info("%s%d done (%.1f/s), %d failed, %d dead; queue: %d ready, %d held",
+                 "finished: " if final else "", s.done, s.done / elapsed, s.failed, s.dead,
+                 self.queue.qsize(), self.queue.unacked_count())

@@ -1,0 +1,264 @@
+"""The asyncio queues: :class:`AsyncAckQueue`, :class:`AsyncLifoAckQueue` and
+:class:`AsyncPriorityAckQueue`.
+
+Each opens the sync queue of its kind (:attr:`AsyncAckQueue.sync`, which threads of the same
+process may use at the same time) and offers its API awaited. Calls that commit run on the
+queue's threads (:mod:`.running`); waits for items hold no thread (:mod:`.waiting`). Keyword
+arguments go to the sync methods as they are, so every option of theirs works awaited too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ackqueue.aio.binding import running_loop
+from ackqueue.aio.consumer import AsyncConsumer
+from ackqueue.aio.running import Runner, current_lane, shielded
+from ackqueue.aio.transactions import AsyncTransaction
+from ackqueue.aio.waiting import take_when_ready
+from ackqueue.delivery.holds import Delivery
+from ackqueue.errors import Empty
+from ackqueue.queue.listening import ready_listeners
+from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+
+T = TypeVar("T")
+
+THREADS = 8  # threads that commit for one async queue (their commits group in the store)
+
+
+class AsyncAckQueue(Generic[T]):
+    """An ``AckQueue`` for asyncio: ``await q.put(item)``, ``await q.get()``,
+    ``async with q.connect() as c:`` ... ``await c.ack(item)``.
+
+    The constructor takes what :class:`~ackqueue.AckQueue` takes (``path``, ``maxsize``,
+    ``shared=True`` and every option), plus ``threads``: how many threads commit for it.
+    It may be made outside a running loop; its objects that wait (consumers, transactions)
+    belong to the loop and task that made them.
+    """
+
+    _sync_class: ClassVar[type[AckQueue[Any]]] = AckQueue
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        maxsize: int = 0,
+        *,
+        threads: int = THREADS,
+        **options: Any,
+    ) -> None:
+        runner = Runner(threads, str(options.get("name", "default")))
+        try:
+            sync: AckQueue[T] = self._sync_class(path, maxsize, **options)
+        except BaseException:
+            runner.close()
+            raise
+        self.sync = sync
+        """The sync queue underneath: for threads (never blocking calls on the loop's)."""
+        self._runner = runner
+        self._listeners = listeners = ready_listeners(sync)
+        listeners.loops += 1
+        # A take that commits nothing (no durable delivery count, no stored hold) may run on
+        # the loop's own thread: it only touches memory.
+        self._take_on_loop = not sync.shared and sync.max_attempts is None
+
+    # -- putting -------------------------------------------------------------------------------
+
+    async def put(self, item: T, **options: Any) -> None:
+        """Put ``item``; returns once it is durable. Options as for ``AckQueue.put``
+        (``priority``, ``delay``, ``not_before``, ...)."""
+        await self._put(self.sync.put, item, **options)
+
+    async def put_many(self, items: Iterable[T], **options: Any) -> None:
+        """Put every item in one commit; returns once all are durable (or none is stored)."""
+        await self._put(self.sync.put_many, list(items), **options)
+
+    async def _put(self, method: Callable[..., None], *args: Any, **options: Any) -> None:
+        running_loop("put()")
+        if self.sync.maxsize > 0 and current_lane.get() is None:
+            # Waiting for room holds a thread: not one of the queue's own, which the acks that
+            # make room need.
+            loop = asyncio.get_running_loop()
+            await shielded(loop.run_in_executor(None, lambda: method(*args, **options)))
+            return
+        await self._runner.run(method, *args, **options)
+
+    # -- getting -------------------------------------------------------------------------------
+
+    async def get(self, timeout: float | None = None) -> T:
+        """Remove and return the next item, waiting (without a thread) until one is ready or
+        ``Empty`` after ``timeout`` seconds. The removal is durable when this returns.
+
+        Cancelled while it waits, it takes nothing. Once the removal is committing it cannot
+        be undone: the get then finishes and returns the item, and the cancellation is
+        delivered at the task's next await (an at-most-once item is never dropped unseen).
+        """
+        running_loop("get()")
+        sync = self.sync
+
+        async def attempt() -> T:
+            if not sync.qsize() and not sync.closed and not sync.is_shutdown:
+                raise Empty  # nothing ready: no thread needed to learn that
+            return await _finish_despite_cancel(self._runner.start(sync.get, False))
+
+        return await take_when_ready(self._listeners, attempt, timeout)
+
+    async def get_nowait(self) -> T:
+        return await self.get(timeout=0)
+
+    def connect(self, *, takes_on_threads: bool = False) -> AsyncConsumer[T]:
+        """A consumer for the calling task: what it gets is held until acked, and goes back
+        when it is closed or the task ends. ``async with q.connect() as c:``
+
+        ``takes_on_threads``: take items on the queue's threads even where a take only
+        touches memory, so that reading items from the file (a backlog) leaves the loop free
+        for other tasks meanwhile; a batch consumer (``get_many``) gains, a single ``get``
+        pays a thread hop.
+        """
+        on_loop = self._take_on_loop and not takes_on_threads
+        return AsyncConsumer(self.sync, self._runner, self._listeners, on_loop)
+
+    def transaction(self) -> AsyncTransaction:
+        """``async with q.transaction():`` commits the block's queue operations together."""
+        return AsyncTransaction(self.sync.transaction, self._runner)
+
+    # -- what it holds: memory only, so not awaited ---------------------------------------
+
+    def qsize(self) -> int:
+        return self.sync.qsize()
+
+    def empty(self) -> bool:
+        return self.sync.empty()
+
+    def full(self) -> bool:
+        return self.sync.full()
+
+    def unacked_count(self) -> int:
+        return self.sync.unacked_count()
+
+    def delayed_count(self) -> int:
+        return self.sync.delayed_count()
+
+    def held(self) -> list[tuple[str, Delivery, float]]:
+        return self.sync.held()
+
+    def task_done(self) -> None:
+        self.sync.task_done()
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def maxsize(self) -> int:
+        return self.sync.maxsize
+
+    @property
+    def max_attempts(self) -> int | None:
+        return self.sync.max_attempts
+
+    @property
+    def ack_timeout(self) -> float | None:
+        return self.sync.ack_timeout
+
+    @property
+    def shared(self) -> bool:
+        return self.sync.shared
+
+    @property
+    def paused(self) -> bool:
+        return self.sync.paused
+
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    # -- the rest, awaited ---------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """Wait until every item put has been acked (or ``task_done``)."""
+        running_loop("join()")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.sync.join)  # a thread of the loop's, not ours
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        """Every other public method of the sync queue (``metrics``, ``dead_letters``,
+        ``requeue_dead``, ``pause``, ``shutdown``, ``remove``, ...), awaited: it runs on one
+        of the queue's threads with its arguments passed on as they are."""
+        if name.startswith("_") or name == "sync":
+            raise AttributeError(name)
+        method = getattr(self.sync, name)
+        if not callable(method):
+            raise AttributeError(name)
+
+        async def forwarded(*args: Any, **kwargs: Any) -> Any:
+            running_loop(f"{name}()")
+            return await self._runner.run(method, *args, **kwargs)
+
+        forwarded.__name__ = name
+        forwarded.__doc__ = method.__doc__
+        return forwarded
+
+    # -- closing -------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Give back what consumers hold and close the queue (and its threads)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close_now)
+
+    def close_now(self) -> None:
+        """:meth:`aclose` for code outside a running loop (it blocks)."""
+        if self.sync.closed:
+            return
+        self.sync.close()
+        self._runner.close()
+        self._listeners.loops -= 1
+
+    async def __aenter__(self) -> AsyncAckQueue[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} over {self.sync!r}>"
+
+
+async def _finish_despite_cancel(future: asyncio.Future[T]) -> T:
+    """A plain get's removal, once started, is not undone: see :meth:`AsyncAckQueue.get`."""
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(future)
+            break
+        except asyncio.CancelledError:
+            if not future.done():
+                cancelled = True
+                continue
+            if future.cancelled() or future.exception() is not None:
+                raise
+            cancelled = True
+            result = future.result()
+            break
+        except Empty:
+            if cancelled:
+                raise asyncio.CancelledError from None
+            raise
+    if cancelled:
+        task = asyncio.current_task()
+        if task is not None:
+            task.cancel()  # delivered at the task's next await
+    return result
+
+
+class AsyncLifoAckQueue(AsyncAckQueue[T]):
+    """Like ``LifoAckQueue``: the most recently put item is delivered first."""
+
+    _sync_class = LifoAckQueue
+
+
+class AsyncPriorityAckQueue(AsyncAckQueue[T]):
+    """Like ``PriorityAckQueue``: the smallest item first (equal items in put order)."""
+
+    _sync_class = PriorityAckQueue

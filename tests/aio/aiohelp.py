@@ -1,0 +1,48 @@
+"""Helpers for the asyncio tests: real event loops (asyncio.run), real files."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ackqueue.aio import AsyncAckQueue
+from ackqueue.queue.listening import ready_listeners
+
+
+async def wait_for_waiters(q: AsyncAckQueue[Any], n: int, timeout: float = 10.0) -> None:
+    """Return once ``n`` coroutines are waiting for an item of ``q`` (its ready listeners):
+    the async twin of polling.wait_for_waiter, without sleeping and hoping."""
+    listeners = ready_listeners(q.sync)
+    deadline = time.monotonic() + timeout
+    while len(listeners) < n:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {len(listeners)} of {n} waiters after {timeout} s")
+        await asyncio.sleep(0.001)
+
+
+async def eventually(predicate: Any, timeout: float = 10.0, what: str = "") -> None:
+    """Await until ``predicate()`` is true (the loop keeps running meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        await asyncio.sleep(0.001)
+
+
+def stored(path: str, shared: bool = False) -> list[Any]:
+    """What the queue file holds, read after the async queue is closed (through a consumer
+    that acks nothing; ``shared`` for a file that processes share)."""
+    from conftest import stored_items
+
+    import ackqueue
+
+    if not shared:
+        return stored_items(path)
+    with ackqueue.AckQueue(path, shared=True) as q, q.connect() as c:
+        items = []
+        while True:
+            try:
+                items.append(c.get_nowait())
+            except ackqueue.Empty:
+                return items

@@ -1,0 +1,172 @@
+"""Tasks and threads on one queue; what a task holds goes back when it ends; bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from aiohelp import eventually, stored, wait_for_waiters
+
+import ackqueue
+from ackqueue import AsyncAckQueue, AsyncUsageError
+from ackqueue.aio.queues import THREADS
+
+
+def test_a_task_that_ends_holding_items_gives_them_back(qpath):
+    async def holder(q: AsyncAckQueue[str], fail: bool) -> None:
+        c = q.connect()  # never closed: the task's end is what gives its items back
+        await c.get()
+        await c.get()
+        if fail:
+            raise ValueError("handler crashed")
+
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(["a", "b", "c", "d"])
+            await asyncio.create_task(holder(q, False))
+            await eventually(lambda: q.unacked_count() == 0, what="the ended task's give-back")
+            assert q.qsize() == 4
+            with pytest.raises(ValueError):
+                await asyncio.create_task(holder(q, True))
+            await eventually(lambda: q.unacked_count() == 0, what="the failed task's give-back")
+            async with q.connect() as c:
+                assert await c.get_many(4) == ["a", "b", "c", "d"]  # in their places
+
+    asyncio.run(main())
+
+
+def test_one_thousand_waiting_gets_hold_no_threads(qpath):
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            before = threading.active_count()
+            getters = [asyncio.create_task(q.get()) for _ in range(1000)]
+            await wait_for_waiters(q, 1000)
+            # The queue's own bounded pool at most, not a thread per waiter.
+            assert threading.active_count() <= before + THREADS
+            await q.put_many(range(1000))
+            assert sorted(await asyncio.gather(*getters)) == list(range(1000))
+
+    asyncio.run(main())
+
+
+def test_thread_producers_and_async_consumers_share_one_file(qpath):
+    n_threads, per_thread = 4, 250
+
+    async def main() -> list[int]:
+        async with AsyncAckQueue(qpath) as q:
+            def produce(base: int) -> None:
+                for i in range(per_thread):
+                    q.sync.put(base + i)
+
+            threads = [
+                threading.Thread(target=produce, args=(t * 10_000,)) for t in range(n_threads)
+            ]
+            got: list[int] = []
+
+            async def consume() -> None:
+                async with q.connect() as c:
+                    while len(got) < n_threads * per_thread:
+                        try:
+                            item = await c.get(timeout=0.2)
+                        except ackqueue.Empty:
+                            continue
+                        got.append(item)
+                        await c.ack(item)
+
+            consumers = [asyncio.create_task(consume()) for _ in range(8)]
+            for t in threads:
+                t.start()
+            # A thread consumer too, on the same queue.
+            thread_got: list[int] = []
+
+            def thread_consumer() -> None:
+                with q.sync.connect() as c:
+                    for _ in range(50):
+                        item = c.get(timeout=10)
+                        thread_got.append(item)
+                        c.ack(item)
+
+            tc = threading.Thread(target=thread_consumer)
+            tc.start()
+            await eventually(lambda: len(got) + len(thread_got) >= n_threads * per_thread,
+                             timeout=60, what="every item consumed")
+            for task in consumers:
+                task.cancel()
+            await asyncio.gather(*consumers, return_exceptions=True)
+            for t in [*threads, tc]:
+                t.join()
+            return got + thread_got
+
+    everything = asyncio.run(main())
+    expected = [t * 10_000 + i for t in range(n_threads) for i in range(per_thread)]
+    assert sorted(everything) == expected
+    assert stored(qpath) == []
+
+
+def test_blocking_get_on_the_loops_thread_is_refused_and_takes_nothing(qpath):
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put("x")
+            with pytest.raises(AsyncUsageError, match="await q.get"):
+                q.sync.get()
+            with q.sync.connect() as c, pytest.raises(AsyncUsageError):
+                c.get(timeout=1)
+            assert q.qsize() == 1
+            assert q.sync.get_nowait() == "x"  # not blocking: allowed
+            await asyncio.get_running_loop().run_in_executor(None, q.sync.put, "y")
+            assert await asyncio.get_running_loop().run_in_executor(None, q.sync.get) == "y"
+
+    asyncio.run(main())
+
+
+def test_a_consumer_gets_only_in_the_task_that_connected_it(qpath):
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(["a", "b"])
+            c = q.connect()
+            item = await c.get()
+
+            async def intruder() -> None:
+                await c.get()
+
+            with pytest.raises(AsyncUsageError, match="q.connect\\(\\) in each task"):
+                await asyncio.create_task(intruder())
+
+            async def acker() -> None:
+                await c.ack(item)  # acks may come from any task
+
+            await asyncio.create_task(acker())
+            assert q.qsize() == 1 and q.unacked_count() == 0
+            await c.close()
+
+    asyncio.run(main())
+
+
+def test_a_consumer_used_on_another_loop_raises_and_changes_nothing(qpath):
+    q: AsyncAckQueue[str] = AsyncAckQueue(qpath)
+    try:
+        asyncio.run(q.put_many(["a", "b"]))
+        holder: list[ackqueue.AsyncConsumer[str]] = []
+        got: list[str] = []
+
+        async def connect_and_get() -> None:
+            c = q.connect()
+            holder.append(c)
+            got.append(await c.get())
+            # the task ends: what it held goes back
+
+        asyncio.run(connect_and_get())
+
+        async def use_elsewhere() -> None:
+            with pytest.raises(AsyncUsageError, match="another"):
+                await holder[0].get()
+            with pytest.raises(AsyncUsageError, match="another"):
+                await holder[0].ack(got[0])
+
+        asyncio.run(use_elsewhere())
+        with pytest.raises(AsyncUsageError, match="inside a coroutine|running event loop"):
+            q.connect()
+    finally:
+        q.close_now()
+    assert stored(qpath) == ["a", "b"]

@@ -1,0 +1,159 @@
+"""AsyncWorkerPool: ack on success, retry with backoff, dead letters, graceful stop on a
+signal, stats; real loops, real files, real child processes for the signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import threading
+
+import pytest
+from aiohelp import stored
+from conftest import child_argv, child_env
+
+import ackqueue
+from ackqueue import AsyncAckQueue, AsyncWorkerPool, Retry
+
+
+def test_every_item_is_handled_once_and_acked(qpath):
+    handled: list[int] = []
+
+    async def handler(item: int) -> None:
+        await asyncio.sleep(0)
+        handled.append(item)
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(range(500))
+            stats = await AsyncWorkerPool(q, handler, concurrency=16).run_until_empty()
+            assert q.qsize() == 0 and q.unacked_count() == 0
+            return stats
+
+    stats = asyncio.run(main())
+    assert sorted(handled) == list(range(500))
+    assert (stats.done, stats.failed, stats.dead, stats.stopped_by) == (500, 0, 0, None)
+    assert stored(qpath) == []
+
+
+def test_failures_are_retried_and_a_poison_item_goes_to_the_dead_letters(qpath):
+    tries: dict[int, int] = {}
+
+    async def handler(item: int) -> None:
+        tries[item] = tries.get(item, 0) + 1
+        if item == 0 or (item == 1 and tries[item] < 3):
+            raise ValueError(f"item {item} failed")
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(range(5))
+            pool = AsyncWorkerPool(q, handler, 2, Retry(base=0.01, jitter=0, max_attempts=4))
+            stats = await pool.run_until_empty()
+            [dead] = await q.dead_letters()
+            assert dead.item == 0 and "item 0 failed" in dead.reason
+            return stats
+
+    stats = asyncio.run(main())
+    assert tries == {0: 4, 1: 3, 2: 1, 3: 1, 4: 1}
+    assert (stats.done, stats.failed, stats.dead) == (4, 6, 1)
+
+
+def test_stop_lets_running_handlers_finish_and_gives_back_the_rest(qpath):
+    started = asyncio.Event()
+    release = asyncio.Event()
+    done: list[int] = []
+
+    async def handler(item: int) -> None:
+        started.set()
+        await release.wait()
+        done.append(item)
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(range(50))
+            pool = AsyncWorkerPool(q, handler, concurrency=2)
+            run = asyncio.create_task(pool.run())
+            await started.wait()
+            pool.stop()
+            release.set()
+            stats = await run
+            assert q.unacked_count() == 0
+            return stats
+
+    stats = asyncio.run(main())
+    assert stats.stopped_by == "stop()" and stats.done == len(done) >= 1
+    assert sorted(done + stored(qpath)) == list(range(50))
+
+
+def test_a_handler_outliving_stop_timeout_gives_its_item_back(qpath):
+    async def handler(item: int) -> None:
+        await asyncio.Event().wait()  # never
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(range(3))
+            pool = AsyncWorkerPool(q, handler, concurrency=1, stop_timeout=0.05)
+            run = asyncio.create_task(pool.run())
+            while q.unacked_count() == 0:
+                await asyncio.sleep(0.001)
+            pool.stop()
+            return await run
+
+    stats = asyncio.run(main())
+    assert stats.done == 0
+    assert stored(qpath) == [0, 1, 2]
+
+
+POOL_CHILD = """
+import asyncio, logging, os, sys
+import ackqueue
+
+path, log_path = sys.argv[1], sys.argv[2]
+logging.basicConfig(level=logging.INFO)
+
+async def main():
+    async with ackqueue.AsyncAckQueue(path) as q:
+        if q.qsize() == 0:
+            await q.put_many(range(40))
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+        async def handler(item):
+            print(f"start {item}", flush=True)
+            await asyncio.sleep(0.02)
+            os.write(fd, f"{item}\\n".encode())
+
+        stats = await ackqueue.AsyncWorkerPool(q, handler, concurrency=2).run()
+    print(f"stopped cleanly by {stats.stopped_by}", flush=True)
+    return stats
+
+sys.exit(asyncio.run(main()).exit_code)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_gracefully_and_loses_nothing(tmp_path, signum):
+    path, log_path = str(tmp_path / "pool.fs"), str(tmp_path / "done.log")
+    child = subprocess.Popen(
+        child_argv(POOL_CHILD, path, log_path), env=child_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    started = 0
+    while started < 5:
+        line = child.stdout.readline()
+        assert line, f"child ended early: {child.stderr.read()}"
+        started += line.startswith("start ")
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=60)
+    watchdog.cancel()
+    assert child.returncode == 128 + signum, err
+    assert f"stopped cleanly by {signal.Signals(signum).name}" in out
+    assert "Ctrl-C again" in err
+    with open(log_path) as f:
+        done = [int(line) for line in f]
+    assert len(done) < 40, "the pool finished before the signal; the test proved nothing"
+    assert sorted(done + stored(path)) == list(range(40))  # each done once, or still queued
+    assert os.path.exists(path)
