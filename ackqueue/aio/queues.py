@@ -66,24 +66,25 @@ class AsyncAckQueue(Generic[T]):
 
     # -- putting -------------------------------------------------------------------------------
 
-    async def put(self, item: T, **options: Any) -> None:
-        """Put ``item``; returns once it is durable. Options as for ``AckQueue.put``
-        (``priority``, ``delay``, ``not_before``, ...)."""
-        await self._put(self.sync.put, item, **options)
+    async def put(self, item: T, **options: Any) -> bool | None:
+        """Put ``item``; returns once it is durable. Options and result as for
+        ``AckQueue.put`` (``priority``, ``delay``, ``group``, ``key`` ...)."""
+        result: bool | None = await self._put(self.sync.put, item, **options)
+        return result
 
-    async def put_many(self, items: Iterable[T], **options: Any) -> None:
+    async def put_many(self, items: Iterable[T], **options: Any) -> list[bool] | None:
         """Put every item in one commit; returns once all are durable (or none is stored)."""
-        await self._put(self.sync.put_many, list(items), **options)
+        result: list[bool] | None = await self._put(self.sync.put_many, list(items), **options)
+        return result
 
-    async def _put(self, method: Callable[..., None], *args: Any, **options: Any) -> None:
+    async def _put(self, method: Callable[..., Any], *args: Any, **options: Any) -> Any:
         running_loop("put()")
         if self.sync.maxsize > 0 and current_lane.get() is None:
             # Waiting for room holds a thread: not one of the queue's own, which the acks that
             # make room need.
             loop = asyncio.get_running_loop()
-            await shielded(loop.run_in_executor(None, lambda: method(*args, **options)))
-            return
-        await self._runner.run(method, *args, **options)
+            return await shielded(loop.run_in_executor(None, lambda: method(*args, **options)))
+        return await self._runner.run(method, *args, **options)
 
     # -- getting -------------------------------------------------------------------------------
 
