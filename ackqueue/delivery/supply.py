@@ -148,11 +148,12 @@ class Supply:
         else:
             self.offer_locked(key)
 
-    def land_staged_locked(self, staged: Staged) -> None:
-        """A put committed: ready (its pickle kept for the get, see prefetch.py) or delayed."""
+    def land_staged_locked(self, staged: Staged, cache: bool = True) -> None:
+        """A put committed: ready (its pickle kept for the get, see prefetch.py, unless not
+        ``cache``) or delayed."""
         if staged.group is not None:
             self._note_group(staged.key, staged.group)
-        if not staged.not_before:
+        if cache and not staged.not_before:
             self.items.add(staged.seq, staged.data, 0)
         self.land_locked(staged.key, staged.not_before)
 

@@ -273,7 +273,8 @@ class _Landing:
                 core.tasks.finished_locked(n - stored)
             for put, ok in zip(self._news, self.stored, strict=True):
                 if ok:
-                    supply.land_locked(put.staged.key, put.staged.not_before)
+                    # No cached pickle: a revisit, here or in another process, may rewrite it.
+                    supply.land_staged_locked(put.staged, cache=False)
             for revisit, ok in zip(self._revisits, self.revised, strict=True):
                 live = revisit.live
                 supply.land_locked(live.entry_key, revisit.due if ok else live.not_before)
