@@ -37,7 +37,9 @@ class Board:
         self.stopped_by: str | None = None
         # (item, monotonic time it was got, its feeder), in delivery order.
         self.buffer: collections.deque[tuple[Any, float, Settler]] = collections.deque()
-        self.refilled = threading.Event()  # a feeder added to the buffer, or is stopping
+        # Workers waiting for the buffer to fill, woken one at a time (see wake_one).
+        self._ready = threading.Condition(threading.Lock())
+        self.waiting = 0
         self.running = [False] * threads  # per worker: is a handler running now
         self.workers_left = threads
         self.feeders: list[Settler] = []
@@ -49,9 +51,29 @@ class Board:
         if not self.stopping.is_set() and self.stopped_by is None:
             self.stopped_by = by
         self.stopping.set()
-        self.refilled.set()
+        with self._ready:
+            self._ready.notify_all()
         for feeder in self.feeders:
             feeder.wake.set()
+
+    def wait_for_items(self, timeout: float) -> None:
+        """Called by a worker that found the buffer empty: wait for an item (or a stop)."""
+        with self._ready:
+            self.waiting += 1
+            try:
+                if not self.buffer and not self.stopping.is_set():
+                    self._ready.wait(timeout)
+            finally:
+                self.waiting -= 1
+
+    def wake_one(self) -> None:
+        """Wake one waiting worker, if any: called when items were added, and by a woken
+        worker that took one and left more. Waking every worker at each refill cost 9 % of
+        the GIL of a no-op burn-down (each woken thread preempts the one that holds the GIL),
+        while a chain wakes only as many as find work."""
+        if self.waiting:
+            with self._ready:
+                self._ready.notify()
 
     def in_flight(self) -> bool:
         """Whether any item is buffered, being handled, or handed back but not settled."""

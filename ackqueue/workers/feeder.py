@@ -29,6 +29,12 @@ ENDED: tuple[type[BaseException], ...] = (QueueClosedError, ShutDown)
 
 # Seconds a feeder may wait for more results before a commit of only a few acks.
 LINGER = 0.002
+# Items a get takes at a time while most workers are inside a handler that blocks (I/O):
+# a get holds the GIL throughout, and a handler whose sleep or read has ended waits for it.
+# With a 1 ms handler and 8 threads, gets of 8 instead of 128 took the pool from 63-75 % to
+# 75-89 % of what threads that only sleep reach (same runs); with a handler that does not
+# block they cost a quarter of the throughput, so they are used only in the first case.
+SHORT_GETS = 8
 
 
 class Feeder:
@@ -133,23 +139,30 @@ class Feeder:
         meanwhile would wait for their ack.
         """
         board = self.board
-        prefetch = board.prefetch
-        room = prefetch - len(board.buffer) - sum(board.running)
+        prefetch, running = board.prefetch, sum(board.running)
+        room = prefetch - len(board.buffer) - running
         if room < 1 or (board.buffer and room < prefetch // 2):
             return False
-        board.enter()
-        try:
-            # Each feeder takes its share, so that the other finds some left to take.
-            items = consumer.get_many(max(1, room // len(board.feeders)), timeout=self.poll,
-                                      block=block)
-        except Empty:
-            return False
-        finally:
-            board.leave()
-        now = time.monotonic()
-        board.buffer.extend([(item, now, self) for item in items])
-        board.refilled.set()
-        return True
+        # Each feeder takes its share, so that the other finds some left to take.
+        want = max(1, room // len(board.feeders))
+        step = SHORT_GETS if 2 * running > len(board.running) else want
+        got = 0
+        while got < want:
+            board.enter()
+            try:
+                items = consumer.get_many(min(step, want - got), timeout=self.poll,
+                                          block=block and not got)
+            except Empty:
+                break
+            finally:
+                board.leave()
+            got += len(items)
+            now = time.monotonic()
+            board.buffer.extend([(item, now, self) for item in items])
+            board.wake_one()
+            if got < want:
+                time.sleep(0)  # let a handler back in between two gets (see SHORT_GETS)
+        return got > 0
 
     def _settle(self, consumer: Consumer[Any]) -> None:
         """Settle what the workers handed back: all successes in one durable commit."""

@@ -204,7 +204,7 @@ class WorkerPool:
     def _work(self, index: int) -> None:
         board = self._board
         buffer, running = board.buffer, board.running
-        refilled, stopping = board.refilled, board.stopping
+        stopping = board.stopping
         handler = self.handler
         lease = getattr(self.queue, "ack_timeout", None)
         try:
@@ -212,11 +212,10 @@ class WorkerPool:
                 try:
                     item, got_at, feeder = buffer.popleft()
                 except IndexError:
-                    # Clear before looking again: a refill between the two is not missed.
-                    refilled.clear()
-                    if not buffer and not stopping.is_set():
-                        refilled.wait(self.poll)
+                    board.wait_for_items(self.poll)
                     continue
+                if buffer and board.waiting:
+                    board.wake_one()  # more is left: pass the wake-up on
                 if lease is not None and time.monotonic() - got_at >= lease:
                     outcome: object = UNSTARTED  # taken back already: another may have it
                 else:
