@@ -1,6 +1,10 @@
 """A pool of worker threads with acknowledgements: a job survives its worker's crash.
 
     python examples/thread_pool.py /tmp/pool.fs
+
+``WorkerPool`` runs the handler on 4 threads and acks each job once it returns (durably, in
+batches). A handler that raises is retried with backoff; here one goes further and ends its
+worker thread while it holds job 42: the job goes back to the queue and another worker does it.
 """
 
 import sys
@@ -18,27 +22,17 @@ lock = threading.Lock()
 crashed_once = threading.Event()
 
 
-def worker():
-    with q.connect() as c:
-        while True:
-            try:
-                job = c.get(timeout=0.5)
-            except ackqueue.Empty:
-                return
-            if job["job"] == 42 and not crashed_once.is_set():
-                crashed_once.set()
-                raise RuntimeError("this worker dies holding job 42")  # job 42 goes back
-            with lock:
-                done.add(job["job"])
-            c.ack(job)
+def handle(job):
+    if job["job"] == 42 and not crashed_once.is_set():
+        crashed_once.set()
+        print("worker died: this worker dies holding job 42", flush=True)
+        raise SystemExit  # ends this worker thread, as an uncaught error ends a thread
+    with lock:
+        done.add(job["job"])
 
 
-threading.excepthook = lambda args: print(f"worker died: {args.exc_value}")
-workers = [threading.Thread(target=worker) for _ in range(4)]
-for t in workers:
-    t.start()
-for t in workers:
-    t.join()
+pool = ackqueue.WorkerPool(q, handle, threads=4, retry=ackqueue.Retry(base=0.01))
+stats = pool.run_until_empty()
 q.close()
 print(f"{len(done)} of 100 jobs done; job 42 done: {42 in done}")
-sys.exit(0 if len(done) == 100 else 1)
+sys.exit(0 if len(done) == 100 and stats.done == 100 else 1)

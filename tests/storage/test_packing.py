@@ -196,3 +196,31 @@ def test_churn_of_larger_items_is_packed_too(tmp_path):
             c.ack(c.get())
         assert q._store.packer.packs >= 1
     assert files_total(tmp_path) <= 1_500_000
+
+
+def test_a_burn_down_is_packed_near_its_end_not_halfway(tmp_path):
+    # A pack copies what is live: halfway through burning a backlog down that is half of it,
+    # soon garbage anyway. The packer waits while the live data shrinks, packs once most of
+    # the backlog is gone, and the file stays within 1.75 times its peak meanwhile.
+    path = os.path.join(tmp_path, "q.fs")
+    n = 12_000
+    with ackqueue.AckQueue(path, durability="relaxed") as q:
+        packer = q._store.packer
+        packer.min_bytes = 256 * 1024
+        for start in range(0, n, 1000):
+            q.put_many([{"n": i, "payload": "x" * 100} for i in range(start, start + 1000)])
+        filled = os.path.getsize(path)
+        assert packer.packs == 0  # a file that only grew holds no garbage
+        c = q.connect()
+        left_at_first_pack = None
+        largest = filled
+        while q.qsize():
+            c.ack_many(c.get_many(50))
+            largest = max(largest, os.path.getsize(path))
+            if left_at_first_pack is None and (packer.packs or packer._thread is not None):
+                left_at_first_pack = q.qsize()
+        assert left_at_first_pack is not None, "the burn-down was never packed"
+        assert left_at_first_pack < 0.4 * n  # the old rule packed with about half left
+        assert largest <= 1.75 * filled + packer.min_bytes
+        packer.pack()  # what the last acks left: the file ends near empty
+    assert os.path.getsize(path) < filled / 10
