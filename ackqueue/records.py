@@ -46,6 +46,9 @@ class Entry(Persistent):
     """
 
     not_before = 0.0
+    # Shared mode: acked, waiting for the sweeper to delete it (see ackqueue/shared/sweeping.py).
+    # An ack that only marks its own entry writes no tree bucket, so it conflicts with nothing.
+    done = False
 
     def __init__(self, data: bytes, put_at: float, not_before: float = 0.0) -> None:
         self.data = data
@@ -84,6 +87,9 @@ class QueueRecord(Persistent):
     # read the count with ``counts.stored_count`` (see counts.py).
     counted_in_log = False
     paused = False  # while True no item is handed out, in any process (q.pause()); puts go on
+    # True once shared mode may have left entries marked ``done``: the next single-process open
+    # deletes them before it reads the backlog (Book.sweep_done).
+    done_marks = False
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

@@ -108,6 +108,11 @@ class SharedMode:
     def name(self) -> str:
         return self._book.name
 
+    @property
+    def sid(self) -> str:
+        """This process's session id (the stripe of keys it takes first depends on it)."""
+        return self.session.sid
+
     def reader_hold_count(self) -> int:
         holds_by_session = self._book.read_root().get(HOLDS_KEY, {})
         return sum(len(mine) for mine in holds_by_session.values())
@@ -122,7 +127,7 @@ class SharedMode:
         return checked_seq(seq, self.name)
 
     def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
-        self._index = SharedReadyIndex(self, self._book, self._clock, self._order.key_id)
+        self._index = SharedReadyIndex(self, self._book, self._clock, self._order)
         return self._index
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
@@ -157,7 +162,7 @@ class SharedMode:
 
             def edit() -> None:
                 unhold()
-                self._book.remove_entry(key)
+                self._book.retire_entry(key)
 
             def settled() -> None:
                 with self._signals.mutex:
@@ -177,16 +182,15 @@ class SharedMode:
         session, root, name = self.session, self._store.root, self.name
 
         def take() -> list[TakeResult]:
-            sid = session.check_live()
+            sid = session.check_live(consuming=True)
             now = self._clock()
             results: list[TakeResult] = []
             for claim in claims:
                 entry = record.entries.get(claim.key)
-                if entry is None or holder(entry) is not None:
+                if entry is None or entry.done or holder(entry) is not None:
                     results.append(None)  # another process got it first
                 elif remove:
-                    entry._p_changed = True  # conflicts with a take racing it: see set_hold
-                    self._book.remove_entry(claim.key)
+                    self._book.retire_entry(claim.key)  # writes the entry: a racing take conflicts
                     results.append((entry.attempts, None))
                 elif limit is not None and entry.attempts >= limit:
                     self._book.bury(claim.key, reason, now, entry.attempts)
@@ -269,7 +273,7 @@ class SharedMode:
             for key, value, token in expected:
                 entry = record.entries.get(key)
                 if value is None or value[1] != token or entry is None or holder(entry) != value:
-                    if entry is None:
+                    if entry is None or entry.done:
                         raise NotHeldError(
                             f"this item of queue {name!r} is no longer stored: it was acked "
                             "already (by an earlier try whose commit outcome was lost with the "

@@ -19,8 +19,9 @@ from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as ZODBStorageError
 
 from ackqueue.base.clock import Clock
-from ackqueue.base.keyids import KeyId, KeySet
+from ackqueue.base.keyids import KeySet
 from ackqueue.delivery.claims import GetAgain
+from ackqueue.delivery.ordering import Ordering
 from ackqueue.errors import StorageError
 from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import holder
@@ -50,6 +51,9 @@ class Holder(Protocol):
     """What the index asks of the shared mode it serves."""
 
     @property
+    def sid(self) -> str: ...
+
+    @property
     def taking(self) -> KeySet: ...
 
     @property
@@ -69,10 +73,14 @@ class SharedReadyIndex:
     key to return.
     """
 
-    def __init__(self, holder: Holder, book: Book, clock: Clock, key_id: KeyId) -> None:
+    def __init__(self, holder: Holder, book: Book, clock: Clock, ordering: Ordering) -> None:
         self._holder = holder
         self._book = book
         self._clock = clock
+        self._key_seq = ordering.key_seq
+        key_id = ordering.key_id
+        self._stripes = 1  # live sessions: each takes first the keys of its own stripe
+        self._stripe = 0
         self._cursor: Any = None
         self._next: Any = _UNKNOWN
         self._estimate = 0
@@ -150,7 +158,14 @@ class SharedReadyIndex:
         def estimate(record: QueueRecord) -> int:
             delayed = record.delayed
             n = record.length() - self._holder.reader_hold_count()
-            self._others = max(0, len(book.read_root().get(SESSIONS_KEY, ())) - 1)
+            sessions = book.read_root().get(SESSIONS_KEY, {})
+            self._others = max(0, len(sessions) - 1)
+            # Stripes go to the sessions that take items, so that one consumer beside any
+            # number of producers keeps key order; until our first take we are not striped.
+            takers = [sid for sid, session in sessions.items() if session.consuming]
+            mine = self._holder.sid
+            self._stripes = len(takers) if mine in takers else 1
+            self._stripe = takers.index(mine) if mine in takers else 0
             return int(n - (len(delayed) if delayed is not None else 0))
 
         with reading(book.store.where):
@@ -158,18 +173,30 @@ class SharedReadyIndex:
         self._cursor, self._next, self._stale = None, _UNKNOWN, False
 
     def _scan(self, cursor: Any) -> Any:
-        holder_, spread = self._holder, self._spread(cursor)
+        """The next ready key after ``cursor``: first in this session's stripe, else any.
 
-        def first(record: QueueRecord) -> Any:
+        Processes that all take from the head conflict on the same entries. So each of the
+        ``n`` live sessions first takes keys whose sequence number is its rank modulo ``n``
+        (no entry of another stripe is even loaded), and only when its stripe has nothing
+        ready takes (steals) any ready key, spread at random after a lost race. Across
+        processes the order is thus key order within about ``n`` places.
+        """
+        holder_, key_seq = self._holder, self._key_seq
+        stripes, stripe = self._stripes, self._stripe
+
+        def first(record: QueueRecord, spread: int, striped: bool) -> Any:
             skip, found = spread, None
             entries = record.entries
             delayed = record.delayed
             now = self._clock()
             keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
             for key in keys:
+                if striped and key_seq(key) % stripes != stripe:
+                    continue
                 if key in holder_.taking or key in holder_.mine:
                     continue
-                if holder(entries[key]) is not None:
+                entry = entries[key]
+                if entry.done or holder(entry) is not None:
                     continue
                 if delayed is not None and delayed.get(key, 0) > now:
                     continue
@@ -179,5 +206,11 @@ class SharedReadyIndex:
                 skip -= 1
             return found
 
-        with reading(self._book.store.where):
-            return self._book.read(first)
+        book = self._book
+        with reading(book.store.where):
+            if stripes > 1:
+                found = book.read(lambda record: first(record, 0, True))
+                if found is not None:
+                    return found
+            spread = self._spread(cursor)
+            return book.read(lambda record: first(record, spread, False))

@@ -39,6 +39,7 @@ from ZODB.POSException import ConflictError
 
 from ackqueue.errors import AckQueueError, StorageError
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_session_holds
+from ackqueue.shared.sweeping import Sweeper
 from ackqueue.shared.watching import Member, Watcher
 
 # Imported before this module registers its atexit hook (ending sessions), so that the
@@ -56,6 +57,10 @@ RENEWALS_PER_LEASE = 4
 
 class SessionRecord(Persistent):
     """A process's session as stored: who it is and how long its lease is."""
+
+    # Whether this session has taken items: the consuming sessions split the keys into
+    # stripes between them (ready.py). A class default, so older records load.
+    consuming = False
 
     def __init__(self, host: str, pid: int, lease: float) -> None:
         self.host = host
@@ -113,6 +118,7 @@ class Session:
         )
         self._thread.start()
         self._watcher = Watcher(store, self._queues)
+        self._sweeper = Sweeper(self)
 
     # -- the session record -------------------------------------------------------------
 
@@ -136,6 +142,20 @@ class Session:
     def _root(self) -> Any:
         return self._conn.root()
 
+    def root(self) -> Any:
+        """The session connection's database root: touch it only inside :meth:`commit`."""
+        return self._conn.root()
+
+    def first_live(self) -> bool:
+        """Inside :meth:`commit`: whether this session's id sorts first among the live ones
+        (the one that sweeps)."""
+        sessions = self._conn.root().get(SESSIONS_KEY)
+        return sessions is not None and len(sessions) > 0 and sessions.minKey() == self.sid
+
+    def commit(self, change: Callable[[], T]) -> T:
+        """Commit ``change`` on the session's own connection, retrying conflicts."""
+        return self._run(change)
+
     def _register(self) -> None:
         sid = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         root, lease = self._root, self.lease
@@ -149,12 +169,15 @@ class Session:
         self.sid = sid
         self._back_at = server_time(record._p_serial)
 
-    def check_live(self) -> str:
-        """Inside a change: this session's id, or :class:`SessionLost` if it was reaped."""
+    def check_live(self, consuming: bool = False) -> str:
+        """Inside a change: this session's id, or :class:`SessionLost` if it was reaped;
+        ``consuming``: mark it as one that takes items (once)."""
         sessions, _ = shared_trees(self.store.root())
         record = sessions.get(self.sid)
         if record is None or record.reaped:
             raise SessionLost(self.sid, self.lease)
+        if consuming and not record.consuming:
+            record.consuming = True
         return self.sid
 
     def renew(self) -> float:
@@ -317,6 +340,7 @@ class Session:
         if self._thread is not threading.current_thread():
             self._thread.join()
         self._watcher.stop()
+        self._sweeper.stop()
 
 
 _lock = threading.Lock()
