@@ -24,6 +24,7 @@ from ackqueue.queue.claiming import Claimer, StdlibGet
 from ackqueue.queue.core import Core
 from ackqueue.queue.deliveries import Deliveries
 from ackqueue.queue.putting import Puts, StdlibPut
+from ackqueue.queue.riding import Rides
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
 
@@ -86,7 +87,8 @@ def assemble(
     core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
     claimer = Claimer(core, stdlib_get)
     puts = Puts(core, stdlib_put, order, opts.maxsize)
-    deliveries = Deliveries(core, claimer, holds, opts.max_attempts)
+    rides = Rides(core, claimer, timers, holds.next_delivery_id, opts.max_attempts)
+    deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides=rides)
     return Parts(core, timers, holds, claimer, puts, deliveries)
 
 

@@ -26,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeyMap, KeySet
 from ackqueue.delivery.claims import Claim, GetAgain
 from ackqueue.delivery.holds import Hold
-from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
+from ackqueue.delivery.mode import Edit, Load, Ride, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.seqs import checked_seq
@@ -177,6 +178,38 @@ class SharedMode:
 
     def _take(self, claims: list[Claim], remove: bool) -> Taken:
         """Commit a hold on each claimed key (or, with ``remove``, delete the entry at once)."""
+        take = self._take_change(claims, remove)
+        try:
+            try:
+                results = self._store.run(take)
+            except SessionLost as reaped:
+                # Our session lapsed (this process was stopped or cut off): what it held is
+                # void, but new work may go on under a new session.
+                self.session.start_over(reaped.sid)
+                results = self._store.run(take)
+        except BaseException:
+            self._untake(claims)
+            raise
+        return self._sort_taken(claims, results)
+
+    def ride(self, claims: list[Claim]) -> Ride:
+        """Holds on ``claims`` committed with someone else's change (an ack): see Ride."""
+        take = self._take_change(claims, False)
+        results: list[list[TakeResult]] = [[None] * len(claims)]
+
+        def edit() -> None:
+            try:
+                results[0] = take()
+            except SessionLost:  # raised before the take wrote anything: the ack goes on
+                results[0] = [None] * len(claims)
+
+        return Ride(
+            edit=edit,
+            landed=lambda: self._sort_taken(claims, results[0]),
+            failed=lambda: self._untake(claims),
+        )
+
+    def _take_change(self, claims: list[Claim], remove: bool) -> Callable[[], list[TakeResult]]:
         record, limit = self._book.record, self._max_attempts
         reason = exhausted_reason(limit)
         session, root, name = self.session, self._store.root, self.name
@@ -202,26 +235,18 @@ class SharedMode:
                     results.append((entry.attempts, value))
             return results
 
-        try:
-            try:
-                results = self._store.run(take)
-            except SessionLost as reaped:
-                # Our session lapsed (this process was stopped or cut off): what it held is
-                # void, but new work may go on under a new session.
-                self.session.start_over(reaped.sid)
-                results = self._store.run(take)
-        except BaseException:
-            # The hold may or may not have been committed: release it (fenced by its token)
-            # rather than hand the key out again from here.
-            with self._signals.mutex:
-                for claim in claims:
-                    self.taking.discard(claim.key)
-                    value = (self.session.sid, int(claim.delivery_id or 0))
-                    self.session.release_later(name, claim.key, value)
-                with contextlib.suppress(Exception):
-                    self._require_index().refresh()
-            raise
-        return self._sort_taken(claims, results)
+        return take
+
+    def _untake(self, claims: list[Claim]) -> None:
+        """A take's commit failed: its holds may or may not have been committed. Release them
+        (fenced by their tokens) rather than hand the keys out again from here."""
+        with self._signals.mutex:
+            for claim in claims:
+                self.taking.discard(claim.key)
+                value = (self.session.sid, int(claim.delivery_id or 0))
+                self.session.release_later(self.name, claim.key, value)
+            with contextlib.suppress(Exception):
+                self._require_index().refresh()
 
     def _sort_taken(self, claims: list[Claim], results: list[TakeResult]) -> Taken:
         taken = Taken()
@@ -242,8 +267,11 @@ class SharedMode:
                 taken.kept.append(claim)
             if lost:
                 index = self._require_index()
-                index.refresh()
                 index.lost_race()
+                # The takes are committed: a server gone meanwhile must not fail them now
+                # (the watcher looks again once it is back).
+                with contextlib.suppress(Exception):
+                    index.refresh()
         return taken
 
     # -- settling: fencing and deleting holds -------------------------------------------------
