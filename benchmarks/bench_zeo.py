@@ -39,6 +39,8 @@ class Conflicts(logging.Handler):
     def emit(self, record):
         if "conflict" in record.getMessage():
             Conflicts.count += 1
+        elif record.levelno >= logging.WARNING:
+            print(record.getMessage(), file=sys.stderr, flush=True)
 
 log = logging.getLogger("ackqueue")
 log.setLevel(logging.DEBUG)
@@ -49,6 +51,7 @@ q = ackqueue.AckQueue(where, shared=True) if shared == "shared" else ackqueue.Ac
 consumers = [q.connect() for _ in range(threads)]
 print("ready", flush=True)
 sys.stdin.readline()
+cpu_at_go = time.process_time()
 done = [0] * threads
 last = [0.0] * threads
 
@@ -67,7 +70,9 @@ for t in ts:
     t.start()
 for t in ts:
     t.join()
-print(json.dumps({"done": sum(done), "last": max(last), "conflicts": Conflicts.count}), flush=True)
+cpu = time.process_time()
+print(json.dumps({"done": sum(done), "last": max(last), "conflicts": Conflicts.count,
+                  "cpu": cpu - cpu_at_go}), flush=True)
 for c in consumers:
     c.close()
 q.close()
@@ -120,11 +125,33 @@ def consume(
 ) -> dict[str, float]:
     argv = [sys.executable, "-c", CONSUMER, where, str(threads), str(batch),
             "shared" if shared else "plain"]
+    server = server_cpu(where) if shared else None
     go, results = _common.start_together([argv] * processes, env())
     done = sum(r["done"] for r in results)
     assert done == items, f"consumed {done} of {items}"
     seconds = max(r["last"] for r in results) - go
-    return {"items/s": done / seconds, "conflicts": sum(r["conflicts"] for r in results)}
+    # CPU an item, clients and server: on a loaded machine this moves less than items/s does.
+    # The clients' figure includes their 1 s wait for more at the end (the Empty timeout).
+    server_ms = (server_cpu(where) - server) * 1000 / done if server is not None else 0.0
+    return {"items/s": done / seconds, "conflicts": sum(r["conflicts"] for r in results),
+            "client ms": sum(r["cpu"] for r in results) * 1000 / done, "server ms": server_ms}
+
+
+def server_cpu(path: str) -> float:
+    """CPU seconds used so far by the server that shared=True started for ``path``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"ackqueue.storage.zeoserver" not in b" ".join(argv) or path.encode() not in argv:
+                continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, ValueError, IndexError):
+            continue
+    return float("nan")
 
 
 WAKER = r"""
@@ -195,8 +222,9 @@ def main() -> None:
                         r = consume(where, n, args.threads, args.items, batch, server is None)
                         table.setdefault((batch, n), []).append(r)
                         print(f"  {n} process(es) x {args.threads} threads, batch {batch}: "
-                              f"{r['items/s']:6.0f} items/s, {r['conflicts']} conflicts retried",
-                              flush=True)
+                              f"{r['items/s']:6.0f} items/s, {r['conflicts']} conflicts retried, "
+                              f"CPU ms an item: clients {r['client ms']:.2f}, "
+                              f"server {r['server ms']:.2f}", flush=True)
                 wake_at = uri if server else os.path.join(tmp, f"wake{round_}.fs")
                 waits += wake_latency(wake_at, server is None, 20)
         finally:
@@ -208,13 +236,19 @@ def main() -> None:
           f"medians of {args.rounds} round(s); FileStorage 1 process: "
           f"{_common.median(singles):,.0f} items/s")
     print("| batch | " + " | ".join(f"{n} proc" for n in counts)
-          + f" | {counts[-1]}p/{counts[0]}p | conflicts/item at {counts[-1]} |")
-    print("|---|" + "---:|" * (len(counts) + 2))
+          + f" | {counts[-1]}p/{counts[0]}p | conflicts/item at {counts[-1]} "
+          + "| CPU ms/item (clients+server) " + " / ".join(str(n) for n in counts) + " |")
+    print("|---|" + "---:|" * (len(counts) + 3))
     for batch in (1, args.batch):
         rates = [_common.median([r["items/s"] for r in table[(batch, n)]]) for n in counts]
+        ratios = [r[-1]["items/s"] / r[0]["items/s"] for r in zip(
+            *[table[(batch, n)] for n in (counts[0], counts[-1])], strict=True)]
         conflicts = _common.median([r["conflicts"] for r in table[(batch, counts[-1])]])
+        cpu = [_common.median([r["client ms"] + r["server ms"] for r in table[(batch, n)]])
+               for n in counts]
         print(f"| {batch} | " + " | ".join(f"{r:,.0f}" for r in rates)
-              + f" | {rates[-1] / rates[0]:.2f} | {conflicts / args.items:.3f} |")
+              + f" | {_common.median(ratios):.2f} | {conflicts / args.items:.3f} | "
+              + " / ".join(f"{c:.2f}" for c in cpu) + " |")
     print(f"wake-up across processes: median {statistics.median(waits) * 1000:.1f} ms, "
           f"max {max(waits) * 1000:.1f} ms over {len(waits)} puts")
 

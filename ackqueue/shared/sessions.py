@@ -39,6 +39,7 @@ from ZODB.POSException import ConflictError
 
 from ackqueue.errors import AckQueueError, StorageError
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_session_holds
+from ackqueue.shared.sweeping import SESSIONS_KEY as SESSIONS_KEY
 from ackqueue.shared.sweeping import Sweeper
 from ackqueue.shared.watching import Member, Watcher
 
@@ -48,7 +49,6 @@ from ackqueue.storage.store import Store
 
 log = logging.getLogger("ackqueue")
 
-SESSIONS_KEY = "ackqueue.sessions"
 RUN_RETRIES = 100
 T = TypeVar("T")
 RENEWALS_PER_LEASE = 4
@@ -118,7 +118,7 @@ class Session:
         )
         self._thread.start()
         self._watcher = Watcher(store, self._queues)
-        self._sweeper = Sweeper(self)
+        self._sweeper = Sweeper(store.db, self)
 
     # -- the session record -------------------------------------------------------------
 
@@ -141,20 +141,6 @@ class Session:
 
     def _root(self) -> Any:
         return self._conn.root()
-
-    def root(self) -> Any:
-        """The session connection's database root: touch it only inside :meth:`commit`."""
-        return self._conn.root()
-
-    def first_live(self) -> bool:
-        """Inside :meth:`commit`: whether this session's id sorts first among the live ones
-        (the one that sweeps)."""
-        sessions = self._conn.root().get(SESSIONS_KEY)
-        return sessions is not None and len(sessions) > 0 and sessions.minKey() == self.sid
-
-    def commit(self, change: Callable[[], T]) -> T:
-        """Commit ``change`` on the session's own connection, retrying conflicts."""
-        return self._run(change)
 
     def _register(self) -> None:
         sid = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"

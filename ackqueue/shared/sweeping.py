@@ -4,8 +4,9 @@ An ack in shared mode marks its entry done (:meth:`~ackqueue.storage.book.Book.r
 instead of deleting it from the entries tree, because deletes at the head of a BTree conflict
 with every other change to the same bucket or tree node. One process at a time, the one whose
 session id sorts first among the live sessions, deletes the done entries near the head of each
-queue every :data:`SWEEP_SECONDS`, many in one commit on its session's own connection. A
-conflict with a put at the tail is retried by the session's commit loop.
+queue every :data:`SWEEP_SECONDS`, many in one commit, on a connection of its own (not the
+session's: a slow sweep must never delay a lease renewal). A conflict with a put at the tail
+is retried.
 
 Until they are swept, done entries are skipped by every reader (the count dropped at the ack);
 a plain single-process open deletes any left over before it reads the backlog.
@@ -14,16 +15,21 @@ a plain single-process open deletes any left over before it reads the backlog.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
+
+import transaction
+from ZODB.POSException import ConflictError
 
 from ackqueue.records import queues_of
 from ackqueue.storage.book import sweep_done
 
 log = logging.getLogger("ackqueue")
 
-T = TypeVar("T")
+SESSIONS_KEY = "ackqueue.sessions"  # the tree of live sessions (sessions.py)
+SWEEP_RETRIES = 5
 
 SWEEP_SECONDS = 0.05
 # Keys looked at from the head of each queue per round: a hold kept long keeps its entry at
@@ -32,22 +38,18 @@ SWEEP_SECONDS = 0.05
 SWEEP_SCAN = 1000
 
 
-class Committer(Protocol):
+class Session(Protocol):
     """What the sweeper needs of its session."""
 
-    def first_live(self) -> bool:
-        """Inside a change: whether this session's id sorts first among the live ones."""
-        ...
-
-    def root(self) -> Any: ...
-
-    def commit(self, change: Callable[[], T]) -> T: ...
+    @property
+    def sid(self) -> str: ...
 
 
 class Sweeper:
     """A thread sweeping done entries while this session is the first live one."""
 
-    def __init__(self, session: Committer, interval: float = SWEEP_SECONDS) -> None:
+    def __init__(self, db: Any, session: Session, interval: float = SWEEP_SECONDS) -> None:
+        self._db = db
         self._session = session
         self._interval = interval
         self._stop = threading.Event()
@@ -56,17 +58,39 @@ class Sweeper:
         self._thread.start()
 
     def _sweep(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.swept += self._session.commit(self.sweep_once)
-            except Exception as exc:  # the server is away (the renewals say so), or closing
-                log.debug("ackqueue: sweeping deferred: %s", exc)
+        tm = transaction.TransactionManager()
+        conn = self._db.open(transaction_manager=tm)
+        try:
+            while not self._stop.wait(self._interval):
+                try:
+                    self.swept += self._commit(tm, lambda: self.sweep_once(conn.root()))
+                except Exception as exc:  # the server is away (the renewals say so), or closing
+                    log.debug("ackqueue: sweeping deferred: %s", exc)
+        finally:
+            tm.abort()
+            conn.close()
 
-    def sweep_once(self) -> int:
-        """Inside a change on the session's connection: sweep every queue, if it is our turn."""
-        if not self._session.first_live():
+    def _commit(self, tm: Any, change: Callable[[], int]) -> int:
+        for attempt in range(SWEEP_RETRIES):
+            try:
+                tm.begin()
+                result = change()
+                tm.commit()
+                return result
+            except ConflictError:
+                tm.abort()
+                if self._stop.wait(random.uniform(0, min(0.05, 0.001 * 2**attempt))):
+                    return 0
+            except BaseException:
+                tm.abort()
+                raise
+        return 0  # the next round tries again
+
+    def sweep_once(self, root: Any) -> int:
+        """Inside a change: sweep every queue of ``root``'s database, if it is our turn."""
+        sessions = root.get(SESSIONS_KEY)
+        if sessions is None or not len(sessions) or sessions.minKey() != self._session.sid:
             return 0
-        root = self._session.root()
         queues = queues_of(root, create=False)
         if queues is None:
             return 0
