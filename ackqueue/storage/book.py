@@ -375,15 +375,22 @@ class Book:
         return reserve
 
 
-def sweep_done(record: QueueRecord, scan: int | None) -> int:
+def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) -> int:
     """Delete the entries marked done among the first ``scan`` keys of ``record`` (all with
-    None), inside a change on any connection; return how many."""
+    None), inside a change on any connection; return how many. With ``gap``, stop after that
+    many entries in a row that are not done (acks happen near the head)."""
     entries, delayed = record.entries, record.delayed
     doomed = []
+    kept = 0
     for chunk in chunks(entries.items(), scan):
         for key, entry in chunk:
             if entry.done:
                 doomed.append(key)
+                kept = 0
+            else:
+                kept += 1
+        if gap is not None and kept >= gap:
+            break
     for key in doomed:
         del entries[key]
         if delayed is not None and key in delayed:
