@@ -37,7 +37,7 @@ CONTENDED_SECONDS = 1.0
 # Entries near the head were mostly changed by other processes since this one last read them:
 # load a few at once (the first ready one is usually among them).
 SCAN_PREFETCH = 8
-HOLDS_COUNT_SECONDS = 0.1
+COUNT_SECONDS = 0.1
 
 
 @contextlib.contextmanager
@@ -91,8 +91,7 @@ class SharedReadyIndex:
         self._others = 0  # how many other processes have a session on this database
         self._contended_until = 0.0
         self._stale = True
-        self._holds_counted = 0
-        self._holds_counted_until = 0.0
+        self._counted_until = 0.0
         self.vanished = KeySet(key_id)  # popped keys whose entry was gone when loaded
 
     def __len__(self) -> int:
@@ -127,6 +126,7 @@ class SharedReadyIndex:
         # was never held): the next look reads it, in its place. Adding it to the estimate here
         # would count it twice whenever the watcher's refresh came in between.
         self._stale = True
+        self._counted_until = 0.0  # our own change: counted at once
 
     def offer(self, key: Any) -> None:
         """``key`` was just stored (a put of ours landed) or fell due: offer it next if it comes
@@ -137,6 +137,7 @@ class SharedReadyIndex:
         # Committed already: the next look at the store counts it (adding it to the estimate
         # here would count it twice whenever the watcher's refresh came in between).
         self._stale = True
+        self._counted_until = 0.0  # our own put: counted at once
 
     def lost_race(self) -> None:
         """Another process took a key we claimed: spread our next takes for a while."""
@@ -161,28 +162,29 @@ class SharedReadyIndex:
         with reading(book.store.where):
             book.catch_up()
 
-        def estimate(record: QueueRecord) -> int:
-            delayed = record.delayed
-            if time.monotonic() >= self._holds_counted_until:
-                # Counting reads every session's holds tree, whose buckets other processes
-                # change at each take: at every refresh (every commit anywhere) that was a
-                # tenth of a consumer's CPU with 4 processes. An estimate may lag a little.
-                self._holds_counted = self._holder.reader_hold_count()
-                self._holds_counted_until = time.monotonic() + HOLDS_COUNT_SECONDS
-            n = record.length() - self._holds_counted
-            sessions = book.read_root().get(SESSIONS_KEY, {})
-            self._others = max(0, len(sessions) - 1)
-            # Stripes go to the sessions that take items, so that one consumer beside any
-            # number of producers keeps key order; until our first take we are not striped.
-            takers = [sid for sid, session in sessions.items() if session.consuming]
-            mine = self._holder.sid
-            self._stripes = len(takers) if mine in takers else 1
-            self._stripe = takers.index(mine) if mine in takers else 0
-            return int(n - (len(delayed) if delayed is not None else 0))
-
-        with reading(book.store.where):
-            self._estimate = book.read(estimate)
+        if time.monotonic() >= self._counted_until:
+            # Counting reads the Length (changed by every ack), every session's holds tree
+            # and record (changed by takes and renewals): loads from the server, with the
+            # mutex held, at every refresh (every commit anywhere, up to 100 times a second).
+            # The estimate may lag a little; whether anything is ready never does.
+            with reading(book.store.where):
+                self._estimate = book.read(self._count)
+            self._counted_until = time.monotonic() + COUNT_SECONDS
         self._cursor, self._next, self._stale = None, _UNKNOWN, False
+
+    def _count(self, record: QueueRecord) -> int:
+        """The estimate of ready entries; this session's stripe, as a side effect."""
+        delayed = record.delayed
+        n = record.length() - self._holder.reader_hold_count()
+        sessions = self._book.read_root().get(SESSIONS_KEY, {})
+        self._others = max(0, len(sessions) - 1)
+        # Stripes go to the sessions that take items, so that one consumer beside any
+        # number of producers keeps key order; until our first take we are not striped.
+        takers = [sid for sid, session in sessions.items() if session.consuming]
+        mine = self._holder.sid
+        self._stripes = len(takers) if mine in takers else 1
+        self._stripe = takers.index(mine) if mine in takers else 0
+        return int(n - (len(delayed) if delayed is not None else 0))
 
     def _scan(self, cursor: Any) -> Any:
         """The next ready key after ``cursor``: first in this session's stripe, else any.
