@@ -155,18 +155,10 @@ def server_cpu(path: str) -> float:
 
 
 WAKER = r"""
-import sys, time, ackqueue
+import sys, ackqueue
 where, shared, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 q = ackqueue.AckQueue(where, shared=True) if shared == "shared" else ackqueue.AckQueue(where)
-c = q.connect()
-for _ in range(rounds):
-    print("ready", flush=True)
-    item = c.get(timeout=30)
-    print(time.time() - item, flush=True)
-    c.ack(item)
-c.close()
-q.close()
-"""
+""" + _common.WAKER_LOOP
 
 
 def wake_latency(where: str, shared: bool, rounds: int) -> list[float]:
