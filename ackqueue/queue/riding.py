@@ -119,6 +119,8 @@ class Rides:
                 self._loops.add(table)
             else:
                 self._loops.discard(table)
+            if self._life.paused or self._life.drained:
+                return []  # handed out by nobody now; it goes back when its wait runs out
             source = table if table in self._waiting else None
             if source is None and self._waiting and not len(self._supply):
                 source = next(iter(self._waiting))

@@ -151,3 +151,20 @@ def test_an_item_an_ack_took_goes_back_to_the_others_when_not_come_back_for(
             assert q.qsize() == 0
     finally:
         db.close()
+
+
+def test_an_item_an_ack_took_is_not_handed_out_while_the_queue_is_paused(
+    zeo_server: ZEOServer, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    monkeypatch.setattr(riding, "RIDE_SECONDS", 2.0)
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        q.put_many(["one", "two", "three"])
+        for _ in range(2):
+            c.ack(c.get(timeout=10))  # the second ack takes "three" for c
+        q.pause()
+        with pytest.raises(ackqueue.Empty):
+            c.get(timeout=0.5)
+        q.resume()
+        item = c.get(timeout=30)  # once its wait ran out, it was given back in place
+        assert item == "three"
+        c.ack(item)
