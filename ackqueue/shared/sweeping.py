@@ -40,6 +40,7 @@ SWEEP_SCAN = 1000
 # are mostly cached and unchanged, but looking at a thousand twenty times a second was a
 # quarter of the sweeping process's CPU); every WIDE_EVERY-th round looks at all SWEEP_SCAN.
 SWEEP_GAP = 64
+NOT_OUR_TURN_SECONDS = 1.0
 WIDE_EVERY = 20
 
 
@@ -60,18 +61,23 @@ class Sweeper:
         self._stop = threading.Event()
         self.swept = 0
         self._rounds = 0
+        self._turn = False
         self._thread = threading.Thread(target=self._sweep, name="ackqueue-sweep", daemon=True)
         self._thread.start()
 
     def _sweep(self) -> None:
         tm = transaction.TransactionManager()
         conn = self._db.open(transaction_manager=tm)
+        wait = self._interval
         try:
-            while not self._stop.wait(self._interval):
+            while not self._stop.wait(wait):
                 try:
                     self.swept += self._commit(tm, lambda: self.sweep_once(conn.root()))
                 except Exception as exc:  # the server is away (the renewals say so), or closing
                     log.debug("ackqueue: sweeping deferred: %s", exc)
+                # Not our turn: look again later (the first session changes only when one
+                # ends or is reaped, which takes a lease anyway).
+                wait = self._interval if self._turn else NOT_OUR_TURN_SECONDS
         finally:
             tm.abort()
             conn.close()
@@ -95,7 +101,8 @@ class Sweeper:
     def sweep_once(self, root: Any) -> int:
         """Inside a change: sweep every queue of ``root``'s database, if it is our turn."""
         sessions = root.get(SESSIONS_KEY)
-        if sessions is None or not len(sessions) or sessions.minKey() != self._session.sid:
+        self._turn = bool(sessions) and sessions.minKey() == self._session.sid
+        if not self._turn:
             return 0
         queues = queues_of(root, create=False)
         if queues is None:
