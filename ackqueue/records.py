@@ -88,7 +88,7 @@ class QueueRecord(Persistent):
     counted_in_log = False
     paused = False  # while True no item is handed out, in any process (q.pause()); puts go on
     # True once shared mode may have left entries marked ``done``: the next single-process open
-    # deletes them before it reads the backlog (Book.sweep_done).
+    # deletes them before it reads the backlog (storage/sweeping.py).
     done_marks = False
 
     def __init__(self, kind: str) -> None:

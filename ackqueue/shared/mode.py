@@ -39,13 +39,18 @@ from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.seqs import checked_seq
 from ackqueue.delivery.signals import Lifecycle, Signals
 from ackqueue.delivery.supply import Supply
-from ackqueue.errors import LeaseExpiredError, NotHeldError
 from ackqueue.shared import sessions
-from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, holder, set_hold
+from ackqueue.shared.holdmarks import (
+    HOLDS_KEY,
+    HoldValue,
+    check_holds,
+    clear_hold,
+    holder,
+    set_hold,
+)
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.sessions import SessionLost
 from ackqueue.storage.book import Book
-from ackqueue.storage.store import Store
 from ackqueue.storage.transactions import current
 
 log = logging.getLogger("ackqueue")
@@ -59,16 +64,6 @@ SEQ_BLOCK_SECONDS = 1.0
 # The outcome of taking one claim: None (another process got it first), or the attempts so
 # far (None: out of attempts, buried) with the hold stored for it (None when removed at once).
 TakeResult = tuple[int | None, HoldValue | None] | None
-
-
-def wants_shared(store: Store, shared: bool | None) -> bool:
-    """Whether a queue on ``store`` runs in shared mode (``shared`` None: if its storage is one
-    that processes share)."""
-    if shared is not None:
-        return shared
-    from ackqueue.storage.uri import is_shared_storage
-
-    return is_shared_storage(store.db.storage)
 
 
 class SharedMode:
@@ -298,21 +293,7 @@ class SharedMode:
         name, record = self.name, self._book.record
 
         def check() -> None:
-            for key, value, token in expected:
-                entry = record.entries.get(key)
-                if value is None or value[1] != token or entry is None or holder(entry) != value:
-                    if entry is None or entry.done:
-                        raise NotHeldError(
-                            f"this item of queue {name!r} is no longer stored: it was acked "
-                            "already (by an earlier try whose commit outcome was lost with the "
-                            "connection, or by another consumer after this one lost its hold)"
-                        )
-                    raise LeaseExpiredError(
-                        f"the hold on this item of queue {name!r} was lost (this process was "
-                        "stopped or cut off longer than its session lease, and the item went "
-                        "back to the queue and may have been delivered to another consumer); "
-                        "nothing was changed"
-                    )
+            check_holds(record, name, expected)
 
         return check
 

@@ -26,7 +26,8 @@ from ackqueue.errors import StorageError
 from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
-from ackqueue.storage.book import Book, chunks
+from ackqueue.storage.book import Book
+from ackqueue.storage.sweeping import chunks
 
 _UNKNOWN = object()
 # Processes that all take the head item conflict, and all but one retry. After losing such a

@@ -24,7 +24,7 @@ import transaction
 from ZODB.POSException import ConflictError
 
 from ackqueue.records import queues_of
-from ackqueue.storage.book import sweep_done
+from ackqueue.storage.sweeping import sweep_done
 
 log = logging.getLogger("ackqueue")
 
