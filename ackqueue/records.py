@@ -51,6 +51,9 @@ class Entry(Persistent):
     # remember it once the item is done (None: not at all; math.inf: forever).
     item_key: bytes | None = None
     remember: float | None = None
+    # Shared mode: acked, waiting for the sweeper to delete it (see ackqueue/shared/sweeping.py).
+    # An ack that only marks its own entry writes no tree bucket, so it conflicts with nothing.
+    done = False
 
     def __init__(
         self, data: bytes, put_at: float, not_before: float = 0.0, group: str | None = None
@@ -100,6 +103,9 @@ class QueueRecord(Persistent):
     group_turns: Any = None  # OOBTree: group -> last delivery (shared mode with group rules)
     keyed: Any = None  # OOBTree: indexed key -> entry key, for every live item put by key
     seen: Any = None  # OOBTree: indexed key -> until when it is remembered (math.inf: forever)
+    # True once shared mode may have left entries marked ``done``: the next single-process open
+    # deletes them before it reads the backlog (storage/sweeping.py).
+    done_marks = False
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

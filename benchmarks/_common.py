@@ -139,3 +139,19 @@ def start_together(argvs: list[list[str]], env: dict[str, str]) -> tuple[float, 
         results.append(json.loads(p.stdout.readline()))
         p.wait()
     return go, results
+
+
+# The end of a child script (after it opened ``q`` and set ``rounds``) that reports how long a
+# get blocked in it took to wake after another process put ``time.time()``: one line "ready"
+# before each get, then the seconds.
+WAKER_LOOP = r"""
+import time
+c = q.connect()
+for _ in range(rounds):
+    print("ready", flush=True)
+    item = c.get(timeout=30)
+    print(time.time() - item, flush=True)
+    c.ack(item)
+c.close()
+q.close()
+"""

@@ -86,17 +86,9 @@ q.close()
 
 
 WAKER = OPEN + r"""
-import time
 q = open_queue(sys.argv[1], sys.argv[2])
-c = q.connect()
-for _ in range(int(sys.argv[3])):
-    print("ready", flush=True)
-    item = c.get(timeout=30)
-    print(time.time() - item, flush=True)
-    c.ack(item)
-c.close()
-q.close()
-"""
+rounds = int(sys.argv[3])
+""" + _common.WAKER_LOOP
 
 
 def env() -> dict[str, str]:

@@ -1,14 +1,17 @@
-"""Scaling out over ZEO: consumer throughput with 1, 2 and 4 processes on one ZEO server, beside
-one process on a FileStorage, in one run (the machine is shared, so only same-run ratios mean
-much); and how fast a get blocked in one process wakes when another process puts.
+"""Shared mode across processes: consumer throughput of ``AckQueue(path, shared=True)`` with 1,
+2 and 4 processes, beside one process on a plain FileStorage, in one run (the machine is shared,
+so only same-run ratios mean much); conflicts retried per item; and how fast a get blocked in one
+process wakes when another process puts.
 
-    python benchmarks/bench_zeo.py [--items 2000] [--threads 4] [--processes 1,2,4]
+    python benchmarks/bench_zeo.py [--items 2000] [--threads 1] [--processes 1,2,4] [--rounds 1]
+    python benchmarks/bench_zeo.py --zeo ...   # a runzeo server on 127.0.0.1 instead
 
 Each consumer thread does ``c.get()`` then ``c.ack()`` (and, in a second table, ``get_many``
-and ``ack_many`` of ``--batch`` items): on ZEO that is two commits per get and ack (the hold,
-then the ack), on a FileStorage one (a get commits nothing in a single process).
-Items are put beforehand with ``put_many``; the clock runs from "go" to the last ack.
-A ZEO server (``runzeo``) on 127.0.0.1 is started and stopped by the script.
+and ``ack_many`` of ``--batch`` items). Items are put beforehand with ``put_many``; the clock
+runs from "go" to the last ack. With ``shared=True`` the first opener starts the queue file's
+private ZEO server (every commit fsynced, as in strict single-process mode); each run uses a
+fresh file. ``--zeo`` measures a ``runzeo`` server on 127.0.0.1 started by the script instead
+(the figures of 2026-11-21 were taken that way, with 4 threads a process).
 """
 
 from __future__ import annotations
@@ -20,19 +23,35 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from typing import Any
 
 import _common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CONSUMER = _common.COUNTING_CONFLICTS + r"""
-where, threads, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-q = ackqueue.AckQueue(where)
+CONSUMER = r"""
+import json, logging, sys, threading, time
+import ackqueue
+
+class Conflicts(logging.Handler):
+    count = 0
+    def emit(self, record):
+        if "conflict" in record.getMessage():
+            Conflicts.count += 1
+        elif record.levelno >= logging.WARNING:
+            print(record.getMessage(), file=sys.stderr, flush=True)
+
+log = logging.getLogger("ackqueue")
+log.setLevel(logging.DEBUG)
+log.addHandler(Conflicts())
+log.propagate = False
+where, threads, batch, shared = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+q = ackqueue.AckQueue(where, shared=True) if shared == "shared" else ackqueue.AckQueue(where)
 consumers = [q.connect() for _ in range(threads)]
 print("ready", flush=True)
 sys.stdin.readline()
+cpu_at_go = time.process_time()
 done = [0] * threads
 last = [0.0] * threads
 
@@ -51,7 +70,9 @@ for t in ts:
     t.start()
 for t in ts:
     t.join()
-print(json.dumps({"done": sum(done), "last": max(last), "conflicts": Conflicts.count}), flush=True)
+cpu = time.process_time()
+print(json.dumps({"done": sum(done), "last": max(last), "conflicts": Conflicts.count,
+                  "cpu": cpu - cpu_at_go}), flush=True)
 for c in consumers:
     c.close()
 q.close()
@@ -81,95 +102,147 @@ def start_zeo(directory: str) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.05)
 
 
-def fill(where: str, items: int) -> None:
+def open_queue(where: str, shared: bool) -> Any:
     from ackqueue import AckQueue
 
-    with AckQueue(where) as q:
+    return AckQueue(where, shared=True) if shared else AckQueue(where)
+
+
+def fill(where: str, items: int, shared: bool = False) -> None:
+    with open_queue(where, shared) as q:
         for start in range(0, items, 500):
             q.put_many([{"n": n, "url": f"http://example.org/{n}"} for n in
                         range(start, min(items, start + 500))])
 
 
-def consume(
-    where: str, processes: int, threads: int, items: int, batch: int = 1
-) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
+def env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
         "PYTHONPATH")])))
-    argv = [sys.executable, "-c", CONSUMER, where, str(threads), str(batch)]
-    go, results = _common.start_together([argv] * processes, env)
+
+
+def consume(
+    where: str, processes: int, threads: int, items: int, batch: int = 1, shared: bool = False
+) -> dict[str, float]:
+    argv = [sys.executable, "-c", CONSUMER, where, str(threads), str(batch),
+            "shared" if shared else "plain"]
+    server = server_cpu(where) if shared else None
+    go, results = _common.start_together([argv] * processes, env())
     done = sum(r["done"] for r in results)
     assert done == items, f"consumed {done} of {items}"
     seconds = max(r["last"] for r in results) - go
-    return {"items/s": done / seconds, "conflicts": sum(r["conflicts"] for r in results)}
+    # CPU an item, clients and server: on a loaded machine this moves less than items/s does.
+    # The clients' figure includes their 1 s wait for more at the end (the Empty timeout).
+    server_ms = (server_cpu(where) - server) * 1000 / done if server is not None else 0.0
+    return {"items/s": done / seconds, "conflicts": sum(r["conflicts"] for r in results),
+            "client ms": sum(r["cpu"] for r in results) * 1000 / done, "server ms": server_ms}
 
 
-def wake_latency(uri: str, rounds: int) -> list[float]:
-    """Seconds from a put in one ZEO client to the return of a get blocked in another."""
-    import ZEO
+def server_cpu(path: str) -> float:
+    """CPU seconds used so far by the server that shared=True started for ``path``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"ackqueue.storage.zeoserver" not in b" ".join(argv) or path.encode() not in argv:
+                continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, ValueError, IndexError):
+            continue
+    return float("nan")
 
-    from ackqueue import AckQueue
 
-    host, port = uri[len("zeo://"):].split(":")
-    db = ZEO.DB((host, int(port)))
-    producer, consumer = AckQueue(uri, name="wake"), AckQueue(db=db, name="wake")
+WAKER = r"""
+import sys, ackqueue
+where, shared, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+q = ackqueue.AckQueue(where, shared=True) if shared == "shared" else ackqueue.AckQueue(where)
+""" + _common.WAKER_LOOP
+
+
+def wake_latency(where: str, shared: bool, rounds: int) -> list[float]:
+    """Seconds from the call of a put in this process to the return of a get blocked in
+    another process (the put's own commit included)."""
+    q = open_queue(where, shared)
+    waker = subprocess.Popen([sys.executable, "-c", WAKER, where,
+                              "shared" if shared else "plain", str(rounds)],
+                             env=env(), stdout=subprocess.PIPE, text=True)
+    assert waker.stdout is not None
     waits = []
     try:
-        for n in range(rounds):
-            got = threading.Event()
-
-            def blocked(got: threading.Event = got) -> None:
-                consumer.get(timeout=30)
-                got.set()
-
-            t = threading.Thread(target=blocked)
-            t.start()
-            time.sleep(0.05)  # let the get block first: this measures the wake-up, not a race
-            began = time.perf_counter()
-            producer.put(n)
-            got.wait(30)
-            waits.append(time.perf_counter() - began)
-            t.join()
+        for _ in range(rounds):
+            assert waker.stdout.readline().strip() == "ready"
+            time.sleep(0.1)  # let the get block first: this measures the wake-up, not a race
+            q.put(time.time())
+            waits.append(float(waker.stdout.readline()))
     finally:
-        producer.close()
-        consumer.close()
-        db.close()
+        waker.wait()
+        q.close()
     return waits
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="consumer threads a process")
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--batch", type=int, default=10, help="get_many/ack_many size, 2nd table")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat; medians are printed")
+    parser.add_argument("--zeo", action="store_true", help="a runzeo server on 127.0.0.1")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     counts = [int(n) for n in args.processes.split(",")]
-
+    table: dict[tuple[int, int], list[dict[str, float]]] = {}
+    singles: list[float] = []
+    waits: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "single.fs")
-        fill(path, args.items)
-        single = consume(path, 1, args.threads, args.items)
-        print(f"FileStorage, 1 process x {args.threads} threads: "
-              f"{single['items/s']:8.0f} items/s (get+ack; a get commits nothing)")
-        server, uri = start_zeo(tmp)
+        server = None
+        if args.zeo:
+            server, uri = start_zeo(tmp)
         try:
-            for batch in (1, args.batch):
-                base = None
-                for n in counts:
-                    fill(uri, args.items)  # one queue, drained by each run in turn
-                    r = consume(uri, n, args.threads, args.items, batch)
-                    base = base or r["items/s"]
-                    print(f"ZEO, {n} process(es) x {args.threads} threads, batch {batch}:"
-                          f" {r['items/s']:6.0f} items/s  x{r['items/s'] / base:4.2f} of 1 process,"
-                          f" x{r['items/s'] / single['items/s']:4.2f} of FileStorage;"
-                          f" {r['conflicts']} conflicts retried")
-            waits = wake_latency(uri, 20)
-            print(f"wake-up across ZEO clients: median {statistics.median(waits) * 1000:.0f} ms,"
-                  f" max {max(waits) * 1000:.0f} ms over {len(waits)} puts")
+            for round_ in range(args.rounds):
+                path = os.path.join(tmp, f"single{round_}.fs")
+                fill(path, args.items)
+                singles.append(consume(path, 1, args.threads, args.items)["items/s"])
+                print(f"FileStorage, 1 process x {args.threads} threads: {singles[-1]:8.0f} "
+                      "items/s (get+ack; a get commits nothing)", flush=True)
+                for batch in (1, args.batch):
+                    for n in counts:
+                        where = uri if server else os.path.join(tmp, f"q{round_}-{batch}-{n}.fs")
+                        fill(where, args.items, shared=server is None)
+                        r = consume(where, n, args.threads, args.items, batch, server is None)
+                        table.setdefault((batch, n), []).append(r)
+                        print(f"  {n} process(es) x {args.threads} threads, batch {batch}: "
+                              f"{r['items/s']:6.0f} items/s, {r['conflicts']} conflicts retried, "
+                              f"CPU ms an item: clients {r['client ms']:.2f}, "
+                              f"server {r['server ms']:.2f}", flush=True)
+                wake_at = uri if server else os.path.join(tmp, f"wake{round_}.fs")
+                waits += wake_latency(wake_at, server is None, 20)
         finally:
-            server.terminate()
-            server.wait()
+            if server is not None:
+                server.terminate()
+                server.wait()
+    kind = "runzeo on 127.0.0.1" if args.zeo else "shared=True"
+    print(f"\n{kind}, {args.threads} consumer thread(s) a process, {args.items} items, "
+          f"medians of {args.rounds} round(s); FileStorage 1 process: "
+          f"{_common.median(singles):,.0f} items/s")
+    print("| batch | " + " | ".join(f"{n} proc" for n in counts)
+          + f" | {counts[-1]}p/{counts[0]}p | conflicts/item at {counts[-1]} "
+          + "| CPU ms/item (clients+server) " + " / ".join(str(n) for n in counts) + " |")
+    print("|---|" + "---:|" * (len(counts) + 3))
+    for batch in (1, args.batch):
+        rates = [_common.median([r["items/s"] for r in table[(batch, n)]]) for n in counts]
+        ratios = [r[-1]["items/s"] / r[0]["items/s"] for r in zip(
+            *[table[(batch, n)] for n in (counts[0], counts[-1])], strict=True)]
+        conflicts = _common.median([r["conflicts"] for r in table[(batch, counts[-1])]])
+        cpu = [_common.median([r["client ms"] + r["server ms"] for r in table[(batch, n)]])
+               for n in counts]
+        print(f"| {batch} | " + " | ".join(f"{r:,.0f}" for r in rates)
+              + f" | {_common.median(ratios):.2f} | {conflicts / args.items:.3f} | "
+              + " / ".join(f"{c:.2f}" for c in cpu) + " |")
+    print(f"wake-up across processes: median {statistics.median(waits) * 1000:.1f} ms, "
+          f"max {max(waits) * 1000:.1f} ms over {len(waits)} puts")
 
 
 if __name__ == "__main__":

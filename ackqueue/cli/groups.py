@@ -40,6 +40,8 @@ def group_rows(qf: QueueFile, name: str, now: float) -> list[GroupRow]:
     delayed_index = getattr(record, "delayed", None) or {}
     rows: dict[str | None, GroupRow] = {}
     for key, entry in record.entries.items():
+        if getattr(entry, "done", False):
+            continue  # acked in shared mode, not swept yet
         group = getattr(entry, "group", None)
         row = rows.get(group)
         if row is None:

@@ -356,7 +356,8 @@ class QueueFile:
         self, record: QueueRecord, progress: Progress | None, total: int
     ) -> Iterator[tuple[Any, Any]]:
         for n, (key, entry) in enumerate(record.entries.items(), 1):
-            yield key, entry
+            if not getattr(entry, "done", False):  # acked in shared mode, not swept yet
+                yield key, entry
             if progress is not None and n % 10_000 == 0:
                 progress(n, total)
             if n % 1_000 == 0:

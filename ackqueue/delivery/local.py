@@ -56,6 +56,9 @@ class LocalMode:
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         return load(key)
 
+    def ride(self, claims: list[Claim]) -> None:
+        return None  # a get commits nothing here: there is no commit to save
+
     def take(self, claims: list[Claim], supply: Supply) -> Taken:
         if self._max_attempts is None:
             with self._mutex:

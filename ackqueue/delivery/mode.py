@@ -32,6 +32,17 @@ class Taken:
     buried: list[Claim] = field(default_factory=list)  # out of attempts: dead letters now
 
 
+@dataclass
+class Ride:
+    """Holds taken in the commit of another change (an ack), so that they cost no commit of
+    their own: ``edit`` runs inside that change (it may run again after a conflict; it
+    raises only the storage's errors); then ``landed`` once it committed, or ``failed``."""
+
+    edit: Callable[[], None]
+    landed: Callable[[], Taken]
+    failed: Callable[[], None]
+
+
 class Mode(Protocol):
     @property
     def shared(self) -> bool:
@@ -58,6 +69,10 @@ class Mode(Protocol):
     def take_away(self, claim: Claim, supply: Supply) -> Taken:
         """A plain ``get``: remove the claimed entry for good (or with the caller's
         transaction). Nothing kept: another process got it first, or it was buried."""
+        ...
+
+    def ride(self, claims: list[Claim]) -> Ride | None:
+        """Holds on ``claims`` to commit with an ack (None: take them on their own)."""
         ...
 
     def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:

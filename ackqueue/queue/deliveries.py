@@ -25,6 +25,7 @@ from ackqueue.errors import QueueClosedError
 from ackqueue.queue.calls import check_timeout
 from ackqueue.queue.claiming import Claimer
 from ackqueue.queue.core import Core
+from ackqueue.queue.riding import Rides
 from ackqueue.storage.book import Settlement
 from ackqueue.storage.transactions import current
 
@@ -35,8 +36,15 @@ Action = Literal["delete", "bury", "delay", "snooze", "return"]
 
 class Deliveries:
     def __init__(
-        self, core: Core, claimer: Claimer, holds: Holds, max_attempts: int | None
+        self,
+        core: Core,
+        claimer: Claimer,
+        holds: Holds,
+        max_attempts: int | None,
+        *,
+        rides: Rides | None = None,
     ) -> None:
+        self._rides = rides
         self.signals, self.life, self._tasks = core.signals, core.life, core.tasks
         self._book, self._supply, self._mode = core.book, core.supply, core.mode
         self.meter, self._clock = core.meter, core.clock
@@ -67,6 +75,9 @@ class Deliveries:
 
     def hold_next(self, table: HoldTable, block: bool, timeout: float | None) -> Any:
         check_timeout(block, timeout)
+        ridden = self._ridden(table, 1)
+        if ridden:
+            return self._hold(table, ridden)[0]
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         while True:
             # A fresh shield per round: after a round whose items all went to the dead
@@ -82,6 +93,11 @@ class Deliveries:
         if n < 1:
             raise ValueError(f"get_many needs n >= 1, not {n!r}")
         check_timeout(block, timeout)
+        ridden = self._ridden(table, n)
+        if ridden:
+            with Shield():
+                more = self._claimer.claim_ready(n - len(ridden)) if len(ridden) < n else []
+                return self._hold(table, ridden + (self._take(more) if more else []))
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         while True:
             with Shield():  # one per round, as in hold_next
@@ -100,6 +116,10 @@ class Deliveries:
                     kept += counted
                 if kept:
                     return self._hold(table, kept)
+
+    def _ridden(self, table: HoldTable, n: int) -> list[Claim]:
+        """Items an ack took for ``table`` already (see riding.py)."""
+        return self._rides.take_for(table, n) if self._rides is not None else []
 
     def _take(self, claims: list[Claim]) -> list[Claim]:
         """Count this delivery of each claim; drop (dead-letter) those out of attempts."""
@@ -172,13 +192,27 @@ class Deliveries:
         if tx is not None:
             tx.add(edit, check=check, after_commit=finish, undo=undo)
             return
+        ride = None
+        if outcome == "ack" and self._rides is not None and edit is not None:
+            ride = self._rides.board(table, len(holds))
         if edit is not None:
             stored_edit = edit
+
+            def change() -> None:
+                check()
+                stored_edit()
+                if ride is not None:
+                    ride.edit()  # after the ack's own edits: a failed check takes nothing
+
             try:
-                self.store.run(lambda: (check(), stored_edit()))
+                self.store.run(change)
             except BaseException:
+                if ride is not None:
+                    ride.failed()
                 undo()
                 raise
+            if ride is not None and self._rides is not None:
+                self._rides.landed(table, ride)
         finish()
 
     def _action(self, hold: Hold, outcome: Outcome, due: float) -> Settlement | Action:
@@ -257,17 +291,23 @@ class Deliveries:
 
     def release_table(self, table: HoldTable) -> None:
         with self.signals.mutex:
-            self.holds.release_locked(table)
+            self._release_locked(table)
+
+    def _release_locked(self, table: HoldTable, because: str | None = None) -> None:
+        """Give back what ``table`` holds, and what an ack took for it (see riding.py)."""
+        if self._rides is not None:
+            self._rides.drop_locked(table)
+        self.holds.release_locked(table, because=because)
 
     def release_at_thread_end(self, table: HoldTable, thread: str) -> None:
         """A thread that connected or got with the consumer ended: give back what it held."""
         with self.signals.mutex:
-            self.holds.release_locked(table, because=f"its thread {thread!r} ended")
+            self._release_locked(table, because=f"its thread {thread!r} ended")
 
     def close_table(self, table: HoldTable) -> None:
         """Close a consumer: give back its holds and wake any get blocked on it, which raises."""
         with self.signals.mutex:
-            self.holds.release_locked(table)
+            self._release_locked(table)
             self.signals.not_empty.notify_all()
             self.signals.landed.notify_all()
         self._mode.flush()  # shared mode: ready for every process when close returns
@@ -282,7 +322,7 @@ class Deliveries:
         mutex = self.signals.mutex
         if mutex.acquire(blocking=False):
             try:
-                self.holds.release_locked(table)
+                self._release_locked(table)
             finally:
                 mutex.release()
             return

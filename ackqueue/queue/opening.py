@@ -28,6 +28,7 @@ from ackqueue.queue.deliveries import Deliveries
 from ackqueue.queue.groupcontrol import GroupControl
 from ackqueue.queue.keying import Keys
 from ackqueue.queue.putting import Puts, StdlibPut
+from ackqueue.queue.riding import Rides
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
 from ackqueue.storage.keyindex import remember_seconds
@@ -121,7 +122,8 @@ def assemble(
     core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
     claimer = Claimer(core, stdlib_get)
     puts = Puts(core, stdlib_put, order, opts.maxsize)
-    deliveries = Deliveries(core, claimer, holds, opts.max_attempts)
+    rides = Rides(core, claimer, timers, holds.next_delivery_id, opts.max_attempts)
+    deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides=rides)
     groups = GroupControl(core, opts.groups)
     keys = Keys(core, puts, opts.unique)
     return Parts(core, timers, holds, claimer, puts, deliveries, groups, keys)

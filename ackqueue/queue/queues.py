@@ -30,7 +30,7 @@ from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
 from ackqueue.queue.opening import Options, assemble, check_options, signals_of
-from ackqueue.shared.mode import wants_shared
+from ackqueue.shared import wants_shared
 from ackqueue.storage.book import Book
 from ackqueue.storage.deadletters import DeadLetter
 from ackqueue.storage.store import Store

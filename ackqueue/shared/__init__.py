@@ -3,7 +3,22 @@
 :class:`~ackqueue.shared.mode.SharedMode` implements the same :class:`~ackqueue.delivery.mode.Mode`
 interface as single-process mode, with holds stored in the database (:mod:`.holdmarks`),
 sessions kept alive by lease and reaped when they lapse (:mod:`.sessions`), the ready order read
-from the stored tree (:mod:`.ready`) and a watcher that wakes blocked gets when another process
-commits (:mod:`.watching`). May import :mod:`ackqueue.base`, :mod:`ackqueue.storage` and
+from the stored tree (:mod:`.ready`), a watcher that wakes blocked gets when another process
+commits (:mod:`.watching`) and a sweeper deleting the entries that acks marked done
+(:mod:`.sweeping`). May import :mod:`ackqueue.base`, :mod:`ackqueue.storage` and
 :mod:`ackqueue.delivery`.
 """
+
+from __future__ import annotations
+
+from ackqueue.storage.store import Store
+
+
+def wants_shared(store: Store, shared: bool | None) -> bool:
+    """Whether a queue on ``store`` runs in shared mode (``shared`` None: if its storage is one
+    that processes share)."""
+    if shared is not None:
+        return shared
+    from ackqueue.storage.uri import is_shared_storage
+
+    return is_shared_storage(store.db.storage)

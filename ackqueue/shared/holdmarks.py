@@ -11,6 +11,8 @@ from typing import Any
 
 from BTrees.OOBTree import OOBTree
 
+from ackqueue.errors import LeaseExpiredError, NotHeldError
+
 HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
 
 HoldValue = tuple[str, int]  # (session id, delivery token)
@@ -68,3 +70,23 @@ def drop_session_holds(root: Any, sid: str) -> None:
         if current is not None and current[0] == sid:
             entry.holder = None
     del holds_by_session[sid]
+
+
+def check_holds(record: Any, name: str, expected: list[tuple[Any, HoldValue | None, int]]) -> None:
+    """Inside a change: every ``(key, hold, token)`` of queue ``name`` (its ``record``) is still
+    held so, by this session with this token (fencing); else raise, changing nothing."""
+    for key, value, token in expected:
+        entry = record.entries.get(key)
+        if value is None or value[1] != token or entry is None or holder(entry) != value:
+            if entry is None or entry.done:
+                raise NotHeldError(
+                    f"this item of queue {name!r} is no longer stored: it was acked "
+                    "already (by an earlier try whose commit outcome was lost with the "
+                    "connection, or by another consumer after this one lost its hold)"
+                )
+            raise LeaseExpiredError(
+                f"the hold on this item of queue {name!r} was lost (this process was "
+                "stopped or cut off longer than its session lease, and the item went "
+                "back to the queue and may have been delivered to another consumer); "
+                "nothing was changed"
+            )

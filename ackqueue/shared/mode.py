@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ackqueue.base.clock import Clock
@@ -33,20 +34,25 @@ from ackqueue.base.keyids import KeyMap, KeySet
 from ackqueue.delivery.claims import Claim, GetAgain
 from ackqueue.delivery.groups import GroupRules
 from ackqueue.delivery.holds import Hold
-from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
+from ackqueue.delivery.mode import Edit, Load, Ride, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.seqs import checked_seq
 from ackqueue.delivery.signals import Lifecycle, Signals
 from ackqueue.delivery.supply import Supply
-from ackqueue.errors import LeaseExpiredError, NotHeldError
 from ackqueue.shared import sessions
 from ackqueue.shared.groupgate import GroupGate
-from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, holder, set_hold
+from ackqueue.shared.holdmarks import (
+    HOLDS_KEY,
+    HoldValue,
+    check_holds,
+    clear_hold,
+    holder,
+    set_hold,
+)
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.sessions import SessionLost
 from ackqueue.storage.book import Book
-from ackqueue.storage.store import Store
 from ackqueue.storage.transactions import current
 
 log = logging.getLogger("ackqueue")
@@ -60,16 +66,6 @@ SEQ_BLOCK_SECONDS = 1.0
 # The outcome of taking one claim: None (another process got it first), "stopped" (its group may
 # not deliver now), or the attempts so far (None: buried) with its stored hold (None: removed).
 TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped"] | None
-
-
-def wants_shared(store: Store, shared: bool | None) -> bool:
-    """Whether a queue on ``store`` runs in shared mode (``shared`` None: if its storage is one
-    that processes share)."""
-    if shared is not None:
-        return shared
-    from ackqueue.storage.uri import is_shared_storage
-
-    return is_shared_storage(store.db.storage)
 
 
 class SharedMode:
@@ -112,6 +108,11 @@ class SharedMode:
     def name(self) -> str:
         return self._book.name
 
+    @property
+    def sid(self) -> str:
+        """This process's session id (the stripe of keys it takes first depends on it)."""
+        return self.session.sid
+
     def reader_hold_count(self) -> int:
         holds_by_session = self._book.read_root().get(HOLDS_KEY, {})
         return sum(len(mine) for mine in holds_by_session.values())
@@ -127,7 +128,7 @@ class SharedMode:
 
     def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
         self._index = SharedReadyIndex(
-            self, self._book, self._clock, self._order.key_id, self._gate.stopped
+            self, self._book, self._clock, self._order, self._gate.stopped
         )
         return self._index
 
@@ -163,7 +164,7 @@ class SharedMode:
 
             def edit() -> None:
                 unhold()
-                self._book.remove_entry(key)
+                self._book.retire_entry(key)
 
             def settled() -> None:
                 with self._signals.mutex:
@@ -178,24 +179,55 @@ class SharedMode:
 
     def _take(self, claims: list[Claim], remove: bool) -> Taken:
         """Commit a hold on each claimed key (or, with ``remove``, delete the entry at once)."""
+        take = self._take_change(claims, remove)
+        try:
+            try:
+                results = self._store.run(take)
+            except SessionLost as reaped:
+                # Our session lapsed (this process was stopped or cut off): what it held is
+                # void, but new work may go on under a new session.
+                self.session.start_over(reaped.sid)
+                results = self._store.run(take)
+        except BaseException:
+            self._untake(claims)
+            raise
+        return self._sort_taken(claims, results)
+
+    def ride(self, claims: list[Claim]) -> Ride:
+        """Holds on ``claims`` committed with someone else's change (an ack): see Ride."""
+        take = self._take_change(claims, False)
+        results: list[list[TakeResult]] = [[None] * len(claims)]
+
+        def edit() -> None:
+            try:
+                results[0] = take()
+            except SessionLost:  # raised before the take wrote anything: the ack goes on
+                results[0] = [None] * len(claims)
+
+        return Ride(
+            edit=edit,
+            landed=lambda: self._sort_taken(claims, results[0]),
+            failed=lambda: self._untake(claims),
+        )
+
+    def _take_change(self, claims: list[Claim], remove: bool) -> Callable[[], list[TakeResult]]:
         record, limit = self._book.record, self._max_attempts
         reason = exhausted_reason(limit)
         session, root, name, gate = self.session, self._store.root, self.name, self._gate
 
         def take() -> list[TakeResult]:
-            sid = session.check_live()
+            sid = session.check_live(consuming=True)
             now = self._clock()
             results: list[TakeResult] = []
             admit = gate.admitter(record, root(), now)
             for claim in claims:
                 entry = record.entries.get(claim.key)
-                if entry is None or holder(entry) is not None:
+                if entry is None or entry.done or holder(entry) is not None:
                     results.append(None)  # another process got it first
                 elif not admit(entry):
                     results.append("stopped")  # a hold of another process, say
                 elif remove:
-                    entry._p_changed = True  # conflicts with a take racing it: see set_hold
-                    self._book.remove_entry(claim.key)
+                    self._book.retire_entry(claim.key)  # writes the entry: a racing take conflicts
                     results.append((entry.attempts, None))
                 elif limit is not None and entry.attempts >= limit:
                     self._book.bury(claim.key, reason, now, entry.attempts)
@@ -207,26 +239,18 @@ class SharedMode:
                     results.append((entry.attempts, value))
             return results
 
-        try:
-            try:
-                results = self._store.run(take)
-            except SessionLost as reaped:
-                # Our session lapsed (this process was stopped or cut off): what it held is
-                # void, but new work may go on under a new session.
-                self.session.start_over(reaped.sid)
-                results = self._store.run(take)
-        except BaseException:
-            # The hold may or may not have been committed: release it (fenced by its token)
-            # rather than hand the key out again from here.
-            with self._signals.mutex:
-                for claim in claims:
-                    self.taking.discard(claim.key)
-                    value = (self.session.sid, int(claim.delivery_id or 0))
-                    self.session.release_later(name, claim.key, value)
-                with contextlib.suppress(Exception):
-                    self._require_index().refresh()
-            raise
-        return self._sort_taken(claims, results)
+        return take
+
+    def _untake(self, claims: list[Claim]) -> None:
+        """A take's commit failed: its holds may or may not have been committed. Release them
+        (fenced by their tokens) rather than hand the keys out again from here."""
+        with self._signals.mutex:
+            for claim in claims:
+                self.taking.discard(claim.key)
+                value = (self.session.sid, int(claim.delivery_id or 0))
+                self.session.release_later(self.name, claim.key, value)
+            with contextlib.suppress(Exception):
+                self._require_index().refresh()
 
     def _sort_taken(self, claims: list[Claim], results: list[TakeResult]) -> Taken:
         taken = Taken()
@@ -247,9 +271,12 @@ class SharedMode:
                 taken.kept.append(claim)
             if look_again:
                 index = self._require_index()
-                index.refresh()  # the next scan skips the stopped group
                 if lost:
                     index.lost_race()
+                # The takes are committed: a server gone meanwhile must not fail them now
+                # (the watcher looks again once it is back); the next scan skips a stopped group.
+                with contextlib.suppress(Exception):
+                    index.refresh()
         return taken
 
     # -- settling: fencing and deleting holds -------------------------------------------------
@@ -276,21 +303,7 @@ class SharedMode:
         name, record = self.name, self._book.record
 
         def check() -> None:
-            for key, value, token in expected:
-                entry = record.entries.get(key)
-                if value is None or value[1] != token or entry is None or holder(entry) != value:
-                    if entry is None:
-                        raise NotHeldError(
-                            f"this item of queue {name!r} is no longer stored: it was acked "
-                            "already (by an earlier try whose commit outcome was lost with the "
-                            "connection, or by another consumer after this one lost its hold)"
-                        )
-                    raise LeaseExpiredError(
-                        f"the hold on this item of queue {name!r} was lost (this process was "
-                        "stopped or cut off longer than its session lease, and the item went "
-                        "back to the queue and may have been delivered to another consumer); "
-                        "nothing was changed"
-                    )
+            check_holds(record, name, expected)
 
         return check
 

@@ -19,13 +19,15 @@ from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as ZODBStorageError
 
 from ackqueue.base.clock import Clock
-from ackqueue.base.keyids import KeyId, KeySet
+from ackqueue.base.keyids import KeySet
 from ackqueue.delivery.claims import GetAgain
+from ackqueue.delivery.ordering import Ordering
 from ackqueue.errors import StorageError
 from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
 from ackqueue.storage.book import Book
+from ackqueue.storage.sweeping import chunks
 
 _UNKNOWN = object()
 # Processes that all take the head item conflict, and all but one retry. After losing such a
@@ -33,6 +35,10 @@ _UNKNOWN = object()
 # below SPREAD for each other process with a session; uncontended, gets keep key order.
 SPREAD = 32
 CONTENDED_SECONDS = 1.0
+# Entries near the head were mostly changed by other processes since this one last read them:
+# load a few at once (the first ready one is usually among them).
+SCAN_PREFETCH = 8
+COUNT_SECONDS = 0.1
 
 
 @contextlib.contextmanager
@@ -51,6 +57,9 @@ StoppedGroups = Callable[[QueueRecord, Any, float], set[str]]
 
 class Holder(Protocol):
     """What the index asks of the shared mode it serves."""
+
+    @property
+    def sid(self) -> str: ...
 
     @property
     def taking(self) -> KeySet: ...
@@ -77,7 +86,7 @@ class SharedReadyIndex:
         holder: Holder,
         book: Book,
         clock: Clock,
-        key_id: KeyId,
+        ordering: Ordering,
         stopped: StoppedGroups | None = None,
     ) -> None:
         """``stopped(record, root, now)``: the groups that may not deliver now."""
@@ -85,12 +94,17 @@ class SharedReadyIndex:
         self._stopped = stopped
         self._book = book
         self._clock = clock
+        self._key_seq = ordering.key_seq
+        key_id = ordering.key_id
+        self._stripes = 1  # live sessions: each takes first the keys of its own stripe
+        self._stripe = 0
         self._cursor: Any = None
         self._next: Any = _UNKNOWN
         self._estimate = 0
         self._others = 0  # how many other processes have a session on this database
         self._contended_until = 0.0
         self._stale = True
+        self._counted_until = 0.0
         self.vanished = KeySet(key_id)  # popped keys whose entry was gone when loaded
 
     def __len__(self) -> int:
@@ -125,6 +139,7 @@ class SharedReadyIndex:
         # was never held): the next look reads it, in its place. Adding it to the estimate here
         # would count it twice whenever the watcher's refresh came in between.
         self._stale = True
+        self._counted_until = 0.0  # our own change: counted at once
 
     def offer(self, key: Any) -> None:
         """``key`` was just stored (a put of ours landed) or fell due: offer it next if it comes
@@ -135,6 +150,7 @@ class SharedReadyIndex:
         # Committed already: the next look at the store counts it (adding it to the estimate
         # here would count it twice whenever the watcher's refresh came in between).
         self._stale = True
+        self._counted_until = 0.0  # our own put: counted at once
 
     def withdraw(self, key: Any, backlog: bool) -> bool:
         """Not ours to hand out while the caller's change removes or rewrites ``key``'s entry
@@ -167,21 +183,44 @@ class SharedReadyIndex:
         with reading(book.store.where):
             book.catch_up()
 
-        def estimate(record: QueueRecord) -> int:
-            delayed = record.delayed
-            n = record.length() - self._holder.reader_hold_count()
-            self._others = max(0, len(book.read_root().get(SESSIONS_KEY, ())) - 1)
-            return int(n - (len(delayed) if delayed is not None else 0))
-
-        with reading(book.store.where):
-            self._estimate = book.read(estimate)
+        if time.monotonic() >= self._counted_until:
+            # Counting reads the Length (changed by every ack), every session's holds tree
+            # and record (changed by takes and renewals): loads from the server, with the
+            # mutex held, at every refresh (every commit anywhere, up to 100 times a second).
+            # The estimate may lag a little; whether anything is ready never does.
+            with reading(book.store.where):
+                self._estimate = book.read(self._count)
+            self._counted_until = time.monotonic() + COUNT_SECONDS
         self._cursor, self._next, self._stale = None, _UNKNOWN, False
 
-    def _scan(self, cursor: Any) -> Any:
-        holder_, spread = self._holder, self._spread(cursor)
+    def _count(self, record: QueueRecord) -> int:
+        """The estimate of ready entries; this session's stripe, as a side effect."""
+        delayed = record.delayed
+        n = record.length() - self._holder.reader_hold_count()
+        sessions = self._book.read_root().get(SESSIONS_KEY, {})
+        self._others = max(0, len(sessions) - 1)
+        # Stripes go to the sessions that take items, so that one consumer beside any
+        # number of producers keeps key order; until our first take we are not striped.
+        takers = [sid for sid, session in sessions.items() if session.consuming]
+        mine = self._holder.sid
+        self._stripes = len(takers) if mine in takers else 1
+        self._stripe = takers.index(mine) if mine in takers else 0
+        return int(n - (len(delayed) if delayed is not None else 0))
 
-        def first(record: QueueRecord) -> Any:
-            skip, found = spread, None
+    def _scan(self, cursor: Any) -> Any:
+        """The next ready key after ``cursor``: first in this session's stripe, else any.
+
+        Processes that all take from the head conflict on the same entries. So each of the
+        ``n`` live sessions first takes keys whose sequence number is its rank modulo ``n``
+        (no entry of another stripe is even loaded), and only when its stripe has nothing
+        ready takes (steals) any ready key, spread at random after a lost race. Across
+        processes the order is thus key order within about ``n`` places.
+        """
+        holder_, key_seq = self._holder, self._key_seq
+        stripes, stripe = self._stripes, self._stripe
+
+        def first(record: QueueRecord, spread: int, striped: bool) -> Any:
+            skip = spread
             entries = record.entries
             delayed = record.delayed
             now = self._clock()
@@ -191,21 +230,33 @@ class SharedReadyIndex:
                 else None
             )
             keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
-            for key in keys:
-                if key in holder_.taking or key in holder_.mine:
-                    continue
-                entry = entries[key]
-                if holder(entry) is not None:
-                    continue
-                if stopped and entry.group in stopped:
-                    continue
-                if delayed is not None and delayed.get(key, 0) > now:
-                    continue
-                found = key
-                if not skip:
-                    break
-                skip -= 1
+            candidates = (
+                (key, entries[key])
+                for key in keys
+                if not (striped and key_seq(key) % stripes != stripe)
+                and key not in holder_.taking
+                and key not in holder_.mine
+            )
+            found = None
+            for chunk in chunks(candidates, None, SCAN_PREFETCH):
+                for key, entry in chunk:
+                    if entry.done or holder(entry) is not None:
+                        continue
+                    if stopped and entry.group in stopped:
+                        continue
+                    if delayed is not None and delayed.get(key, 0) > now:
+                        continue
+                    found = key
+                    if not skip:
+                        return found
+                    skip -= 1
             return found
 
-        with reading(self._book.store.where):
-            return self._book.read(first)
+        book = self._book
+        with reading(book.store.where):
+            if stripes > 1:
+                found = book.read(lambda record: first(record, 0, True))
+                if found is not None:
+                    return found
+            spread = self._spread(cursor)
+            return book.read(lambda record: first(record, spread, False))

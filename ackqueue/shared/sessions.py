@@ -39,6 +39,8 @@ from ZODB.POSException import ConflictError
 
 from ackqueue.errors import AckQueueError, StorageError
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_session_holds
+from ackqueue.shared.sweeping import SESSIONS_KEY as SESSIONS_KEY
+from ackqueue.shared.sweeping import Sweeper
 from ackqueue.shared.watching import Member, Watcher
 
 # Imported before this module registers its atexit hook (ending sessions), so that the
@@ -47,7 +49,6 @@ from ackqueue.storage.store import Store
 
 log = logging.getLogger("ackqueue")
 
-SESSIONS_KEY = "ackqueue.sessions"
 RUN_RETRIES = 100
 T = TypeVar("T")
 RENEWALS_PER_LEASE = 4
@@ -56,6 +57,10 @@ RENEWALS_PER_LEASE = 4
 
 class SessionRecord(Persistent):
     """A process's session as stored: who it is and how long its lease is."""
+
+    # Whether this session has taken items: the consuming sessions split the keys into
+    # stripes between them (ready.py). A class default, so older records load.
+    consuming = False
 
     def __init__(self, host: str, pid: int, lease: float) -> None:
         self.host = host
@@ -113,6 +118,7 @@ class Session:
         )
         self._thread.start()
         self._watcher = Watcher(store, self._queues)
+        self._sweeper = Sweeper(store.db, self)
 
     # -- the session record -------------------------------------------------------------
 
@@ -149,12 +155,15 @@ class Session:
         self.sid = sid
         self._back_at = server_time(record._p_serial)
 
-    def check_live(self) -> str:
-        """Inside a change: this session's id, or :class:`SessionLost` if it was reaped."""
+    def check_live(self, consuming: bool = False) -> str:
+        """Inside a change: this session's id, or :class:`SessionLost` if it was reaped;
+        ``consuming``: mark it as one that takes items (once)."""
         sessions, _ = shared_trees(self.store.root())
         record = sessions.get(self.sid)
         if record is None or record.reaped:
             raise SessionLost(self.sid, self.lease)
+        if consuming and not record.consuming:
+            record.consuming = True
         return self.sid
 
     def renew(self) -> float:
@@ -317,6 +326,7 @@ class Session:
         if self._thread is not threading.current_thread():
             self._thread.join()
         self._watcher.stop()
+        self._sweeper.stop()
 
 
 _lock = threading.Lock()

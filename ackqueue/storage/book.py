@@ -26,6 +26,7 @@ from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.items import Staged
 from ackqueue.storage.keyindex import release
 from ackqueue.storage.store import Store
+from ackqueue.storage.sweeping import sweep_done
 
 READ_RETRIES = 5
 T = TypeVar("T")
@@ -52,6 +53,9 @@ class Book:
         self._class_name = class_name
         self._defer_count = defer_count
         self.clock: Clock = time.time  # the queue's (set at open): when a key was seen
+        # Shared mode (several writer processes): an ack marks its entry done instead of
+        # deleting it, and a sweeper deletes done entries in batches (see retire_entry).
+        self.marks_done = not defer_count
         # The writer connection's record: read and changed only inside a change.
         self.record: QueueRecord = store.run(self._find_or_create)
         self._reader, self._reader_tm = store.open_reader()
@@ -84,6 +88,11 @@ class Book:
             store.counts.start(record, self.name)  # see counts.py
         else:
             settle(record, store.db.storage)
+        if self._defer_count and record.done_marks:
+            store.note_dropped(sweep_done(record, None))  # one process now: nobody else sweeps
+            record.done_marks = False
+        elif not self._defer_count and not record.done_marks:
+            record.done_marks = True
         return record
 
     def close(self) -> None:
@@ -132,6 +141,8 @@ class Book:
 
         def read(record: QueueRecord) -> tuple[bytes, int]:
             entry: Entry = record.entries[key]
+            if entry.done:
+                raise KeyError(key)  # acked in shared mode, not swept yet
             return entry.data, entry.attempts
 
         return self.read(read)
@@ -243,6 +254,38 @@ class Book:
         if record.delayed is not None and key in record.delayed:
             del record.delayed[key]
 
+    def retire_entry(self, key: Any) -> None:
+        """An acked entry leaves the queue (inside a change): deleted at once in one process;
+        in shared mode only marked done, for the sweeper to delete in a batch later.
+
+        Deleting the first key of a bucket conflicts with every concurrent change to that
+        bucket, and emptying a bucket with every change below the same tree node: with several
+        processes acking at the head, most acks did one or the other. Marking writes only the
+        entry, which no other process changes at the same time. The count drops at once.
+        """
+        if not self.marks_done:
+            self.remove_entry(key)
+            return
+        record = self.record
+        entry = record.entries[key]
+        if record.keyed is not None:
+            release(record, key, entry, self.clock())
+        entry.done = True
+        entry.data = b""  # the item itself is garbage now; keep the record small
+        count_change(record, -1)
+
+    def sweeper(self, scan: int | None) -> Callable[[], int]:
+        """The edit deleting entries marked done among the first ``scan`` keys (all with
+        None); it returns how many it deleted. The count dropped when each was marked."""
+        record = self.record
+
+        def sweep() -> int:
+            swept = sweep_done(record, scan)
+            self.store.note_dropped(swept)
+            return swept
+
+        return sweep
+
     def bury(self, key: Any, reason: str, now: float, attempts: int | None) -> int:
         """Move entry ``key`` to the dead letters (inside a change)."""
         return bury(self.record, key, reason, now, attempts)
@@ -256,7 +299,7 @@ class Book:
         def edit() -> None:
             for key, settlement, reason, attempts in plan:
                 if settlement == "delete":
-                    self.remove_entry(key)
+                    self.retire_entry(key)
                 elif settlement == "bury":
                     bury(record, key, reason, now, attempts)
                 else:

@@ -27,7 +27,7 @@ def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
         return [
             (key, entry.group, key in delayed)
             for key, entry in record.entries.items()
-            if entry.group is not None
+            if entry.group is not None and not entry.done
         ]
 
     return book.read(read)
@@ -68,7 +68,7 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
         doomed = [
             key
             for key, entry in record.entries.items()
-            if entry.group == group and getattr(entry, "holder", None) is None
+            if entry.group == group and getattr(entry, "holder", None) is None and not entry.done
         ]
         for key in doomed:
             record.entries[key]._p_changed = True  # conflicts with a take racing it

@@ -98,7 +98,8 @@ class KeyBook:
 
         def read(record: QueueRecord) -> list[Live]:
             return [Live(key, float(entry.not_before))
-                    for key, entry in record.entries.items() if wanted(entry.data)]
+                    for key, entry in record.entries.items()
+                    if not entry.done and wanted(entry.data)]
 
         return self.book.read(read)
 

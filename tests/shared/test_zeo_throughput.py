@@ -1,0 +1,170 @@
+"""What keeps shared mode from slowing down as processes are added (issue 11, part 4).
+
+* An ack marks its entry done; one sweeper deletes done entries later (sweeping.py), and a
+  plain single-process open deletes any left over instead of delivering them again.
+* Consuming sessions take keys from stripes of their own first (ready.py).
+* A consumer working in a loop has its ack take its next items in the same commit, so its
+  next get commits nothing (riding.py); what it does not come back for goes back.
+
+Two clients of one real ZEO server in one process stand for two processes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ZEO
+import ZODB
+from polling import wait_until
+from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+
+import ackqueue
+from ackqueue.queue import riding
+from ackqueue.records import queues_of
+
+
+def stored(q: ackqueue.AckQueue) -> list[tuple[int, bool]]:
+    """Every stored entry of ``q``'s queue as (key, done), read on a fresh connection."""
+    conn = q._store.db.open()
+    try:
+        record = queues_of(conn.root(), create=False)[q.name]
+        return [(key, bool(entry.done)) for key, entry in record.entries.items()]
+    finally:
+        conn.close()
+
+
+def test_acks_only_mark_entries_done_and_the_sweeper_deletes_them(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        q.put_many(["a", "b", "c"])
+        item = c.get(timeout=10)
+        assert item == "a"
+        c.ack(item)
+        # The count drops with the ack, not with the sweep (qsize is an estimate that the
+        # watcher brings up to date).
+        wait_until(lambda: q.qsize() == 2, 10, "the estimate to count the ack")
+        assert len(stored(q)) in (2, 3)
+        wait_until(lambda: [done for _, done in stored(q)] == [False, False], 10,
+                   "the sweeper to delete the acked entry")
+        got = [c.get(timeout=10), c.get(timeout=10)]
+        assert got == ["b", "c"]  # the acked one never comes back
+        c.ack_many(got)
+        wait_until(lambda: stored(q) == [], 10, "the sweeper to delete the rest")
+
+
+def test_a_plain_open_deletes_entries_left_done_and_never_delivers_them(tmp_path) -> None:
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(["acked in shared mode", "still queued"])
+    # A file as shared mode can leave it when the last process exits before a sweep.
+    db = ZODB.DB(path)
+    with db.transaction() as conn:
+        record = queues_of(conn.root(), create=False)["default"]
+        first = record.entries[record.entries.minKey()]
+        first.done, first.data = True, b""
+        record.length.change(-1)
+        record.done_marks = True
+    db.close()
+    for _ in range(2):  # the second open finds nothing left to delete
+        with ackqueue.AckQueue(path) as q:
+            assert q.qsize() == 1
+            assert [done for _, done in stored(q)] == [False]
+            with q.connect() as c:
+                item = c.get(timeout=5)
+                assert item == "still queued"
+                c.nack(item)
+
+
+def test_two_consuming_sessions_take_from_stripes_of_their_own(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    try:
+        with (
+            ackqueue.AckQueue(zeo_server.uri) as q,
+            ackqueue.AckQueue(db=db) as other,
+            q.connect() as c,
+            other.connect() as o,
+        ):
+            q.put_many(list(range(40)))
+            for consumer in (c, o):  # both are consuming sessions now
+                consumer.nack(consumer.get(timeout=10))
+            for queue in (q, other):
+                index = queue._supply.ready
+                wait_until(lambda index=index: index._stripes == 2 or index.refresh(), 10,
+                           "both sessions to see two consuming sessions")
+            mine = [c.get(timeout=10) for _ in range(8)]
+            theirs = [o.get(timeout=10) for _ in range(8)]
+            assert len({n % 2 for n in mine}) == 1, mine
+            assert len({n % 2 for n in theirs}) == 1, theirs
+            assert {n % 2 for n in mine} != {n % 2 for n in theirs}
+            for item in mine:
+                c.ack(item)
+            for item in theirs:
+                o.ack(item)
+    finally:
+        db.close()
+
+
+def test_a_consumer_in_a_loop_gets_its_next_item_without_a_commit(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        q.put_many(list(range(6)))
+        got = []
+        for _ in range(2):  # the loop is seen: get soon after an ack
+            got.append(c.get(timeout=10))
+            c.ack(got[-1])
+        commits = q._store.commits
+        got.append(c.get(timeout=10))  # taken by the ack before it
+        assert q._store.commits == commits
+        c.ack(got[-1])
+        got += [c.get(timeout=10) for _ in range(3)]
+        for item in got[3:]:
+            c.ack(item)
+        assert got == list(range(6))
+        assert q.qsize() == 0
+
+
+@pytest.mark.parametrize("how", ["its wait ran out", "its consumer closed"])
+def test_an_item_an_ack_took_goes_back_to_the_others_when_not_come_back_for(
+    zeo_server: ZEOServer, monkeypatch: pytest.MonkeyPatch, how: str  # noqa: F811
+) -> None:
+    # Long enough that nothing runs out by accident on a loaded machine; closing must not wait.
+    monkeypatch.setattr(riding, "RIDE_SECONDS", 3.0 if how == "its wait ran out" else 600.0)
+    db = ZEO.DB(zeo_server.addr)
+    try:
+        with ackqueue.AckQueue(zeo_server.uri) as q, ackqueue.AckQueue(db=db) as other:
+            with other.connect() as o:
+                c = q.connect()
+                q.put_many(["one", "two", "three"])
+                for _ in range(2):
+                    c.ack(c.get(timeout=10))  # the second ack takes "three" for c
+                with pytest.raises(ackqueue.Empty):
+                    o.get(block=False)  # held for c, in the store
+                if how == "its consumer closed":
+                    c.close()
+                item = o.get(timeout=30)
+                assert item == "three"
+                o.ack(item)
+                c.close()
+            assert q.qsize() == 0
+    finally:
+        db.close()
+
+
+def test_an_item_an_ack_took_is_not_handed_out_while_the_queue_is_paused(
+    zeo_server: ZEOServer, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    monkeypatch.setattr(riding, "RIDE_SECONDS", 2.0)
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        q.put_many(["one", "two", "three"])
+        for _ in range(2):
+            c.ack(c.get(timeout=10))  # the second ack takes "three" for c
+        q.pause()
+        with pytest.raises(ackqueue.Empty):
+            c.get(timeout=0.5)
+        q.resume()
+        item = c.get(timeout=30)  # once its wait ran out, it was given back in place
+        assert item == "three"
+        c.ack(item)
