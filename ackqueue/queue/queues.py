@@ -26,7 +26,9 @@ from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
+from ackqueue.queue.closing import Closing
 from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.deadletters import DeadLetters
 from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
 from ackqueue.queue.opening import Options, assemble, check_options, signals_of
@@ -121,7 +123,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._meter, self._clock = core.meter, core.clock
         self._timers, self._holds, self._groups = parts.timers, parts.holds, parts.groups
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
-        self._keys = parts.keys
+        self._keys, self._closing = parts.keys, Closing(core, parts.holds, parts.timers)
+        self._dead = DeadLetters(core, parts.puts)
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
@@ -291,15 +294,11 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
     def dead_letters(self) -> list[DeadLetter]:
         """Every dead letter of this queue, oldest first."""
-        with self.mutex:
-            self._life.check_open()
-            return self._book.dead_letters()
+        return self._dead.listed()
 
     def dead_count(self) -> int:
         """How many dead letters this queue keeps."""
-        with self.mutex:
-            self._life.check_open()
-            return self._book.dead_count()
+        return self._dead.count()
 
     def requeue_dead(self, ids: Iterable[int] | None = None) -> int:
         """Put dead letters back at the end of the queue with a fresh attempt count.
@@ -307,14 +306,12 @@ class AckQueue(queue.Queue[T], Generic[T]):
         ``ids`` chooses which (see :attr:`DeadLetter.id`); None means all. Unknown ids are
         skipped. Returns how many were requeued, in one commit.
         """
-        with Shield(interruptible=False):  # stored and ready in memory, or neither
-            return self._puts.requeue_dead(None if ids is None else list(ids))
+        return self._dead.requeue(None if ids is None else list(ids))
 
     def purge_dead(self, ids: Iterable[int] | None = None) -> int:
         """Delete dead letters for good (all when ``ids`` is None); return how many, in one
         commit."""
-        self._life.check_open()
-        return self._store.run(self._book.purger(ids))
+        return self._dead.purge(None if ids is None else list(ids))
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -329,37 +326,21 @@ class AckQueue(queue.Queue[T], Generic[T]):
         can no longer ack them). Acks of items still held keep working after a graceful
         shutdown.
         """
-        with Shield(interruptible=False), self.mutex:  # a drain cut halfway would not add up
-            life = self._life
-            life.shut_down = True
-            if immediate and not life.drained:
-                life.drained = True
-                forgotten = self._supply.drain_locked() + self._holds.drain_locked()
-                self._tasks.finished_locked(forgotten)
-                self.all_tasks_done.notify_all()
-            self._signals.wake_all_locked()
+        self._closing.shutdown(immediate)
 
     def pause(self) -> None:
         """Hand out nothing until :meth:`resume`: gets wait, or time out, as on an empty queue;
         puts, acks and nacks go on. Stored, so the queue opens paused again, and seen by every
         process of a shared queue."""
-        self._set_paused(True)
+        self._closing.set_paused(True)
 
     def resume(self) -> None:
         """Hand items out again after :meth:`pause`; blocked gets wake."""
-        self._set_paused(False)
+        self._closing.set_paused(False)
 
     @property
     def paused(self) -> bool:
         return self._life.paused
-
-    def _set_paused(self, paused: bool) -> None:
-        self._life.check_open()
-        with Shield(interruptible=False):
-            self._store.run(self._book.pauser(paused))
-            with self.mutex:
-                self._life.paused = paused
-                self._signals.wake_all_locked()
 
     def pack(self) -> None:
         """Drop old revisions from the storage file, keeping only the live state."""
@@ -369,17 +350,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
     def close(self) -> None:
         """Give back held items and close the queue (and the file, with its last queue)."""
         with Shield(interruptible=False):
-            with self.mutex:
-                if self._life.closed:
-                    return
-                for table in list(self._holds.tables):
-                    self._holds.release_locked(table)
-                self._life.closed = True
-                self._dropped.detach()
-                self._timers.stop()
-                self._signals.wake_all_locked()
-            self._mode.close()
-            self._book.close()
+            if not self._closing.close(self._dropped.detach):
+                return
             status.beacon.detach(self)
             self._store.release(self.name)
 
