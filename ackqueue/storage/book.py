@@ -201,20 +201,24 @@ class Book:
 
     # -- edits (run inside Store.run; they touch only the database) ------------------------
 
+    def store_entry(self, staged: Staged, now: float) -> Entry:
+        """Store a staged put's entry (inside a change; the count is the caller's)."""
+        record = self.record
+        entry = record.entries[staged.key] = Entry(
+            staged.data, now, staged.not_before, staged.group
+        )
+        if staged.not_before:
+            record.delay_index()[staged.key] = staged.not_before
+        if staged.group is not None and not record.grouped:
+            record.grouped = True  # from now on the ready index must know groups at open
+        return entry
+
     def inserter(self, batch: list[Staged], now: float) -> Callable[[], None]:
         record = self.record
 
-        grouped = any(staged.group is not None for staged in batch)
-
         def insert() -> None:
             for staged in batch:
-                record.entries[staged.key] = Entry(
-                    staged.data, now, staged.not_before, staged.group
-                )
-                if staged.not_before:
-                    record.delay_index()[staged.key] = staged.not_before
-            if grouped and not record.grouped:
-                record.grouped = True
+                self.store_entry(staged, now)
             count_change(record, len(batch))
             record.reserve_seq(max(staged.seq for staged in batch))
 

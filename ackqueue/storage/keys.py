@@ -131,16 +131,12 @@ class KeyBook:
 
         return admit
 
-    @staticmethod
-    def _insert(record: QueueRecord, put: NewPut, now: float) -> None:
+    def _insert(self, record: QueueRecord, put: NewPut, now: float) -> None:
         staged = put.staged
-        entry = Entry(staged.data, now, staged.not_before)
+        entry = self.book.store_entry(staged, now)
         entry.item_key = put.key
         if put.remember is not None:
             entry.remember = put.remember
-        record.entries[staged.key] = entry
-        if staged.not_before:
-            record.delay_index()[staged.key] = staged.not_before
         index = record.key_index()
         old = record.seen
         if old is not None and put.key in old:

@@ -1,4 +1,5 @@
-"""examples/crawler.py: stopped by Ctrl-C or SIGKILL and rerun, it ends with every page once."""
+"""examples/crawler.py: stopped by Ctrl-C or SIGKILL and rerun, it ends with every page once,
+and it never sends one host more requests at once than allowed (the process fails if so)."""
 
 import os
 import signal
@@ -43,6 +44,9 @@ def finish(state_dir, pages):
 def test_the_crawler_stores_every_page_once(tmp_path):
     out = finish(tmp_path, 60)
     assert "crawl complete: 60 of 60 pages, each stored once; 60 fetched in this run" in out
+    # pages 3, 10, 17, ... answer 429 once: each came back by snooze, and was then fetched
+    assert "9 snoozed after a 429" in out
+    assert "at most 2 request(s) at once to one host" in out  # --per-host 2, 4 threads
 
 
 def test_ctrl_c_then_rerun_resumes_without_fetching_finished_pages(tmp_path):
