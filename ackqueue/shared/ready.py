@@ -219,7 +219,7 @@ class SharedReadyIndex:
         holder_, key_seq = self._holder, self._key_seq
         stripes, stripe = self._stripes, self._stripe
 
-        def first(record: QueueRecord, spread: int, striped: bool) -> Any:
+        def first(record: QueueRecord, start: Any, spread: int, striped: bool) -> Any:
             skip = spread
             entries = record.entries
             delayed = record.delayed
@@ -229,7 +229,7 @@ class SharedReadyIndex:
                 if self._stopped is not None
                 else None
             )
-            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
+            keys = entries.keys() if start is None else entries.keys(min=start, excludemin=True)
             candidates = (
                 (key, entries[key])
                 for key in keys
@@ -255,8 +255,12 @@ class SharedReadyIndex:
         book = self._book
         with reading(book.store.where):
             if stripes > 1:
-                found = book.read(lambda record: first(record, 0, True))
+                found = book.read(lambda record: first(record, cursor, 0, True))
                 if found is not None:
                     return found
+                # The cursor passed over the other stripes' keys without looking at them: a
+                # steal looks from the head (a sole consumer beside a dead session's stripe
+                # would otherwise see half the queue).
+                cursor = None
             spread = self._spread(cursor)
-            return book.read(lambda record: first(record, spread, False))
+            return book.read(lambda record: first(record, cursor, spread, False))
