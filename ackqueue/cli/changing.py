@@ -16,11 +16,11 @@ from typing import Any
 import ZODB
 
 from ackqueue.cli.common import (
-    QUEUE_CLASSES,
     CommandError,
     Progress,
     confirm,
     open_for_change,
+    open_queue,
     single_name,
     where,
 )
@@ -123,7 +123,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     before = os.path.getsize(args.path)
     print(f"packing {args.path} ({before:,} bytes)...", file=sys.stderr, flush=True)
     started = time.monotonic()
-    with QUEUE_CLASSES[kind](args.path, name=name, autopack=False) as q:
+    with open_queue(kind, args.path, name, autopack=False) as q:
         _with_file_progress(q.pack, args.path + ".pack", before, Progress("packed bytes"))
     after = os.path.getsize(args.path)  # closed: what is left is what ls shows
     print(f"packed {args.path}: {before:,} -> {after:,} bytes in "

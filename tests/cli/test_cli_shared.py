@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 
-from conftest import spawn_child
+from conftest import child_env, spawn_child
+from polling import wait_until
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -76,3 +79,34 @@ def test_stats_of_a_shared_file_shows_the_holds_of_a_killed_process(qpath, capsy
     assert [h["owner"] for h in queue["held_items"]] == [sid]
     [session] = report["sessions"]
     assert (session["id"], session["pid"], session["held"]) == (sid, child.pid, 1)
+
+
+
+def test_changing_commands_work_on_a_file_processes_share(tmp_path):
+    """requeue, pause, resume, purge and pack on a file that another process has open with
+    shared=True go through its server (opening the file directly is refused while the server
+    holds it)."""
+    path = str(tmp_path / "jobs.fs")
+
+    def command(*argv: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "ackqueue", *argv, path], env=child_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    with ackqueue.AckQueue(path, shared=True, max_attempts=1) as q:
+        q.put_many(range(5))
+        with q.connect() as c:
+            c.reject(c.get())
+            c.reject(c.get())
+        assert (q.qsize(), q.dead_count()) == (3, 2)
+        command("requeue", "--dead", "--yes")
+        command("pause")
+        wait_until(lambda: q.paused, 10, "the pause to reach this process")
+        command("resume")
+        command("pack")
+        assert q.dead_count() == 0
+        with q.connect() as c:
+            c.reject(c.get())
+        command("purge", "--dead", "--yes")
+        assert q.dead_count() == 0
+        wait_until(lambda: q.qsize() == 4 and not q.paused, 10, "4 ready, not paused")
