@@ -62,8 +62,10 @@ def history(items: set[str], logs: list[str]) -> str:
     return "\n".join(lines)
 
 
-def start_worker(uri: str, log: str, role: str, lease: float) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, WORKER, uri, log, role, str(THREADS), str(ITERATIONS), str(lease)]
+def start_worker(
+    uri: str, log: str, role: str, lease: float, iterations: int = ITERATIONS
+) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, WORKER, uri, log, role, str(THREADS), str(iterations), str(lease)]
     return subprocess.Popen(argv, env=child_env())
 
 
@@ -75,7 +77,10 @@ def run_with_a_killed_consumer(server: ZEOServer, tmp_path, restart_server: bool
     lease = RESTART_SESSION_TIMEOUT if restart_server else SESSION_TIMEOUT
     roles = ["victim"] + ["normal"] * (PROCESSES - 1)
     pairs = zip(logs, roles, strict=True)
-    procs = [start_worker(server.uri, log, role, lease) for log, role in pairs]
+    # Across a restart the workers must still have work when the server is back: with the
+    # shared path this fast, 15 iterations a thread could all be done before it is.
+    iterations = ITERATIONS * 4 if restart_server else ITERATIONS
+    procs = [start_worker(server.uri, log, role, lease, iterations) for log, role in pairs]
     try:
         def events(kind: str, paths: list[str] = logs) -> list[str]:
             return [what for path in paths for k, what in read_log(path) if k == kind]
