@@ -36,25 +36,11 @@ def _connections(server: Any) -> int:
     return sum(len(zs) for zs in server.zeo_storages_by_storage_id.values())
 
 
-def _file_id(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _watch(server: Any, idle: float, path: str, served: tuple[int, int] | None) -> None:
-    """Stop the server (SIGTERM to this process) once it had no client for ``idle`` s, or at
-    once when its file was deleted or replaced: a new file at the path must get a server of
-    its own, not this one, whose commits would go to a file nobody can open again."""
+def _watch_idle(server: Any, idle: float) -> None:
+    """Stop the server (SIGTERM to this process) once it had no client for ``idle`` s."""
     last_busy = time.monotonic()
     while True:
         time.sleep(min(0.5, idle / 4))
-        if _file_id(path) != served:
-            log.warning("%s was deleted or replaced: stopping its server", path)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
         if _connections(server):
             last_busy = time.monotonic()
         elif time.monotonic() - last_busy > idle:
@@ -88,8 +74,7 @@ def serve(path: str, directory: str, idle: float, durability: str) -> int:
         server = StorageServer(sock, {"1": storage})
         os.chmod(sock, 0o600)
         mine = os.stat(sock).st_ino
-        served = _file_id(path)
-        threading.Thread(target=_watch, args=(server, idle, path, served), daemon=True).start()
+        threading.Thread(target=_watch_idle, args=(server, idle), daemon=True).start()
         log.info("serving %s on %s (pid %d)", path, sock, os.getpid())
         server.loop()
     finally:

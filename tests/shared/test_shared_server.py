@@ -113,28 +113,6 @@ def test_two_processes_share_a_file_through_a_private_server_they_start(qpath) -
         assert q.qsize() == 0
 
 
-def test_a_server_whose_file_was_deleted_stops_and_a_new_file_gets_its_own(
-    qpath, monkeypatch
-) -> None:
-    """Deleting the file while its idle server lingers: the server stops at once, so a new
-    file at the same path is served by a server of its own (the old one would take its puts
-    into the deleted file)."""
-    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "60")  # so that it cannot just idle out
-    with ackqueue.AckQueue(qpath, shared=True) as q:
-        q.put("old")
-    pid = server_pid(qpath)
-    assert alive(pid)  # lingering: its last client left only now
-    for name in os.listdir(os.path.dirname(qpath)):
-        if name.startswith(os.path.basename(qpath)):
-            os.unlink(os.path.join(os.path.dirname(qpath), name))
-    wait_gone(pid, timeout=10)
-    with ackqueue.AckQueue(qpath, shared=True) as q:
-        assert q.qsize() == 0
-        q.put("new")
-    with ackqueue.AckQueue(qpath, shared=True) as q, q.connect() as c:
-        assert c.get(timeout=10) == "new"
-
-
 def test_the_server_outlives_its_starter_and_a_killed_server_comes_back(qpath) -> None:
     child = spawn_child(PUT_AND_PRINT_PID, qpath, "first")
     assert child.stdout is not None and child.stdout.readline().strip() == "put"
