@@ -1,6 +1,7 @@
 """The base layer: small tools every other layer may use, and that know nothing of queues.
 
 Clocks (:mod:`.clock`), the timer thread (:mod:`.timers`), Ctrl-C shielding
-(:mod:`.interrupts`) and hashable ids for keys (:mod:`.keyids`). Imports only the standard
-library and :mod:`ackqueue.errors`.
+(:mod:`.interrupts`) and hashable ids for keys (:mod:`.keyids`).
+
+May import :mod:`ackqueue.errors` (and the standard library), nothing else of the package.
 """

@@ -1,7 +1,14 @@
 """The tools layer: ``python -m ackqueue`` (inspect, requeue, purge, pack) and the demo.
 
-It reads queue files through :mod:`ackqueue.storage` and opens queues through the public API;
-nothing below imports it.
+The entry point and the reading commands (:mod:`.commands`), the changing ones
+(:mod:`.changing`) and what they share (:mod:`.common`); reading a file from outside while a
+process has it open (:mod:`.inspection`) into plain reports (:mod:`.reports`); ``groups``
+(:mod:`.groups`), ``top`` (:mod:`.top`), ``bench`` (:mod:`.bench`) and the tour
+(:mod:`.demo`).
+
+May import :mod:`ackqueue.workers`, :mod:`ackqueue.queue`, :mod:`ackqueue.shared` (the stored
+hold marks and sessions it reports), :mod:`ackqueue.storage`, :mod:`ackqueue.records` and
+:mod:`ackqueue.errors`; nothing below imports it.
 """
 
 from ackqueue.cli.commands import main

@@ -1,12 +1,15 @@
 """Shared mode: one queue used by several processes through ZEO or RelStorage.
 
-:class:`~ackqueue.shared.mode.SharedMode` implements the same :class:`~ackqueue.delivery.mode.Mode`
-interface as single-process mode, with holds stored in the database (:mod:`.holdmarks`),
-sessions kept alive by lease and reaped when they lapse (:mod:`.sessions`), the ready order read
-from the stored tree (:mod:`.ready`), a watcher that wakes blocked gets when another process
-commits (:mod:`.watching`) and a sweeper deleting the entries that acks marked done
-(:mod:`.sweeping`). May import :mod:`ackqueue.base`, :mod:`ackqueue.storage` and
-:mod:`ackqueue.delivery`.
+:class:`~ackqueue.shared.mode.SharedMode` (:mod:`.mode`) implements the same
+:class:`~ackqueue.delivery.mode.Mode` interface as single-process mode, with holds stored in
+the database (:mod:`.holdmarks`), sessions kept alive by lease and reaped when they lapse
+(:mod:`.sessions`), the ready order read from the stored tree (:mod:`.ready`), group rules
+read from the store (:mod:`.groupgate`), a watcher that wakes blocked gets when another
+process commits (:mod:`.watching`) and a sweeper deleting the entries that acks marked done
+(:mod:`.sweeping`).
+
+May import :mod:`ackqueue.delivery`, :mod:`ackqueue.storage`, :mod:`ackqueue.base`,
+:mod:`ackqueue.records` and :mod:`ackqueue.errors`.
 """
 
 from __future__ import annotations

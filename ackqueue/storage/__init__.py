@@ -1,10 +1,15 @@
 """The storage layer: everything that knows ZODB.
 
-Opening storages and sharing one database per file (:mod:`.store`), group commit
-(:mod:`.commit`), fsync policy (:mod:`.durability`), repair of torn files (:mod:`.repair`),
-packing (:mod:`.packing`), queue counts (:mod:`.counts`), URIs (:mod:`.uri`), transactions
-(:mod:`.transactions`), and the stored book of one queue: its entries, delays and dead letters,
-the edits that change them and the reads that see them (:mod:`.book`).
-May import :mod:`ackqueue.base`, :mod:`ackqueue.errors` and :mod:`ackqueue.records` (the file
-format); nothing from the layers above.
+Opening storages and sharing one database per file (:mod:`.store`), opening a queue file
+(:mod:`.files`), group commit (:mod:`.commit`), fsync policy (:mod:`.durability`), repair of
+torn files (:mod:`.repair`), the scratch files left beside one (:mod:`.leftovers`), packing
+(:mod:`.packing`), queue counts (:mod:`.counts`), URIs (:mod:`.uri`, :mod:`.postgres`), the
+server that ``shared=True`` starts for a file (:mod:`.sharedserver`, :mod:`.zeoserver`),
+transactions (:mod:`.transactions`), and the stored book of one queue (:mod:`.book`): its
+items (:mod:`.items`), dead letters (:mod:`.deadletters`), key index and seen-set
+(:mod:`.keyindex`, :mod:`.keys`), groups (:mod:`.groupbook`) and the deletion of entries that
+shared-mode acks marked done (:mod:`.sweeping`).
+
+May import :mod:`ackqueue.base`, :mod:`ackqueue.records` (the file format) and
+:mod:`ackqueue.errors`; nothing from the layers above.
 """
