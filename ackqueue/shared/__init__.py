@@ -3,7 +3,8 @@
 :class:`~ackqueue.shared.mode.SharedMode` (:mod:`.mode`) implements the same
 :class:`~ackqueue.delivery.mode.Mode` interface as single-process mode, with holds stored in
 the database (:mod:`.holdmarks`), sessions kept alive by lease and reaped when they lapse
-(:mod:`.sessions`), the ready order read from the stored tree (:mod:`.ready`), group rules
+(:mod:`.sessions`), sequence numbers from blocks reserved in the stored record
+(:mod:`.seqblocks`), the ready order read from the stored tree (:mod:`.ready`), group rules
 read from the store (:mod:`.groupgate`), a watcher that wakes blocked gets when another
 process commits (:mod:`.watching`) and a sweeper deleting the entries that acks marked done
 (:mod:`.sweeping`).

@@ -7,6 +7,7 @@ session's holds without reading every entry. Every function here runs inside a c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from BTrees.OOBTree import OOBTree
@@ -16,6 +17,7 @@ from ackqueue.errors import LeaseExpiredError, NotHeldError
 HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
 
 HoldValue = tuple[str, int]  # (session id, delivery token)
+Edit = Callable[[], None]
 
 
 def entry_of(root: Any, name: str, key: Any) -> Any:
@@ -90,3 +92,24 @@ def check_holds(record: Any, name: str, expected: list[tuple[Any, HoldValue | No
                 "back to the queue and may have been delivered to another consumer); "
                 "nothing was changed"
             )
+
+
+def fencer(record: Any, name: str, expected: list[tuple[Any, HoldValue | None, int]]) -> Edit:
+    """The check, to run inside a commit, that every hold in ``expected`` is still so
+    (:func:`check_holds`)."""
+
+    def check() -> None:
+        check_holds(record, name, expected)
+
+    return check
+
+
+def unholder(root: Callable[[], Any], name: str, keys: list[Any]) -> Edit:
+    """The edit clearing the holds of queue ``name`` on ``keys`` (``root()``: the connection's
+    root at the time the edit runs)."""
+
+    def unhold() -> None:
+        for key in keys:
+            clear_hold(root(), name, key)
+
+    return unhold

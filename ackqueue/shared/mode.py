@@ -16,7 +16,7 @@ the same queue, a hold must be visible to them, so in shared mode:
   whoever reaps its session (:mod:`ackqueue.shared.sessions`);
 * the ready order comes from the stored tree, read after a sync (:class:`SharedReadyIndex`),
   instead of the in-memory index that assumes one process;
-* sequence numbers come from blocks reserved in the shared queue record.
+* sequence numbers come from blocks reserved in the shared queue record (:mod:`.seqblocks`).
 
 Ordering across processes is documented in README.rst ("Scaling out").
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -37,7 +36,6 @@ from ackqueue.delivery.holds import Hold
 from ackqueue.delivery.mode import Edit, Load, Ride, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
-from ackqueue.delivery.seqs import checked_seq
 from ackqueue.delivery.signals import Lifecycle, Signals
 from ackqueue.delivery.supply import Supply
 from ackqueue.shared import sessions
@@ -45,23 +43,19 @@ from ackqueue.shared.groupgate import GroupGate
 from ackqueue.shared.holdmarks import (
     HOLDS_KEY,
     HoldValue,
-    check_holds,
     clear_hold,
+    fencer,
     holder,
     set_hold,
+    unholder,
 )
 from ackqueue.shared.ready import SharedReadyIndex, reading
+from ackqueue.shared.seqblocks import SeqBlocks
 from ackqueue.shared.sessions import SessionLost
 from ackqueue.storage.book import Book
 from ackqueue.storage.transactions import current
 
 log = logging.getLogger("ackqueue")
-
-# A process numbers its puts from a block of sequence numbers reserved in the shared record,
-# used for at most SEQ_BLOCK puts or SEQ_BLOCK_SECONDS, whichever ends first, so that items put
-# by different processes at about the same time stay close to put order.
-SEQ_BLOCK = 64
-SEQ_BLOCK_SECONDS = 1.0
 
 # The outcome of taking one claim: None (another process got it first), "stopped" (its group may
 # not deliver now), or the attempts so far (None: buried) with its stored hold (None: removed).
@@ -94,9 +88,7 @@ class SharedMode:
         self.mine: KeyMap[HoldValue] = KeyMap(ordering.key_id)  # keys held here, and how
         self.taking = KeySet(ordering.key_id)  # keys claimed here whose hold is committing
         self._void: Void | None = None
-        self._block_next = 0
-        self._block_end = 0
-        self._block_until = 0.0
+        self._seqs = SeqBlocks(book)
         self.session = sessions.acquire(self._store, session_timeout)
         self.session.add_queue(self)
 
@@ -118,13 +110,7 @@ class SharedMode:
         return sum(len(mine) for mine in holds_by_session.values())
 
     def next_seq_locked(self) -> int:
-        if self._block_next >= self._block_end or time.monotonic() > self._block_until:
-            start = self._store.run(self._book.seq_reserver(SEQ_BLOCK))
-            self._block_next, self._block_end = start, start + SEQ_BLOCK
-            self._block_until = time.monotonic() + SEQ_BLOCK_SECONDS
-        seq = self._block_next
-        self._block_next += 1
-        return checked_seq(seq, self.name)
+        return self._seqs.next_locked()
 
     def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
         self._index = SharedReadyIndex(
@@ -300,21 +286,10 @@ class SharedMode:
 
     def _fence(self, expected: list[tuple[Any, HoldValue | None, int]]) -> Edit:
         """A check (inside the commit) that every hold is still this session's, same token."""
-        name, record = self.name, self._book.record
-
-        def check() -> None:
-            check_holds(record, name, expected)
-
-        return check
+        return fencer(self._book.record, self.name, expected)
 
     def _unhold(self, keys: list[Any]) -> Edit:
-        root, name = self._store.root, self.name
-
-        def unhold() -> None:
-            for key in keys:
-                clear_hold(root(), name, key)
-
-        return unhold
+        return unholder(self._store.root, self.name, keys)
 
     def settled_locked(self, keys: list[Any]) -> None:
         for key in keys:
