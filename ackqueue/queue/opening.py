@@ -1,4 +1,5 @@
-"""Opening a queue: its book in the store, then the collaborators around it.
+"""Opening a queue: its book in the store (:func:`open_book`), then the collaborators around it
+(:func:`assemble`).
 
 This is where the mode is chosen: :class:`~ackqueue.delivery.local.LocalMode` when this process
 owns the database, :class:`~ackqueue.shared.mode.SharedMode` when processes share it. Every
@@ -7,8 +8,12 @@ collaborator is given what it works with here, once; none of them reaches into a
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
+from typing import Any
+
+import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
@@ -23,15 +28,19 @@ from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Supply
 from ackqueue.queue.calls import Calls
 from ackqueue.queue.claiming import Claimer, StdlibGet
+from ackqueue.queue.closing import Closing
 from ackqueue.queue.core import Core
+from ackqueue.queue.deadletters import DeadLetters
 from ackqueue.queue.deliveries import Deliveries
 from ackqueue.queue.groupcontrol import GroupControl
 from ackqueue.queue.keying import Keys
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.queue.riding import Rides
+from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
 from ackqueue.storage.keyindex import remember_seconds
+from ackqueue.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,46 @@ class Options:
 
 
 @dataclass(frozen=True)
+class Opened:
+    """A queue's place in its database: the store (acquired), the claim on the queue's name
+    in it, the queue's book, and whether processes share the queue."""
+
+    store: Store
+    claim: object
+    book: Book
+    shared: bool
+
+
+def open_book(
+    owner: Any,
+    path: str | os.PathLike[str] | None,
+    db: ZODB.DB | None,
+    name: str,
+    kind: str,
+    class_name: str,
+    durability: str,
+    autopack: bool,
+    shared: bool | None,
+) -> Opened:
+    """Acquire the store of ``path`` (or ``db``), claim ``name`` in it for ``owner`` and open
+    the book of that name. If this fails, nothing stays acquired or claimed."""
+    store = Store.acquire(path, db, durability=durability, autopack=autopack, shared=shared)
+    try:
+        claim = store.claim_name(name, owner)
+    except BaseException:
+        store.release()
+        raise
+    try:
+        is_shared = wants_shared(store, shared)
+        # A shared queue's count is read by other processes: keep it in its Length.
+        book = Book(store, name, kind, class_name, not is_shared)
+    except BaseException:
+        store.release(name)
+        raise
+    return Opened(store, claim, book, is_shared)
+
+
+@dataclass(frozen=True)
 class Parts:
     """The collaborators of one open queue."""
 
@@ -59,6 +108,8 @@ class Parts:
     deliveries: Deliveries
     groups: GroupControl
     keys: Keys
+    closing: Closing
+    dead: DeadLetters
 
 
 def check_options(
@@ -126,7 +177,8 @@ def assemble(
     deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides=rides)
     groups = GroupControl(core, opts.groups)
     keys = Keys(core, puts, opts.unique)
-    return Parts(core, timers, holds, claimer, puts, deliveries, groups, keys)
+    closing, dead = Closing(core, holds, timers), DeadLetters(core, puts)
+    return Parts(core, timers, holds, claimer, puts, deliveries, groups, keys, closing, dead)
 
 
 def signals_of(

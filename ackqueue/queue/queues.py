@@ -26,16 +26,11 @@ from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
-from ackqueue.queue.closing import Closing
 from ackqueue.queue.consumer import Consumer
-from ackqueue.queue.deadletters import DeadLetters
 from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
-from ackqueue.queue.opening import Options, assemble, check_options, signals_of
-from ackqueue.shared import wants_shared
-from ackqueue.storage.book import Book
+from ackqueue.queue.opening import Options, assemble, check_options, open_book, signals_of
 from ackqueue.storage.deadletters import DeadLetter
-from ackqueue.storage.store import Store
 from ackqueue.storage.transactions import Transaction, transaction
 
 T = TypeVar("T")
@@ -94,21 +89,15 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._order = order
         self._life = life = Lifecycle(name)
         self._tasks = Tasks()
-        self._store = store = Store.acquire(
-            path, db, durability=durability, autopack=autopack, shared=shared
+        opened = open_book(
+            self, path, db, name, order.kind, type(self).__name__, durability, autopack, shared
         )
-        try:
-            claim = store.claim_name(name, self)
-        except BaseException:
-            store.release()
-            raise
+        self._store, self._book = store, book = opened.store, opened.book
         try:
             opts = Options(
                 name, maxsize, max_attempts, ack_timeout, clock or time.time, session_timeout,
-                wants_shared(store, shared), rules, unique,
+                opened.shared, rules, unique,
             )
-            # A shared queue's count is read by other processes: keep it in its Length.
-            self._book = book = Book(store, name, order.kind, type(self).__name__, not opts.shared)
             super().__init__(maxsize)  # the standard library's mutex and conditions
             self._tasks.wake_on(self.all_tasks_done)
             signals = signals_of(self.mutex, self.not_empty, self.not_full, self.all_tasks_done)
@@ -123,11 +112,12 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._meter, self._clock = core.meter, core.clock
         self._timers, self._holds, self._groups = parts.timers, parts.holds, parts.groups
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
-        self._keys, self._closing = parts.keys, Closing(core, parts.holds, parts.timers)
-        self._dead = DeadLetters(core, parts.puts)
+        self._keys, self._closing, self._dead = parts.keys, parts.closing, parts.dead
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
-        self._dropped = dropping.watch(self, store, name, claim, book.close, self._mode.dropped())
+        self._dropped = dropping.watch(
+            self, store, name, opened.claim, book.close, self._mode.dropped()
+        )
 
     # -- the standard library's hooks and state ---------------------------------------------
 
