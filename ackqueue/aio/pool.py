@@ -28,6 +28,7 @@ from ackqueue.aio.feeders import FEEDERS, SETTLERS, Feeder
 from ackqueue.aio.queues import AsyncAckQueue
 from ackqueue.aio.signals import handle_stop_signals
 from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
+from ackqueue.workers.options import check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
 
 log = logging.getLogger("ackqueue")
@@ -60,8 +61,7 @@ class AsyncWorkerPool:
     ) -> None:
         if concurrency < 1:
             raise ValueError("a pool needs a concurrency of at least 1")
-        if prefetch is not None and prefetch < 1:
-            raise ValueError("prefetch must be at least 1")
+        check_pool_options(prefetch, stop_timeout, poll, log_interval)
         if not asyncio.iscoroutinefunction(handler) and not callable(handler):
             raise TypeError("handler must be an async function taking one item")
         self.queue = queue
@@ -72,7 +72,7 @@ class AsyncWorkerPool:
         self.log_interval = log_interval
         self.poll = poll
         leased = queue.ack_timeout is not None
-        self.prefetch = prefetch or (concurrency if leased else 32 * concurrency)
+        self.prefetch = default_prefetch(prefetch, concurrency, leased)
         self.stats = PoolStats()
         self._stopping: asyncio.Event | None = None
         self._stopped_by: str | None = None

@@ -27,6 +27,7 @@ from typing import Any
 
 from ackqueue.workers.board import UNSTARTED, Board
 from ackqueue.workers.feeder import Feeder
+from ackqueue.workers.options import check_pool_options, default_prefetch
 from ackqueue.workers.retry import Retry
 from ackqueue.workers.stats import PoolStats
 
@@ -76,8 +77,7 @@ class WorkerPool:
     ) -> None:
         if threads < 1:
             raise ValueError("a pool needs at least one thread")
-        if prefetch is not None and prefetch < 1:
-            raise ValueError("prefetch must be at least 1")
+        check_pool_options(prefetch, stop_timeout, poll, log_interval)
         self.queue = queue
         self.handler = handler
         self.threads = threads
@@ -85,9 +85,8 @@ class WorkerPool:
         self.stop_timeout = stop_timeout
         self.log_interval = log_interval
         self.poll = poll
-        # A lease runs from the get: with one, read ahead only as far as the workers reach.
         leased = getattr(queue, "ack_timeout", None) is not None
-        self.prefetch = prefetch or (threads if leased else 32 * threads)
+        self.prefetch = default_prefetch(prefetch, threads, leased)
         self.stats = PoolStats()
         self._board = Board(queue, threads, self.prefetch, self.stats)
         self._feeders: list[Feeder] = []

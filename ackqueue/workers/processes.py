@@ -30,6 +30,7 @@ from typing import Any
 from ackqueue.errors import WorkerProcessError
 from ackqueue.queue.queues import AckQueue
 from ackqueue.workers import child
+from ackqueue.workers.options import check_pool_options
 from ackqueue.workers.pool import Handler, PoolStats, Retry
 
 log = logging.getLogger("ackqueue")
@@ -96,6 +97,7 @@ class ProcessPool:
             raise ValueError("a process pool needs at least one process")
         if threads < 1:
             raise ValueError("each worker process needs at least one thread")
+        check_pool_options(prefetch, stop_timeout, poll, log_interval)
         options = dict(queue_options or {})
         for reserved in ("shared", "name", "db"):
             if reserved in options:
