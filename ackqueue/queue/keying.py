@@ -128,7 +128,7 @@ class Keys:
         if not news and not revisits:
             return result  # every key live or seen: nothing to commit
         edit = self._book.admitter(news, [r for _, r in revisits], core.clock())
-        landing = _Landing(core, news, [r for _, r in revisits], in_tx=tx is not None)
+        landing = _Landing(core, self._puts, news, [r for _, r in revisits], tx is not None)
         if tx is not None:
             tx.add(lambda: landing.note(edit()), after_commit=landing.land, undo=landing.undo)
             pending.update(put.key for put in news)
@@ -251,9 +251,10 @@ class _Landing:
     """What a put by key does in memory once its commit is known (or undone)."""
 
     def __init__(
-        self, core: Core, news: list[NewPut], revisits: list[Revisit], in_tx: bool
+        self, core: Core, puts: Puts, news: list[NewPut], revisits: list[Revisit], in_tx: bool
     ) -> None:
-        self._core, self._news, self._revisits, self._in_tx = core, news, revisits, in_tx
+        self._core, self._puts, self._in_tx = core, puts, in_tx
+        self._news, self._revisits = news, revisits
         self.stored: list[bool] = []
         self.revised: list[bool] = []
 
@@ -262,38 +263,17 @@ class _Landing:
 
     def land(self) -> None:
         core = self._core
-        signals, supply, n = core.signals, core.supply, len(self._news)
-        with signals.mutex:
-            stored = sum(self.stored)
-            if self._in_tx:
-                supply.tx_staged -= n
-                core.tasks.added_locked(stored)
-            else:
-                supply.staged -= n
-                core.tasks.finished_locked(n - stored)
-            for put, ok in zip(self._news, self.stored, strict=True):
-                if ok:
-                    # No cached pickle: a revisit, here or in another process, may rewrite it.
-                    supply.land_staged_locked(put.staged, cache=False)
+        with core.signals.mutex:
             for revisit, ok in zip(self._revisits, self.revised, strict=True):
                 live = revisit.live
-                supply.land_locked(live.entry_key, revisit.due if ok else live.not_before)
-            core.meter.put_locked(stored)
-            signals.landed.notify_all()
-            if n - stored:
-                signals.not_full.notify(n - stored)
+                core.supply.land_locked(live.entry_key, revisit.due if ok else live.not_before)
+            # No cached pickle: a revisit, here or in another process, may rewrite it.
+            batch = [put.staged for put in self._news]
+            self._puts.landed_locked(batch, self._in_tx, self.stored, cache=False)
 
     def undo(self) -> None:
         core = self._core
-        signals, supply, n = core.signals, core.supply, len(self._news)
-        with signals.mutex:
-            if self._in_tx:
-                supply.tx_staged -= n
-            else:
-                supply.staged -= n
-                core.tasks.finished_locked(n)
+        with core.signals.mutex:
             for revisit in self._revisits:
-                supply.land_locked(revisit.live.entry_key, revisit.live.not_before)
-            signals.landed.notify_all()
-            if n:
-                signals.not_full.notify(n)
+                core.supply.land_locked(revisit.live.entry_key, revisit.live.not_before)
+            self._puts.unstaged_locked(len(self._news), self._in_tx)

@@ -70,10 +70,7 @@ class Puts:
         due: float,
         group: str | None = None,
     ) -> None:
-        check_group(group)
-        tx = current(self._store)
-        if tx is not None:
-            self.put_in_transaction(tx, [item], block, timeout, priority, due, group)
+        if self._put_in_open_transaction([item], block, timeout, priority, due, group):
             return
         calls = self._calls
         calls.priority = priority
@@ -86,29 +83,84 @@ class Puts:
             return  # a subclass's _put chose not to store it
         staged.not_before = due
         staged.group = group
+        self._commit([staged])
+
+    def _put_in_open_transaction(
+        self,
+        items: list[Any],
+        block: bool,
+        timeout: float | None,
+        priority: int,
+        due: float,
+        group: str | None,
+    ) -> bool:
+        """Check ``group``; inside a transaction, stage ``items`` in it and say so (True)."""
+        check_group(group)
+        tx = current(self._store)
+        if tx is None:
+            return False
+        self.put_in_transaction(tx, items, block, timeout, priority, due, group)
+        return True
+
+    def _commit(self, batch: list[Staged]) -> None:
+        """Store the staged ``batch`` (one commit), then land it; if that fails, unstage it."""
         try:
-            self._store.run(self._book.inserter([staged], self._clock()))
+            self._store.run(self._book.inserter(batch, self._clock()))
         except BaseException:
-            self._unstage(counted=True, staged=staged)
+            with self._signals.mutex:
+                self.unstaged_locked(len(batch), in_tx=False)
             raise
         with self._signals.mutex:
-            self._supply.staged -= 1
-            self._supply.land_staged_locked(staged)
-            self._meter.put_locked(1)
-            self._signals.landed.notify_all()
+            self.landed_locked(batch, in_tx=False)
 
-    def _unstage(self, counted: bool, staged: Staged | None = None) -> None:
-        """A staged put failed: it takes no place any more (nor counts for ``join``)."""
-        staged = staged or self._calls.staged
-        self._calls.staged = None
-        if staged is None:
-            return
-        with self._signals.mutex:
-            self._supply.staged -= 1
+    def _unstage(self, counted: bool) -> None:
+        """The standard library's put failed around the hook: what it staged takes no place
+        any more (nor counts for ``join`` if it was ``counted``)."""
+        staged, self._calls.staged = self._calls.staged, None
+        if staged is not None:
+            with self._signals.mutex:
+                self.unstaged_locked(1, in_tx=False, counted=counted)
+
+    # -- landing: what staged puts do in memory once their commit is known --------------------
+
+    def landed_locked(
+        self,
+        batch: list[Staged],
+        in_tx: bool,
+        stored: list[bool] | None = None,
+        cache: bool = True,
+    ) -> None:
+        """The commit of the staged ``batch`` is done (the mutex is held): each put it
+        ``stored`` (every one, without ``stored``) is ready or delayed, with its pickle kept
+        if ``cache``; the others take no place any more. Gets waiting for puts wake."""
+        kept = batch if stored is None else [s for s, ok in zip(batch, stored, strict=True) if ok]
+        supply, n, lost = self._supply, len(batch), len(batch) - len(kept)
+        if in_tx:
+            supply.tx_staged -= n
+            self._tasks.added_locked(len(kept))
+        else:
+            supply.staged -= n
+            self._tasks.finished_locked(lost)
+        for staged in kept:
+            supply.land_staged_locked(staged, cache=cache)
+        self._meter.put_locked(len(kept))
+        self._signals.landed.notify_all()
+        if lost:
+            self._signals.not_full.notify(lost)
+
+    def unstaged_locked(self, n: int, in_tx: bool, counted: bool = True) -> None:
+        """``n`` staged puts will not land (their commit failed or was undone; the mutex is
+        held): their places are free, and outside a transaction, if ``counted``, they no
+        longer count for ``join``."""
+        if in_tx:
+            self._supply.tx_staged -= n
+        else:
+            self._supply.staged -= n
             if counted:
-                self._tasks.unfinished -= 1
-            self._signals.landed.notify_all()
-            self._signals.not_full.notify()
+                self._tasks.finished_locked(n)
+        self._signals.landed.notify_all()
+        if n:
+            self._signals.not_full.notify(n)
 
     def put_many(
         self,
@@ -119,30 +171,10 @@ class Puts:
         due: float,
         group: str | None = None,
     ) -> None:
-        check_group(group)
-        tx = current(self._store)
-        if tx is not None:
-            self.put_in_transaction(tx, items, block, timeout, priority, due, group)
+        if self._put_in_open_transaction(items, block, timeout, priority, due, group):
             return
-        if not items:
-            return
-        batch = self.stage_batch(items, block, timeout, priority, due, False, group)
-        signals, supply = self._signals, self._supply
-        try:
-            self._store.run(self._book.inserter(batch, self._clock()))
-        except BaseException:
-            with signals.mutex:
-                supply.staged -= len(batch)
-                self._tasks.unfinished -= len(batch)
-                signals.landed.notify_all()
-                signals.not_full.notify(len(batch))
-            raise
-        with signals.mutex:
-            supply.staged -= len(batch)
-            for staged in batch:
-                supply.land_staged_locked(staged)
-            self._meter.put_locked(len(batch))
-            signals.landed.notify_all()
+        if items:
+            self._commit(self.stage_batch(items, block, timeout, priority, due, False, group))
 
     def put_in_transaction(
         self,
@@ -157,20 +189,15 @@ class Puts:
         if not items:
             return
         batch = self.stage_batch(items, block, timeout, priority, due, True, group)
-        signals, supply = self._signals, self._supply
+        mutex = self._signals.mutex
 
         def land() -> None:
-            with signals.mutex:
-                supply.tx_staged -= len(batch)
-                self._tasks.added_locked(len(batch))
-                for staged in batch:
-                    supply.land_staged_locked(staged)
-                self._meter.put_locked(len(batch))
+            with mutex:
+                self.landed_locked(batch, in_tx=True)
 
         def drop() -> None:
-            with signals.mutex:
-                supply.tx_staged -= len(batch)
-                signals.not_full.notify(len(batch))
+            with mutex:
+                self.unstaged_locked(len(batch), in_tx=True)
 
         tx.add(self._book.inserter(batch, self._clock()), after_commit=land, undo=drop)
 
