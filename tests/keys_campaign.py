@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from shared_campaign import _env  # the environment of a child running the tree at ``root``
+from campaign_children import env_at, start_child
 
 KEYS = 4000  # the key space: links pick from it, so many are put again after they were seen
 
@@ -114,20 +114,13 @@ def _lines(path: str) -> list[str]:
 def run(path: str, log_path: str, kills: int, root: str, shared: bool, seed: int = 0) -> Result:
     """Run the campaign on queue file ``path`` with ``kills`` SIGKILLs; the checked result."""
     rng = random.Random(seed)
-    env = _env(root)
+    env = env_at(root)
     result = Result()
     started = time.monotonic()
     flag = "1" if shared else "0"
     for k in range(kills):
-        p = subprocess.Popen([sys.executable, "-c", WORKER, path, log_path,
-                              str(rng.randrange(1 << 30)), flag],
-                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        assert p.stdout is not None
-        if p.stdout.readline().strip() != "open":
-            p.kill()
-            _out, err = p.communicate(timeout=30)
-            raise AssertionError(f"the worker did not open the queue: {err[-2000:]}")
+        p = start_child(WORKER, [path, log_path, str(rng.randrange(1 << 30)), flag], env,
+                        keep_stderr=True)
         # The kill point: after a chosen number of confirmed events, or mid-way to the next
         # one (the process is then inside a put, a get, an ack or a commit).
         target = len(_lines(log_path)) + rng.randint(1, 25)

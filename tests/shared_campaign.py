@@ -27,6 +27,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from campaign_children import env_at, start_child
+
 LEASE = 2.0  # session lease of the workers: a killed worker's holds come back after it
 
 WORKER = r"""
@@ -121,12 +123,6 @@ class Result:
     problems: list[str] = field(default_factory=list)
 
 
-def _env(root: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return env
-
-
 def _server_pid(path: str) -> int | None:
     from ackqueue.storage import sharedserver
 
@@ -141,22 +137,15 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
         seed: int = 0, server_share: float = 0.35) -> Result:
     """Run the campaign on queue file ``path`` with ``kills`` SIGKILLs; the checked result."""
     rng = random.Random(seed)
-    env = _env(root)
+    env = env_at(root)
     result = Result()
     started = time.monotonic()
     killed: set[int] = set()
     procs: list[subprocess.Popen[str]] = []
 
     def start_worker() -> None:
-        p = subprocess.Popen([sys.executable, "-c", WORKER, path, logdir,
-                              str(rng.randrange(1 << 30)), str(LEASE)],
-                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             text=True)
-        assert p.stdout is not None
-        if p.stdout.readline().strip() != "open":
-            p.wait(30)
-            raise AssertionError(f"a worker did not open the queue (exit {p.returncode})")
-        procs.append(p)
+        seed = str(rng.randrange(1 << 30))
+        procs.append(start_child(WORKER, [path, logdir, seed, str(LEASE)], env))
 
     try:
         start_worker()  # the first one starts the server

@@ -1,0 +1,39 @@
+"""What the kill campaigns (``shared_campaign.py``, ``keys_campaign.py``) share: starting a
+child process that runs the tree at ``root`` and waiting until it says its queue is open.
+
+A child prints ``open`` on its first line once its queue is open, so that the campaign never
+kills it before it has done anything (a kill point is chosen from what the child logged).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def env_at(root: str) -> dict[str, str]:
+    """The environment of a child running the ackqueue tree at ``root``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
+
+
+def start_child(
+    code: str, args: list[str], env: dict[str, str], keep_stderr: bool = False
+) -> subprocess.Popen[str]:
+    """``python -c code *args``, once it printed ``open``; else an AssertionError with its exit
+    status (and the end of its stderr, kept with ``keep_stderr``: then the caller must read it,
+    e.g. with ``communicate()`` after the kill, or a child writing much would block)."""
+    p = subprocess.Popen([sys.executable, "-c", code, *args], env=env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE if keep_stderr else None, text=True)
+    assert p.stdout is not None
+    if p.stdout.readline().strip() == "open":
+        return p
+    if p.poll() is None:
+        p.kill()
+    _out, err = p.communicate(timeout=30)
+    raise AssertionError(
+        f"a child did not open the queue (exit {p.returncode}): {(err or '')[-2000:]}"
+    )
