@@ -56,6 +56,8 @@ log = logging.getLogger("ackqueue")
 
 IDLE_EXIT_SECONDS = 10.0
 START_TIMEOUT = 30.0
+# How soon a client tries again after a server refused to register it (ZEO's default is 9 s).
+REGISTER_RETRY_SECONDS = 0.1
 SOCKET = "zeo.sock"
 START_LOCK = "start.lock"
 SERVER_LOCK = "server.lock"
@@ -226,8 +228,16 @@ def ensure_server(path: str, durability: str = "strict") -> str:
 
 
 def _client_storage_class() -> Any:
+    from ZEO.asyncio.client import ClientThread
     from ZEO.ClientStorage import ClientStorage
     from ZEO.Exceptions import ClientDisconnected
+
+    class QuickRetryThread(ClientThread):
+        """ZEO's client thread, trying again soon after a server refused to register it (a
+        server of a file replaced at the path refuses, and stops: see zeoserver.py)."""
+
+        def set_options(self, *args: Any, **kw: Any) -> None:
+            super().set_options(*args, register_failed_poll=REGISTER_RETRY_SECONDS, **kw)
 
     class RestartingClientStorage(ClientStorage):
         """A ZEO client that starts a new server when its server goes away."""
@@ -238,7 +248,7 @@ def _client_storage_class() -> Any:
             self._ackqueue_closed = False
             self._ackqueue_restarting = threading.Lock()
             self._ackqueue_connections = 0
-            super().__init__(sock, **kw)
+            super().__init__(sock, _client_factory=QuickRetryThread, **kw)
 
         def notify_connected(self, conn: Any, info: Any) -> None:
             # Object ids fetched in advance from a server that died may be handed out again

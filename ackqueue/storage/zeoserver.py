@@ -3,6 +3,15 @@
 :mod:`.sharedserver` starts it (``python -c SERVER_MAIN``) as a process of its own; it opens the
 file as a single process would (:mod:`.files`), serves it on the Unix socket in the file's
 private directory, and exits once it has had no client for a while.
+
+It serves the file it opened, which stays the file at the path until someone deletes or
+replaces it. A server lingering without clients then (``ACKQUEUE_SERVER_IDLE``) must not take
+the clients of a new file at the path: their commits would go into the deleted file. So it
+stops at once when it finds the file replaced while it has no client, and refuses to register
+a new client on a replaced file (stopping first if it has none, so that the client starts a
+server for the new file). "Replaced" compares the file the storage has open with the one at
+the path, under the storage's lock: a pack renames its packed copy over the file and opens it
+under that lock, so a pack is never taken for a replacement.
 """
 
 from __future__ import annotations
@@ -17,9 +26,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from ackqueue.errors import QueueLockedError
+from ackqueue.errors import QueueLockedError, StorageError
 from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.sharedserver import (
     EXIT_FILE_LOCKED,
@@ -36,22 +46,71 @@ def _connections(server: Any) -> int:
     return sum(len(zs) for zs in server.zeo_storages_by_storage_id.values())
 
 
-def _watch_idle(server: Any, idle: float) -> None:
-    """Stop the server (SIGTERM to this process) once it had no client for ``idle`` s."""
+def serves_the_file_at(storage: Any, path: str) -> bool:
+    """Whether the file ``storage`` (a FileStorage) has open is the one at ``path`` now: False
+    once it was deleted, or another file was put in its place, but never during a pack (see
+    the module's docstring)."""
+    with storage._lock:  # a pack swaps storage._file and the file at the path under it
+        opened = storage._file
+        if opened is None or opened.closed:
+            return True  # closing: nothing more is served
+        mine = os.fstat(opened.fileno())
+        try:
+            there = os.stat(path)
+        except FileNotFoundError:
+            return False
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _stop() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # serve()'s handler: its finally unlinks the socket
+
+
+def _watch_idle(server: Any, idle: float, replaced: Callable[[], bool]) -> None:
+    """Stop the server (SIGTERM to this process) once it had no client for ``idle`` s, or
+    without clients at once when its file was ``replaced()``."""
     last_busy = time.monotonic()
     while True:
         time.sleep(min(0.5, idle / 4))
         if _connections(server):
             last_busy = time.monotonic()
-        elif time.monotonic() - last_busy > idle:
-            os.kill(os.getpid(), signal.SIGTERM)
+        elif time.monotonic() - last_busy > idle or replaced():
+            if replaced():
+                log.info("the file at the path is not the one served: stopping")
+            _stop()
             return
+
+
+def _server_class() -> Any:
+    from ZEO.StorageServer import StorageServer
+
+    class OneFileServer(StorageServer):
+        """A ZEO server of one queue file that registers no client once the file at its
+        path is another one (see the module's docstring)."""
+
+        def __init__(self, sock: str, storage: Any, path: str) -> None:
+            super().__init__(sock, {"1": storage})
+            self.ackqueue_path = path
+
+        def replaced(self) -> bool:
+            return not serves_the_file_at(self.storages["1"], self.ackqueue_path)
+
+        def register_connection(self, storage_id: str, zeo_storage: Any) -> Any:
+            if self.replaced():
+                if not _connections(self):
+                    _stop()  # the client retries, and finds no server: it starts one
+                raise StorageError(
+                    f"{self.ackqueue_path} was deleted or replaced since this server opened "
+                    "it: close the processes that still use the old file, then open the new "
+                    "one with shared=True"
+                )
+            return super().register_connection(storage_id, zeo_storage)
+
+    return OneFileServer
 
 
 def serve(path: str, directory: str, idle: float, durability: str) -> int:
     """Serve ``path`` on the socket in ``directory`` until idle; the process's exit status."""
-    from ZEO.StorageServer import StorageServer
-
     os.umask(0o177)  # the socket is created 0600
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     sock = os.path.join(directory, SOCKET)
@@ -71,10 +130,11 @@ def serve(path: str, directory: str, idle: float, durability: str) -> int:
     server, mine = None, None
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        server = StorageServer(sock, {"1": storage})
+        server = _server_class()(sock, storage, path)
         os.chmod(sock, 0o600)
         mine = os.stat(sock).st_ino
-        threading.Thread(target=_watch_idle, args=(server, idle), daemon=True).start()
+        watch = (server, idle, server.replaced)
+        threading.Thread(target=_watch_idle, args=watch, daemon=True).start()
         log.info("serving %s on %s (pid %d)", path, sock, os.getpid())
         server.loop()
     finally:

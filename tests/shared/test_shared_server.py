@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 
 import pytest
-from conftest import child_argv, child_env, spawn_child
+from conftest import child_argv, child_env, spawn_child, stored_items
 from polling import wait_until
 
 import ackqueue
@@ -346,3 +346,63 @@ def test_another_user_cannot_connect_or_open_and_is_told_why() -> None:
 def test_a_missing_directory_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(ackqueue.StorageError, match="does not exist"):
         ackqueue.AckQueue(str(tmp_path / "nowhere" / "q.fs"), shared=True)
+
+
+def _plain_items(path: str) -> list[object]:
+    """The items of the queue file at ``path``, opened in this process alone once its server
+    has stopped."""
+    wait_until(lambda: not sharedserver.served_by(path), 30, f"the server of {path} to stop")
+    return stored_items(path)
+
+
+def test_a_new_file_at_the_path_of_a_lingering_server_gets_a_server_of_its_own(
+    qpath, monkeypatch
+) -> None:
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "120")  # the old server lingers throughout
+    with ackqueue.AckQueue(qpath, shared=True) as q:
+        q.put("in the old file")
+    old = server_pid(qpath)
+    os.remove(qpath)  # while its server lingers without clients
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", IDLE)  # the next server stops soon
+    with ackqueue.AckQueue(qpath, shared=True) as q:
+        q.put("in the new file")
+        assert q.qsize() == 1
+    wait_gone(old)
+    assert _plain_items(qpath) == ["in the new file"]
+
+
+def test_packs_under_live_clients_keep_their_server_and_let_new_clients_in(qpath) -> None:
+    code = (
+        "import sys, ackqueue\n"
+        "q = ackqueue.AckQueue(sys.argv[1], shared=True)\n"
+        "print('open', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "q.put('from the other process')\n"
+        "q.close()\n"
+    )
+    with ackqueue.AckQueue(qpath, shared=True) as q, \
+            ackqueue.AckQueue(qpath, shared=True, name="churn") as churn:
+        pid = server_pid(qpath)
+        other = spawn_child(code, qpath)
+        try:
+            assert other.stdout.readline().strip() == "open"
+            for round_ in range(3):
+                churn.put_many([f"r{round_}-{n}" for n in range(50)])
+                with churn.connect() as c:  # acked entries: garbage for the pack
+                    c.ack_many([c.get(timeout=5) for _ in range(50)])
+                q.put(f"kept {round_}")
+                q.pack()  # renames the packed copy over the file the server serves
+                with ackqueue.AckQueue(qpath, shared=True, name=f"new-{round_}") as late:
+                    late.put("a client registered after the pack")  # not refused
+            other.stdin.write("go\n")
+            other.stdin.flush()
+            assert other.wait(60) == 0
+            assert server_pid(qpath) == pid and alive(pid)  # never stopped by the packs
+            wait_until(lambda: q.qsize() == 4, 10, "the other process's put to arrive")
+        finally:
+            if other.poll() is None:
+                other.kill()
+                other.wait()
+    assert sorted(map(str, _plain_items(qpath))) == [
+        "from the other process", "kept 0", "kept 1", "kept 2"
+    ]
