@@ -348,10 +348,10 @@ def test_a_missing_directory_is_a_clear_error(tmp_path) -> None:
         ackqueue.AckQueue(str(tmp_path / "nowhere" / "q.fs"), shared=True)
 
 
-def _plain_items(path: str) -> list[object]:
+def _plain_items(path: str, server: int) -> list[object]:
     """The items of the queue file at ``path``, opened in this process alone once its server
-    has stopped."""
-    wait_until(lambda: not sharedserver.served_by(path), 30, f"the server of {path} to stop")
+    (pid ``server``) has exited: its socket goes first, the file's lock with the process."""
+    wait_gone(server, 30)
     return stored_items(path)
 
 
@@ -367,8 +367,10 @@ def test_a_new_file_at_the_path_of_a_lingering_server_gets_a_server_of_its_own(
     with ackqueue.AckQueue(qpath, shared=True) as q:
         q.put("in the new file")
         assert q.qsize() == 1
+        new = server_pid(qpath)
+    assert new != old
     wait_gone(old)
-    assert _plain_items(qpath) == ["in the new file"]
+    assert _plain_items(qpath, new) == ["in the new file"]
 
 
 def test_packs_under_live_clients_keep_their_server_and_let_new_clients_in(qpath) -> None:
@@ -403,6 +405,6 @@ def test_packs_under_live_clients_keep_their_server_and_let_new_clients_in(qpath
             if other.poll() is None:
                 other.kill()
                 other.wait()
-    assert sorted(map(str, _plain_items(qpath))) == [
+    assert sorted(map(str, _plain_items(qpath, pid))) == [
         "from the other process", "kept 0", "kept 1", "kept 2"
     ]
