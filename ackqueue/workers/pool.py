@@ -56,7 +56,7 @@ class WorkerPool:
     workers hand back, all successes since their last commit in one ``ack_many``; handlers
     never wait on a commit. ``prefetch`` is how many items the pool holds ahead of its
     workers (default: 32 a thread, growing up to 1,024 while jobs are done fast enough to use
-    them within 0.1 s; one a thread when the queue has an ``ack_timeout``, whose lease runs
+    them within 0.05 s; one a thread when the queue has an ``ack_timeout``, whose lease runs
     from the get). Prefetched items are held (``q.unacked_count()`` counts them)
     and go back to the queue when the pool stops; with ``max_attempts`` set, a delivery
     counts when an item is prefetched. An item whose lease ran out while buffered is given
