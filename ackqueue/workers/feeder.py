@@ -46,7 +46,6 @@ class Feeder:
         self.retry = retry
         self.poll = poll
         self.linger = LINGER
-        self.ack_batch = max(1, board.prefetch // 4)
         self.consumer: Consumer[Any] | None = None
         self.results: collections.deque[tuple[Any, object]] = collections.deque()
         self.wake = threading.Event()  # results are waiting, or the pool is stopping
@@ -171,7 +170,8 @@ class Feeder:
             return
         # A few results and a full buffer: wait a moment for more, so that a commit carries
         # many acks (each commit's CPU holds the GIL the workers need).
-        if len(results) < self.ack_batch and len(board.buffer) > board.prefetch // 4:
+        quarter = board.prefetch // 4
+        if len(results) < max(1, quarter) and len(board.buffer) > quarter:
             time.sleep(self.linger)
         # Counted busy before the results leave the deque: another feeder asking whether the
         # pool is drained must not miss a nack with a delay that is under way.

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ackqueue.workers.board import UNSTARTED, Board
+from ackqueue.workers.board import MOST_PREFETCH, UNSTARTED, Board
 from ackqueue.workers.feeder import Feeder
 from ackqueue.workers.options import check_pool_options, default_prefetch
 from ackqueue.workers.retry import Retry
@@ -56,8 +56,9 @@ class WorkerPool:
     it), prefetch items with ``get_many`` into a buffer the workers share and settle what the
     workers hand back, all successes since their last commit in one ``ack_many``; handlers
     never wait on a commit. ``prefetch`` is how many items the pool holds ahead of its
-    workers (default: 32 a thread; one a thread when the queue has an ``ack_timeout``, whose
-    lease runs from the get). Prefetched items are held (``q.unacked_count()`` counts them)
+    workers (default: 32 a thread, growing up to 1,024 while jobs are done fast enough to use
+    them within 0.05 s; one a thread when the queue has an ``ack_timeout``, whose lease runs
+    from the get). Prefetched items are held (``q.unacked_count()`` counts them)
     and go back to the queue when the pool stops; with ``max_attempts`` set, a delivery
     counts when an item is prefetched. An item whose lease ran out while buffered is given
     back without running its handler.
@@ -87,8 +88,10 @@ class WorkerPool:
         self.poll = poll
         leased = getattr(queue, "ack_timeout", None) is not None
         self.prefetch = default_prefetch(prefetch, threads, leased)
+        # Given or leased: fixed. Else it may grow with the rate (see board.AHEAD_SECONDS).
+        self._most_prefetch = 0 if prefetch or leased else MOST_PREFETCH
         self.stats = PoolStats()
-        self._board = Board(queue, threads, self.prefetch, self.stats)
+        self._board = self._new_board()
         self._feeders: list[Feeder] = []
         self._workers: list[threading.Thread] = []
         self._interrupts = 0
@@ -122,7 +125,7 @@ class WorkerPool:
         self._board.stop(by)
 
     def _run(self, until_empty: bool) -> PoolStats:
-        self._board = Board(self.queue, self.threads, self.prefetch, self.stats)
+        self._board = self._new_board()
         self._signalled = None
         self._interrupts = 0
         self.stats.stopped_by = None
@@ -146,6 +149,10 @@ class WorkerPool:
         self.stats.stopped_by = self._board.stopped_by
         self._log_progress(started, final=True)
         return self.stats
+
+    def _new_board(self) -> Board:
+        return Board(self.queue, self.threads, self.prefetch, self.stats,
+                     most=self._most_prefetch)
 
     def _start_threads(self, until_empty: bool) -> None:
         board = self._board
