@@ -160,3 +160,24 @@ def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
         "postgres://queue@db:6543/jobs?keep_history=true&connect_timeout=3"))
     assert parse_qs(given.query) == {"keep_history": ["true"], "connect_timeout": ["3"]}
     assert postgres.shown("postgresql://queue:s3cret@db/jobs") == "postgresql://queue:***@db/jobs"
+
+
+def test_no_message_or_repr_of_an_open_queue_shows_the_uris_password(
+    postgres_server: PostgresServer,
+) -> None:
+    # The test server trusts 127.0.0.1, so it accepts any password: the queue opens.
+    uri = postgres_server.new_database().replace("postgres@", "postgres:s3cret@", 1)
+    with ackqueue.AckQueue(uri, name="jobs") as q:
+        assert "postgres:***@" in repr(q) and "s3cret" not in repr(q)
+        with pytest.raises(ackqueue.StorageError, match="already open") as caught:
+            ackqueue.AckQueue(uri, name="jobs")
+        assert "postgres:***@" in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+def test_a_drivers_message_quoting_the_password_is_scrubbed() -> None:
+    from ackqueue.storage import postgres
+
+    uri = "postgresql://queue:p%40ss@127.0.0.1:1/jobs"
+    error = postgres.open_error(uri, RuntimeError("bad dsn 'password=p@ss host=127.0.0.1'"))
+    assert "p@ss" not in str(error) and "p%40ss" not in str(error)
+    assert "password=***" in str(error)
