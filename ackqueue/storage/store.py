@@ -30,7 +30,8 @@ from ackqueue.storage.commit import GroupCommitter
 from ackqueue.storage.durability import QueueFileStorage, check_durability
 from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.packing import PACK_STATE_KEY, AutoPacker
-from ackqueue.storage.uri import as_path, is_uri, open_db, shown
+from ackqueue.storage.postgres import shown
+from ackqueue.storage.uri import as_path, is_uri, open_db
 
 log = logging.getLogger("ackqueue")
 

@@ -19,7 +19,6 @@ from ZODB.POSException import ConflictError
 
 from ackqueue.errors import StorageError
 from ackqueue.storage import postgres
-from ackqueue.storage.postgres import shown
 
 OPEN_RETRIES = 5
 
@@ -47,7 +46,7 @@ def open_db(uri: str) -> ZODB.DB:
         import zodburi
     except ImportError:
         raise StorageError(
-            f"opening {shown(uri)} needs the zodburi package: "
+            f"opening {postgres.shown(uri)} needs the zodburi package: "
             "pip install '.[zeo]' in a checkout of ackqueue"
         ) from None
     on_postgresql = postgres.is_postgresql(uri)
@@ -56,14 +55,14 @@ def open_db(uri: str) -> ZODB.DB:
     def failed(exc: BaseException) -> StorageError:
         if on_postgresql:
             return postgres.open_error(uri, exc)
-        return StorageError(f"cannot open storage {shown(uri)}: {exc!r}")
+        return StorageError(f"cannot open storage {postgres.shown(uri)}: {exc!r}")
 
     try:
         factory, dbkw = zodburi.resolve_uri(resolved)
     except Exception as exc:
         if on_postgresql:
             raise failed(exc) from exc
-        raise StorageError(f"cannot open storage {shown(uri)}: {exc}") from exc
+        raise StorageError(f"cannot open storage {postgres.shown(uri)}: {exc}") from exc
 
     def opened() -> Any:
         try:
