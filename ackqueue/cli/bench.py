@@ -296,7 +296,7 @@ def add_command(commands: Any) -> None:
     """Register ``bench`` on the ``ackqueue`` command's subparsers."""
     sub = commands.add_parser(
         "bench", help="jobs/s and latency on this machine, on a new queue of its own",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),  # --help is plain text
     )
     sub.add_argument("path", metavar="PATH", nargs="?",
                      help="a new queue file to create (must not exist; default: a temp dir)")
