@@ -186,11 +186,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     with open_for_change(args.path, args.name) as q:
         if q.paused == paused:
-            print(f"queue {q.name!r} is {'paused' if paused else 'not paused'} already")
+            print(f"queue {q.name!r} is {'paused already' if paused else 'not paused'}")
             return 0
         if paused:
             q.pause()
-            print(f"paused queue {q.name!r}: no item is handed out until `ackqueue resume`")
+            print(f"paused queue {q.name!r}: no item is handed out until 'ackqueue resume'")
         else:
             q.resume()
             print(f"resumed queue {q.name!r}")
