@@ -42,14 +42,15 @@ def as_path(path: Any) -> Any:
 
 def open_db(uri: str) -> ZODB.DB:
     """Open the database ``uri`` names, through ``zodburi``."""
+    on_postgresql = postgres.is_postgresql(uri)
     try:
         import zodburi
     except ImportError:
+        extra = "postgresql" if on_postgresql else "zeo"
         raise StorageError(
             f"opening {postgres.shown(uri)} needs the zodburi package: "
-            "pip install '.[zeo]' in a checkout of ackqueue"
+            f"pip install '.[{extra}]' in a checkout of ackqueue"
         ) from None
-    on_postgresql = postgres.is_postgresql(uri)
     resolved = postgres.for_zodburi(uri) if on_postgresql else uri
 
     def failed(exc: BaseException) -> StorageError:

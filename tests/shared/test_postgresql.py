@@ -174,6 +174,19 @@ def test_no_message_or_repr_of_an_open_queue_shows_the_uris_password(
         assert "postgres:***@" in str(caught.value) and "s3cret" not in str(caught.value)
 
 
+def test_without_zodburi_a_postgresql_uri_names_the_postgresql_extra() -> None:
+    # A plain `pip install .` has no zodburi; the import is made to fail as it would there.
+    code = ("import sys; sys.modules['zodburi'] = None\n"
+            "import ackqueue\n"
+            "try:\n"
+            "    ackqueue.AckQueue('postgresql://queue:s3cret@127.0.0.1:1/jobs')\n"
+            "except ackqueue.StorageError as exc:\n"
+            "    print(exc)\n")
+    child = spawn_child(code)
+    out, _ = child.communicate(timeout=60)
+    assert "pip install '.[postgresql]'" in out and "s3cret" not in out, out
+
+
 def test_a_drivers_message_quoting_the_password_is_scrubbed() -> None:
     from ackqueue.storage import postgres
 
