@@ -1,8 +1,8 @@
 """PostgreSQL URIs: ``AckQueue("postgresql://user:password@host:port/dbname")``.
 
-The queue is stored by RelStorage (``pip install 'ackqueue[postgresql]'``: RelStorage and the
-psycopg2 driver) in an existing PostgreSQL database, whose tables RelStorage creates on first
-use. Every process and host that opens the same URI shares the queue (shared mode).
+The queue is stored by RelStorage (``pip install '.[postgresql]'`` in a checkout: RelStorage
+and the psycopg2 driver) in an existing PostgreSQL database, whose tables RelStorage creates on
+first use. Every process and host that opens the same URI shares the queue (shared mode).
 
 Both spellings libpq knows, ``postgresql://`` and ``postgres://``, are accepted; the query takes
 RelStorage's and zodburi's options (``?keep_history=true``, ``connect_timeout=30``, ...). Two
@@ -94,7 +94,8 @@ def open_error(uri: str, exc: BaseException) -> StorageError:
     detail = scrubbed(" ".join(str(exc).split()) or repr(exc), uri)
     lowered = detail.lower()
     if isinstance(exc, ImportError) or "driver" in lowered and "available" in lowered:
-        advice = "install the driver: pip install 'ackqueue[postgresql]' (psycopg2)"
+        advice = ("install the driver (psycopg2): pip install '.[postgresql]' in a checkout of "
+                  "ackqueue")
     elif "does not exist" in lowered and "database" in lowered:
         advice = "create the database first (createdb NAME, or CREATE DATABASE as its owner)"
     elif "authentication" in lowered or "role" in lowered or "password" in lowered:

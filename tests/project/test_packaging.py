@@ -76,6 +76,28 @@ def test_tests_run_from_the_unpacked_sdist(tmp_path):
     assert ackqueue.__file__.startswith(REPO_ROOT)
 
 
+def test_every_install_command_the_package_prints_names_a_real_extra_of_the_checkout():
+    """Error messages and docstrings say ``pip install '.[extra]'``: 'ackqueue[extra]' fails,
+    the project is not on the package index."""
+    import configparser
+    import re
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(REPO_ROOT, "setup.cfg"))
+    extras = set(config["options.extras_require"])
+    found = []
+    for folder in ("ackqueue", "examples"):
+        for root, _dirs, files in os.walk(os.path.join(REPO_ROOT, folder)):
+            for name in (f for f in files if f.endswith(".py")):
+                with open(os.path.join(root, name)) as f:
+                    found += [(name, m) for m in re.findall(r"pip install ('[^']*'|\S+)", f.read())]
+    assert len(found) >= 4, found
+    for name, target in found:
+        match = re.fullmatch(r"'\.\[(\w+|\{extra\})\]'", target)
+        assert match, f"{name}: pip install {target}: not a checkout's extra"
+        assert match.group(1) in extras | {"{extra}"}, f"{name}: no extra {match.group(1)!r}"
+
+
 def test_every_install_command_in_the_readme_installs_from_the_checkout_with_real_extras():
     import configparser
     import re
