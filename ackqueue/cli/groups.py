@@ -15,9 +15,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ackqueue.cli.common import confirm, open_for_change, single_name
+from ackqueue.cli.common import Progress, confirm, open_for_change, single_name
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import age_text, counted
+from ackqueue.storage.counts import stored_count
 
 SHOWN = 50
 
@@ -34,14 +35,12 @@ class GroupRow:
 
 
 def group_rows(qf: QueueFile, name: str, now: float) -> list[GroupRow]:
-    """One row per group of queue ``name``, the biggest first."""
+    """One row per group of queue ``name``, the biggest first (a long read shows progress)."""
     record = qf.record(name)
     held_keys = qf.held_keys(name)
     delayed_index = getattr(record, "delayed", None) or {}
     rows: dict[str | None, GroupRow] = {}
-    for key, entry in record.entries.items():
-        if getattr(entry, "done", False):
-            continue  # acked in shared mode, not swept yet
+    for key, entry in qf.entries(record, Progress("reading entries"), stored_count(record)):
         group = getattr(entry, "group", None)
         row = rows.get(group)
         if row is None:

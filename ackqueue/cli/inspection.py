@@ -236,7 +236,7 @@ class QueueFile:
         held = len(held_items) if self.holds_known else None
         oldest: float | None = None
         scanned = 0
-        for key, entry in self._entries(record, progress, min(stored, OLDEST_SCAN)):
+        for key, entry in self.entries(record, progress, min(stored, OLDEST_SCAN)):
             if scanned >= OLDEST_SCAN:
                 break
             scanned += 1
@@ -282,7 +282,7 @@ class QueueFile:
         found: list[StoredItem] = []
         if count <= 0:
             return found
-        for key, entry in self._entries(record, progress, min(count, stored_count(record))):
+        for key, entry in self.entries(record, progress, min(count, stored_count(record))):
             state = (
                 "delayed" if _due_time(entry) > now
                 else "held" if repr(key) in held_keys else "ready"
@@ -352,9 +352,11 @@ class QueueFile:
             for h in self._held_raw(name)
         ]
 
-    def _entries(
+    def entries(
         self, record: QueueRecord, progress: Progress | None, total: int
     ) -> Iterator[tuple[Any, Any]]:
+        """The stored entries of ``record`` (acked ones not swept yet left out), reporting
+        ``progress`` every 10,000, with a flat memory use on big queues."""
         for n, (key, entry) in enumerate(record.entries.items(), 1):
             if not getattr(entry, "done", False):  # acked in shared mode, not swept yet
                 yield key, entry

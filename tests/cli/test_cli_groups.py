@@ -82,3 +82,16 @@ def test_remove_group_needs_yes_then_removes_the_groups_items(qpath, capsys):
     with ackqueue.AckQueue(qpath) as q:
         assert q.qsize() == 1  # "plain"; example.org is paused
         assert q.delayed_count() == 0
+
+
+def test_groups_of_a_big_queue_reports_its_progress_on_stderr(qpath, capsys, monkeypatch):
+    from ackqueue.cli import groups
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put_many(range(25_000), group="big.example")
+    ticks = iter(range(0, 10**6, 2))  # every reading two seconds after the last: all shown
+    real = groups.Progress
+    monkeypatch.setattr(groups, "Progress", lambda what: real(what, clock=lambda: next(ticks)))
+    code, out, err = run(capsys, "groups", qpath, "--json")
+    assert code == 0 and json.loads(out)[0]["items"] == 25_000  # stdout stays pure JSON
+    assert "reading entries: 10,000/25,000" in err and "20,000/25,000" in err
