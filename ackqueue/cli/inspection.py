@@ -355,8 +355,7 @@ class QueueFile:
     def entries(
         self, record: QueueRecord, progress: Progress | None, total: int
     ) -> Iterator[tuple[Any, Any]]:
-        """The stored entries of ``record`` (acked ones not swept yet left out), reporting
-        ``progress`` every 10,000, with a flat memory use on big queues."""
+        """Stored entries not yet acked; ``progress`` every 10,000; flat memory on big queues."""
         for n, (key, entry) in enumerate(record.entries.items(), 1):
             if not getattr(entry, "done", False):  # acked in shared mode, not swept yet
                 yield key, entry
