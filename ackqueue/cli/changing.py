@@ -114,8 +114,8 @@ def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
 def cmd_pack(args: argparse.Namespace) -> int:
     """Pack the whole file (every queue in it: a pack is file-wide); sizes as ``ls`` shows them."""
     if is_uri(args.path):
-        raise CommandError("pack works on a FileStorage file; pack a ZEO server's storage "
-                           "with ZEO's zeopack")
+        raise CommandError("pack works on a FileStorage file; pack a server's storage with "
+                           "its own tool: ZEO's zeopack, RelStorage's zodbpack")
     with QueueFile(args.path) as qf:
         name = args.name if args.name is not None else qf.names()[0]
         qf.record(name)

@@ -40,7 +40,7 @@ from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.uri import as_path, is_uri, open_db
+from ackqueue.storage.uri import as_path, is_uri, open_db, shown
 
 Progress = Callable[[int, int], None]
 
@@ -107,7 +107,7 @@ class QueueFile:
             self._storage = open_file_storage(self.path, read_only=True)
         else:  # a shared storage: every live process keeps its holds in it
             reachable(path)
-            self.path = path
+            self.path = shown(path)  # what is printed: never a password
             self.live_pid = None
             self._status = None
         try:

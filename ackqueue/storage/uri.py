@@ -23,6 +23,9 @@ from ackqueue.storage import postgres
 OPEN_RETRIES = 5
 
 
+shown = postgres.shown  # a URI as messages print it: its password, if any, as ***
+
+
 def is_uri(path: Any) -> bool:
     """True for a string that names a storage by URI rather than a file path."""
     return isinstance(path, str) and "://" in path.split("?", 1)[0]

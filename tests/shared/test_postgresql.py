@@ -162,6 +162,23 @@ def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
     assert postgres.shown("postgresql://queue:s3cret@db/jobs") == "postgresql://queue:***@db/jobs"
 
 
+def test_the_command_line_never_prints_the_uris_password(
+    postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ackqueue.cli.commands import main
+
+    uri = postgres_server.new_database().replace("postgres@", "postgres:s3cret@", 1)
+    with ackqueue.AckQueue(uri) as q:
+        q.put("job", key="k", group="g")
+    for argv in (["stats"], ["stats", "--json"], ["top", "--once"], ["top", "--once", "--json"],
+                 ["peek"], ["groups"], ["pack"], ["stats", "--name", "nope"]):
+        main([argv[0], uri, *argv[1:]])
+        out, err = capsys.readouterr()
+        assert out + err and "s3cret" not in out + err, argv
+    main(["stats", uri])
+    assert "postgres:***@127.0.0.1" in capsys.readouterr().out
+
+
 def test_no_message_or_repr_of_an_open_queue_shows_the_uris_password(
     postgres_server: PostgresServer,
 ) -> None:
