@@ -22,9 +22,9 @@ jobs = ackqueue.AckQueue(path, name="jobs", shared=True, session_timeout=5)
 results = ackqueue.AckQueue(path, name="results", shared=True, session_timeout=5)
 done = 0
 interrupted = False
-print("waiting for jobs (Ctrl-C to stop)", file=sys.stderr, flush=True)
 try:
     with jobs.connect() as c:
+        print("waiting for jobs (Ctrl-C to stop)", file=sys.stderr, flush=True)
         while True:
             try:
                 job = c.get(timeout=2 if until_empty else None)
