@@ -6,7 +6,8 @@ to the other workers once its session lease (5 s here) runs out.
     python3 examples/shared_worker.py jobs.fs [--until-empty]
 
 With ``--until-empty`` it stops once no job came for 2 seconds; otherwise it waits for jobs
-until Ctrl-C.
+until Ctrl-C. Its exit status says which: 0 when it ran out of jobs, 130 after Ctrl-C (as a
+shell reports it), so a script can tell a finished run from a stopped one.
 """
 
 import os
@@ -20,8 +21,10 @@ until_empty = "--until-empty" in sys.argv
 jobs = ackqueue.AckQueue(path, name="jobs", shared=True, session_timeout=5)
 results = ackqueue.AckQueue(path, name="results", shared=True, session_timeout=5)
 done = 0
+interrupted = False
 try:
     with jobs.connect() as c:
+        print("waiting for jobs (Ctrl-C to stop)", file=sys.stderr, flush=True)
         while True:
             try:
                 job = c.get(timeout=2 if until_empty else None)
@@ -31,9 +34,10 @@ try:
                 results.put({"n": job["n"], "square": job["n"] ** 2, "by": os.getpid()})
                 c.ack(job)
             done += 1
-except KeyboardInterrupt:
-    pass
+except KeyboardInterrupt:  # what this worker held goes back to the queue on close
+    interrupted = True
 finally:
     jobs.close()
     results.close()
-print(f"worker {os.getpid()} did {done} jobs")
+print(f"worker {os.getpid()} did {done} jobs" + ("; interrupted" if interrupted else ""))
+sys.exit(130 if interrupted else 0)

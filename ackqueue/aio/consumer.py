@@ -45,7 +45,7 @@ class AsyncConsumer(Generic[T]):
         self, queue: AckQueue[T], runner: Runner, listeners: ReadyListeners, take_on_loop: bool
     ) -> None:
         self._binding = Binding("this AsyncConsumer")
-        self._sync: Consumer[T] = queue.connect()
+        self._sync: Consumer[T] = queue.connect(task=self._binding.task.get_name())
         self._queue = queue
         self._runner = runner
         self._listeners = listeners

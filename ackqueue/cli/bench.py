@@ -11,10 +11,12 @@ a temporary directory. Either way it removes the files it made, unless ``--keep`
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import queue
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -268,7 +270,10 @@ def bench_path(path: str | None, keep: bool) -> Iterator[str]:
 
 
 def run_bench(path: str | None, n: int, threads: int, latency_n: int, keep: bool,
-              out: Callable[[str], None]) -> int:
+              out: Callable[[str], None], figures: dict[str, Any] | None = None) -> int:
+    """Run the benchmark, saying what it does and finds through ``out``; the figures also go
+    into ``figures`` (for ``--json``) if given."""
+    found: dict[str, Any] = {} if figures is None else figures
     with bench_path(path, keep) as where:
         directory = os.path.dirname(where)
         for line in machine(directory):
@@ -287,6 +292,15 @@ def run_bench(path: str | None, n: int, threads: int, latency_n: int, keep: bool
             f"get+ack, {latency_n:,} items):")
         lat = ackqueue_latency(where, latency_n)  # the same file, drained by now
         out(f"  {lat.summary()}; {lat.rate:,.0f} items/s")
+        found.update(
+            machine=machine(directory), items=n, item_bytes=ITEM_SIZE, threads=threads,
+            fill_items_per_s=filled, drain_jobs_per_s=drained, latency_items=latency_n,
+            latency_items_per_s=lat.rate,
+            latency_ms={f"{span}_p{p}": percentile(values, p) * 1000
+                        for span, values in (("put_to_get", lat.put_to_get),
+                                             ("get_to_ack", lat.get_to_ack))
+                        for p in (50, 99)},
+        )
         if keep:
             out(f"kept: {where}")
     return 0
@@ -296,7 +310,7 @@ def add_command(commands: Any) -> None:
     """Register ``bench`` on the ``ackqueue`` command's subparsers."""
     sub = commands.add_parser(
         "bench", help="jobs/s and latency on this machine, on a new queue of its own",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),  # --help is plain text
     )
     sub.add_argument("path", metavar="PATH", nargs="?",
                      help="a new queue file to create (must not exist; default: a temp dir)")
@@ -305,6 +319,8 @@ def add_command(commands: Any) -> None:
     sub.add_argument("--latency-n", type=positive, default=None,
                      help="items for the latency phase (default: n, at most 20,000)")
     sub.add_argument("--keep", action="store_true", help="keep the files it made")
+    sub.add_argument("--json", action="store_true",
+                     help="the figures as one JSON object on stdout (progress on stderr)")
     sub.set_defaults(func=cmd_bench)
 
 
@@ -312,9 +328,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     latency_n = args.latency_n if args.latency_n is not None else min(args.n, 20_000)
 
     def out(line: str) -> None:
-        print(line, flush=True)
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    return run_bench(args.path, args.n, args.threads, latency_n, args.keep, out)
+    figures: dict[str, Any] = {}
+    code = run_bench(args.path, args.n, args.threads, latency_n, args.keep, out, figures)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    return code
 
 
 def positive(text: str) -> int:

@@ -114,8 +114,8 @@ def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
 def cmd_pack(args: argparse.Namespace) -> int:
     """Pack the whole file (every queue in it: a pack is file-wide); sizes as ``ls`` shows them."""
     if is_uri(args.path):
-        raise CommandError("pack works on a FileStorage file; pack a ZEO server's storage "
-                           "with ZEO's zeopack")
+        raise CommandError("pack works on a FileStorage file; pack a server's storage with "
+                           "its own tool: ZEO's zeopack, RelStorage's zodbpack")
     with QueueFile(args.path) as qf:
         name = args.name if args.name is not None else qf.names()[0]
         qf.record(name)
@@ -186,11 +186,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     with open_for_change(args.path, args.name) as q:
         if q.paused == paused:
-            print(f"queue {q.name!r} is {'paused' if paused else 'not paused'} already")
+            print(f"queue {q.name!r} is {'paused already' if paused else 'not paused'}")
             return 0
         if paused:
             q.pause()
-            print(f"paused queue {q.name!r}: no item is handed out until `ackqueue resume`")
+            print(f"paused queue {q.name!r}: no item is handed out until 'ackqueue resume'")
         else:
             q.resume()
             print(f"resumed queue {q.name!r}")

@@ -15,9 +15,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ackqueue.cli.common import confirm, open_for_change, single_name
+from ackqueue.cli.common import Progress, confirm, open_for_change, single_name
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.cli.reports import age_text
+from ackqueue.cli.reports import age_text, counted
+from ackqueue.storage.counts import stored_count
 
 SHOWN = 50
 
@@ -34,14 +35,12 @@ class GroupRow:
 
 
 def group_rows(qf: QueueFile, name: str, now: float) -> list[GroupRow]:
-    """One row per group of queue ``name``, the biggest first."""
+    """One row per group of queue ``name``, the biggest first (a long read shows progress)."""
     record = qf.record(name)
     held_keys = qf.held_keys(name)
     delayed_index = getattr(record, "delayed", None) or {}
     rows: dict[str | None, GroupRow] = {}
-    for key, entry in record.entries.items():
-        if getattr(entry, "done", False):
-            continue  # acked in shared mode, not swept yet
+    for key, entry in qf.entries(record, Progress("reading entries"), stored_count(record)):
         group = getattr(entry, "group", None)
         row = rows.get(group)
         if row is None:
@@ -78,7 +77,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
     if not rows:
         print(f"queue {name!r} is empty")
         return 0
-    print(f"queue {name!r}: {len(rows):,} group(s)")
+    print(f"queue {name!r}: {counted(len(rows), 'group')}")
     print(f"  {'group':<30} {'items':>9} {'ready':>9} {'held':>7} {'delayed':>9}  next due")
     for row in rows[:SHOWN]:
         label = "(no group)" if row.group is None else row.group
@@ -100,13 +99,25 @@ def _due_text(row: GroupRow, now: float) -> str:
 
 
 def remove_group(args: argparse.Namespace) -> int:
-    """``ackqueue remove PATH --group G``: every waiting item of group G, after ``--yes``."""
+    """``ackqueue remove PATH --group G``: every waiting item of group G, after ``--yes``;
+    without ``--yes`` it says how many that would be (none: nothing to confirm, success)."""
+    if not args.yes:
+        with QueueFile(args.path) as qf:
+            name = single_name(qf, args.name)
+            row = next((r for r in group_rows(qf, name, time.time()) if r.group == args.group),
+                       None)
+        waiting = 0 if row is None else row.ready + row.delayed
+        if not waiting:
+            print(f"group {args.group!r} of queue {name!r} has no waiting items; "
+                  "nothing to remove")
+            return 0
+        confirm(args, f"remove {counted(waiting, 'waiting item')} of group {args.group!r} of "
+                f"queue {name!r}")
+        return 1
     with open_for_change(args.path, args.name) as q:
-        if not confirm(args, f"remove the waiting items of group {args.group!r} of queue "
-                       f"{q.name!r}"):
-            return 1
         removed: Any = q.remove_group(args.group)
-        print(f"removed {removed:,} item(s) of group {args.group!r} from queue {q.name!r}")
+        print(f"removed {counted(removed, 'item')} of group {args.group!r} from queue "
+              f"{q.name!r}")
     return 0
 
 

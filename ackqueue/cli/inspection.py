@@ -40,7 +40,7 @@ from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.uri import as_path, is_uri, open_db
+from ackqueue.storage.uri import as_path, is_uri, open_db, shown
 
 Progress = Callable[[int, int], None]
 
@@ -107,7 +107,7 @@ class QueueFile:
             self._storage = open_file_storage(self.path, read_only=True)
         else:  # a shared storage: every live process keeps its holds in it
             reachable(path)
-            self.path = path
+            self.path = shown(path)  # what is printed: never a password
             self.live_pid = None
             self._status = None
         try:
@@ -236,7 +236,7 @@ class QueueFile:
         held = len(held_items) if self.holds_known else None
         oldest: float | None = None
         scanned = 0
-        for key, entry in self._entries(record, progress, min(stored, OLDEST_SCAN)):
+        for key, entry in self.entries(record, progress, min(stored, OLDEST_SCAN)):
             if scanned >= OLDEST_SCAN:
                 break
             scanned += 1
@@ -282,7 +282,7 @@ class QueueFile:
         found: list[StoredItem] = []
         if count <= 0:
             return found
-        for key, entry in self._entries(record, progress, min(count, stored_count(record))):
+        for key, entry in self.entries(record, progress, min(count, stored_count(record))):
             state = (
                 "delayed" if _due_time(entry) > now
                 else "held" if repr(key) in held_keys else "ready"
@@ -352,9 +352,10 @@ class QueueFile:
             for h in self._held_raw(name)
         ]
 
-    def _entries(
+    def entries(
         self, record: QueueRecord, progress: Progress | None, total: int
     ) -> Iterator[tuple[Any, Any]]:
+        """Stored entries not yet acked; ``progress`` every 10,000; flat memory on big queues."""
         for n, (key, entry) in enumerate(record.entries.items(), 1):
             if not getattr(entry, "done", False):  # acked in shared mode, not swept yet
                 yield key, entry

@@ -41,8 +41,9 @@ class Holds:
         self.count = 0
         self._delivery_ids = itertools.count(1)
 
-    def new_table(self) -> HoldTable:
-        table = HoldTable()
+    def new_table(self, task: str | None = None) -> HoldTable:
+        """A table owned by the calling thread, or by the asyncio task named ``task``."""
+        table = HoldTable() if task is None else HoldTable(owner=task, owner_kind="task")
         self.tables.add(table)
         return table
 
@@ -123,10 +124,10 @@ class Holds:
         return drained
 
     def holder_of_locked(self, item: Any, besides: HoldTable) -> str | None:
-        """The owner of another table that holds this very object, if any."""
+        """Who holds this very object in another table (``thread 'x'``), if anyone."""
         for table in self.tables:
             if table is not besides and table.find(item) is not None:
-                return table.owner
+                return table.holder
         return None
 
     def listing_locked(self) -> list[tuple[str, Delivery, float]]:

@@ -41,6 +41,12 @@ class HoldTable:
     """The holds of one consumer. Guarded by its queue's mutex."""
 
     owner: str = field(default_factory=lambda: threading.current_thread().name)
+    owner_kind: str = "thread"  # or "task": an AsyncConsumer's holds are its task's
+
+    @property
+    def holder(self) -> str:
+        """Who holds this table's items, as messages say it: ``thread 'worker-1'``."""
+        return f"{self.owner_kind} {self.owner!r}"
     watched: set[int] = field(default_factory=set)  # threads whose end closes it
     by_id: dict[int, Hold] = field(default_factory=dict)
     by_object: dict[int, list[Hold]] = field(default_factory=dict)

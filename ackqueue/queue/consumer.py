@@ -156,7 +156,7 @@ class Consumer(Generic[T]):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"holding {len(self._table.by_id)}"
-        return f"<Consumer of {self._deliveries.name!r} for thread {self._table.owner!r}: {state}>"
+        return f"<Consumer of {self._deliveries.name!r} for {self._table.holder}: {state}>"
 
     # -- finding holds ---------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ class Consumer(Generic[T]):
             )
         owner = self._deliveries.holds.holder_of_locked(item, besides=self._table)
         if owner is not None:
-            return f"that item is held by another consumer (thread {owner!r}), not this one"
+            return f"that item is held by another consumer ({owner}), not this one"
         return self._not_held_reason(item)
 
     def _not_held_reason(self, item: Any) -> str:

@@ -274,11 +274,12 @@ class Deliveries:
 
     # -- giving holds back when their holder goes away (see recovery.py) ---------------
 
-    def new_table(self) -> HoldTable:
-        """A consumer's table for the calling thread, given back when that thread ends."""
+    def new_table(self, task: str | None = None) -> HoldTable:
+        """A consumer's table for the calling thread, given back when that thread ends;
+        named after the asyncio task ``task`` if given (whose end the async consumer watches)."""
         with self.signals.mutex:
             self.life.check_open()
-            table = self.holds.new_table()
+            table = self.holds.new_table(task)
         self.watch_getter(table)
         return table
 

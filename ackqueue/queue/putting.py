@@ -216,8 +216,9 @@ class Puts:
         n, maxsize = len(items), self._maxsize
         if maxsize > 0 and n > maxsize:
             raise ValueError(f"a batch of {n} items can never fit in maxsize {maxsize}")
-        check_timeout(block, timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if maxsize > 0:  # as queue.Queue.put: an unbounded put never waits, so never checks
+            check_timeout(block, timeout)
+        deadline = None if timeout is None or maxsize <= 0 else time.monotonic() + timeout
         signals, supply = self._signals, self._supply
         with signals.not_full:
             while True:

@@ -233,9 +233,9 @@ class AckQueue(queue.Queue[T], Generic[T]):
             item: T = self._deliveries.get_away(block, timeout)
             return item
 
-    def connect(self) -> Consumer[T]:
-        """A consumer for the calling thread: what it gets is held until acked."""
-        return Consumer(self._deliveries, self._deliveries.new_table())
+    def connect(self, *, task: str | None = None) -> Consumer[T]:
+        """A consumer for this thread (or asyncio ``task``, named in held()): held till acked."""
+        return Consumer(self._deliveries, self._deliveries.new_table(task))
 
     def transaction(self) -> AbstractContextManager[Transaction]:
         """``with q.transaction():`` commits the block's queue operations together or not at all.
@@ -255,7 +255,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
             return self._holds.count
 
     def held(self) -> list[tuple[str, Delivery, float]]:
-        """Every held item as ``(owner thread name, delivery, seconds held)``."""
+        """Every held item as ``(owner: its consumer's thread or task name, delivery, age)``."""
         with self.mutex:
             return self._holds.listing_locked()
 

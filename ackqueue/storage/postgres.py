@@ -1,8 +1,8 @@
 """PostgreSQL URIs: ``AckQueue("postgresql://user:password@host:port/dbname")``.
 
-The queue is stored by RelStorage (``pip install 'ackqueue[postgresql]'``: RelStorage and the
-psycopg2 driver) in an existing PostgreSQL database, whose tables RelStorage creates on first
-use. Every process and host that opens the same URI shares the queue (shared mode).
+The queue is stored by RelStorage (``pip install '.[postgresql]'`` in a checkout: RelStorage
+and the psycopg2 driver) in an existing PostgreSQL database, whose tables RelStorage creates on
+first use. Every process and host that opens the same URI shares the queue (shared mode).
 
 Both spellings libpq knows, ``postgresql://`` and ``postgres://``, are accepted; the query takes
 RelStorage's and zodburi's options (``?keep_history=true``, ``connect_timeout=30``, ...). Two
@@ -61,13 +61,24 @@ def _addressed(uri: str) -> tuple[str, str | None, str, int]:
 
 
 def shown(uri: str) -> str:
-    """``uri`` with its password, if any, replaced by ``***``: for messages and logs."""
+    """``uri`` (of any scheme) with its password, if any, replaced by ``***``: for messages,
+    logs and ``repr``, which must never show a password."""
     parts = urlsplit(uri)
     if parts.password is None:
         return uri
     user = parts.username or ""
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def scrubbed(text: str, uri: str) -> str:
+    """``text`` (a driver's or a library's message about ``uri``) with the URI's password, as
+    written and as decoded, replaced by ``***``."""
+    password = urlsplit(uri).password
+    if password:
+        for spelling in {password, unquote(password), quote(unquote(password), safe="")}:
+            text = text.replace(spelling, "***")
+    return text
 
 
 def where(uri: str) -> str:
@@ -80,10 +91,11 @@ def where(uri: str) -> str:
 def open_error(uri: str, exc: BaseException) -> StorageError:
     """The error for a PostgreSQL database that could not be opened: what went wrong, where
     it was tried, and what to do."""
-    detail = " ".join(str(exc).split()) or repr(exc)
+    detail = scrubbed(" ".join(str(exc).split()) or repr(exc), uri)
     lowered = detail.lower()
     if isinstance(exc, ImportError) or "driver" in lowered and "available" in lowered:
-        advice = "install the driver: pip install 'ackqueue[postgresql]' (psycopg2)"
+        advice = ("install the driver (psycopg2): pip install '.[postgresql]' in a checkout of "
+                  "ackqueue")
     elif "does not exist" in lowered and "database" in lowered:
         advice = "create the database first (createdb NAME, or CREATE DATABASE as its owner)"
     elif "authentication" in lowered or "role" in lowered or "password" in lowered:

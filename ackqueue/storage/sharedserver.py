@@ -319,7 +319,8 @@ def connect(path: str, durability: str = "strict") -> ZODB.DB:
         storage_class = _client_storage_class()
     except ImportError:
         raise StorageError(
-            f"opening {path} with shared=True needs ZEO: pip install 'ackqueue[zeo]'"
+            f"opening {path} with shared=True needs ZEO: pip install '.[zeo]' in a checkout "
+            "of ackqueue"
         ) from None
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):

@@ -30,6 +30,7 @@ from ackqueue.storage.commit import GroupCommitter
 from ackqueue.storage.durability import QueueFileStorage, check_durability
 from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.packing import PACK_STATE_KEY, AutoPacker
+from ackqueue.storage.postgres import shown
 from ackqueue.storage.uri import as_path, is_uri, open_db
 
 log = logging.getLogger("ackqueue")
@@ -119,7 +120,7 @@ class Store:
             elif isinstance(path, str) and is_uri(path):  # one database per URI, as per file
                 store = _by_path.get(path)
                 if store is None:
-                    store = _by_path[path] = cls(open_db(path), owns_db=True, where=path)
+                    store = _by_path[path] = cls(open_db(path), owns_db=True, where=shown(path))
             elif shared:
                 key = os.path.realpath(os.fspath(path))
                 store = _by_path.get(key)

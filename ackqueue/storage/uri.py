@@ -23,6 +23,9 @@ from ackqueue.storage import postgres
 OPEN_RETRIES = 5
 
 
+shown = postgres.shown  # a URI as messages print it: its password, if any, as ***
+
+
 def is_uri(path: Any) -> bool:
     """True for a string that names a storage by URI rather than a file path."""
     return isinstance(path, str) and "://" in path.split("?", 1)[0]
@@ -42,27 +45,28 @@ def as_path(path: Any) -> Any:
 
 def open_db(uri: str) -> ZODB.DB:
     """Open the database ``uri`` names, through ``zodburi``."""
+    on_postgresql = postgres.is_postgresql(uri)
     try:
         import zodburi
     except ImportError:
+        extra = "postgresql" if on_postgresql else "zeo"
         raise StorageError(
-            f"opening {uri} needs the zodburi package: "
-            "pip install '.[zeo]' in a checkout of ackqueue"
+            f"opening {postgres.shown(uri)} needs the zodburi package: "
+            f"pip install '.[{extra}]' in a checkout of ackqueue"
         ) from None
-    on_postgresql = postgres.is_postgresql(uri)
     resolved = postgres.for_zodburi(uri) if on_postgresql else uri
 
     def failed(exc: BaseException) -> StorageError:
         if on_postgresql:
             return postgres.open_error(uri, exc)
-        return StorageError(f"cannot open storage {uri}: {exc!r}")
+        return StorageError(f"cannot open storage {postgres.shown(uri)}: {exc!r}")
 
     try:
         factory, dbkw = zodburi.resolve_uri(resolved)
     except Exception as exc:
         if on_postgresql:
             raise failed(exc) from exc
-        raise StorageError(f"cannot open storage {uri}: {exc}") from exc
+        raise StorageError(f"cannot open storage {postgres.shown(uri)}: {exc}") from exc
 
     def opened() -> Any:
         try:

@@ -67,6 +67,32 @@ def test_timeouts_raise_empty_and_take_nothing(qpath):
     asyncio.run(main())
 
 
+def test_argument_rules_are_the_sync_queues_and_bad_input_stores_nothing(qpath):
+    """As ``queue.Queue``: a put's timeout matters (and is checked) only on a bounded queue;
+    a get's negative timeout is a ValueError. Bad keys and groups store nothing."""
+
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put("a", timeout=-1)
+            await q.put("b", key="b", timeout=-1)
+            with pytest.raises(ValueError, match="non-negative"):
+                await q.get(timeout=-1)
+            with pytest.raises(ackqueue.KeyTypeError):
+                await q.put("c", key=["c"])
+            with pytest.raises(TypeError, match="group must be a str"):
+                await q.put("c", group=3)
+            assert q.qsize() == 2
+        async with AsyncPriorityAckQueue(None) as by_item:
+            with pytest.raises(ValueError, match="omit priority="):
+                await by_item.put(1, priority=1)
+        async with AsyncAckQueue(None, maxsize=1) as bounded:
+            with pytest.raises(ValueError, match="non-negative"):
+                await bounded.put("x", key="x", timeout=-1)
+            assert bounded.qsize() == 0
+
+    asyncio.run(main())
+
+
 def test_dead_letters_leases_and_forwarded_methods(qpath):
     async def main() -> None:
         async with AsyncAckQueue(qpath, max_attempts=2, ack_timeout=30) as q:

@@ -170,3 +170,31 @@ def test_a_consumer_used_on_another_loop_raises_and_changes_nothing(qpath):
     finally:
         q.close_now()
     assert stored(qpath) == ["a", "b"]
+
+
+def test_held_and_errors_name_the_task_holding_an_item_not_the_loops_thread(qpath):
+    async def holder(q: AsyncAckQueue[str], got: asyncio.Event, done: asyncio.Event) -> str:
+        c = q.connect()
+        item = await c.get()
+        got.set()
+        await done.wait()
+        await c.ack(item)
+        return item
+
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put("job")
+            got, done = asyncio.Event(), asyncio.Event()
+            task = asyncio.create_task(holder(q, got, done), name="fetch-7")
+            await got.wait()
+            assert [owner for owner, _delivery, _age in q.held()] == ["fetch-7"]
+            async with q.connect() as other:
+                with pytest.raises(
+                    ackqueue.NotHeldError, match=r"another consumer \(task 'fetch-7'\)"
+                ):
+                    await other.ack(q.held()[0][1].item)
+            assert "task 'fetch-7'" in repr(q.sync.connect(task="fetch-7"))
+            done.set()
+            assert await task == "job"
+
+    asyncio.run(main())

@@ -305,7 +305,8 @@ def test_pause_and_resume_from_the_command_line(qpath, capsys):
     with ackqueue.AckQueue(qpath) as q:
         q.put("job")
     assert main(["pause", qpath]) == 0
-    assert "paused queue 'default'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "paused queue 'default'" in out and "`" not in out  # plain text, not Markdown
     assert main(["pause", qpath]) == 0
     assert "paused already" in capsys.readouterr().out
     with ackqueue.AckQueue(qpath) as q:
@@ -313,5 +314,7 @@ def test_pause_and_resume_from_the_command_line(qpath, capsys):
         with pytest.raises(ackqueue.Empty):
             q.get_nowait()
     assert main(["resume", qpath]) == 0
+    assert main(["resume", qpath]) == 0
+    assert "queue 'default' is not paused\n" in capsys.readouterr().out
     with ackqueue.AckQueue(qpath) as q:
         assert not q.paused and q.get_nowait() == "job"

@@ -65,3 +65,19 @@ def test_bench_rejects_a_count_below_one(capsys):
     else:
         raise AssertionError("-n 0 was accepted")
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_bench_json_gives_the_figures_as_json_numbers_and_progress_on_stderr(tmp_path, capsys):
+    import json
+
+    code, out, err = bench(capsys, tmp_path / "bench.fs", "-n", 200, "--threads", 2,
+                           "--latency-n", 100, "--json")
+    assert code == 0, err
+    figures = json.loads(out)
+    assert (figures["items"], figures["threads"], figures["latency_items"]) == (200, 2, 100)
+    for name in ("fill_items_per_s", "drain_jobs_per_s", "latency_items_per_s"):
+        assert isinstance(figures[name], float) and figures[name] > 0, name
+    assert set(figures["latency_ms"]) == {"put_to_get_p50", "put_to_get_p99",
+                                          "get_to_ack_p50", "get_to_ack_p99"}
+    assert figures["machine"][0].startswith("machine: ")
+    assert "draining with 2 threads: 200/200" in err

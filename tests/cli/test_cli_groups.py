@@ -24,6 +24,16 @@ def fill(path):
         q.pause_group("example.org", 300)
 
 
+def test_removing_a_group_with_nothing_waiting_says_so_and_succeeds_without_yes(qpath, capsys):
+    fill(qpath)
+    code, out, err = run(capsys, "remove", qpath, "--group", "nobody.org")
+    assert (code, err) == (0, "") and "no waiting items; nothing to remove" in out
+    code, out, _ = run(capsys, "remove", qpath, "--group", "nobody.org", "--yes")
+    assert code == 0 and "removed 0 items" in out and "(s)" not in out
+    code, out, _ = run(capsys, "groups", qpath)
+    assert "3 groups" in out and "(s)" not in out
+
+
 def test_groups_shows_items_ready_delayed_and_next_due_per_group(qpath, capsys):
     fill(qpath)
     code, out, _ = run(capsys, "groups", qpath, "--json")
@@ -66,9 +76,22 @@ def test_groups_counts_what_a_live_process_holds(qpath, capsys):
 def test_remove_group_needs_yes_then_removes_the_groups_items(qpath, capsys):
     fill(qpath)
     code, _, err = run(capsys, "remove", qpath, "--group", "b.net")
-    assert code == 1 and "--yes" in err
+    assert code == 1 and "would remove 4 waiting items of group 'b.net'" in err and "--yes" in err
     code, out, _ = run(capsys, "remove", qpath, "--group", "b.net", "--yes")
-    assert code == 0 and "removed 4 item(s) of group 'b.net'" in out
+    assert code == 0 and "removed 4 items of group 'b.net'" in out
     with ackqueue.AckQueue(qpath) as q:
         assert q.qsize() == 1  # "plain"; example.org is paused
         assert q.delayed_count() == 0
+
+
+def test_groups_of_a_big_queue_reports_its_progress_on_stderr(qpath, capsys, monkeypatch):
+    from ackqueue.cli import groups
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put_many(range(25_000), group="big.example")
+    ticks = iter(range(0, 10**6, 2))  # every reading two seconds after the last: all shown
+    real = groups.Progress
+    monkeypatch.setattr(groups, "Progress", lambda what: real(what, clock=lambda: next(ticks)))
+    code, out, err = run(capsys, "groups", qpath, "--json")
+    assert code == 0 and json.loads(out)[0]["items"] == 25_000  # stdout stays pure JSON
+    assert "reading entries: 10,000/25,000" in err and "20,000/25,000" in err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import sys
 
@@ -70,3 +72,22 @@ def test_a_producer_and_two_worker_processes_share_one_file(tmp_path):
     results = run_example("shared_results.py", path)
     assert results.returncode == 0, results.stderr
     assert results.stdout.startswith(f"60 results, sum of squares {sum(n * n for n in range(60))}")
+
+
+def test_a_shared_worker_stopped_by_ctrl_c_says_so_in_its_exit_status(tmp_path):
+    worker = subprocess.Popen(
+        [sys.executable, os.path.join(EXAMPLES, "shared_worker.py"), str(tmp_path / "jobs.fs")],
+        env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert worker.stderr is not None
+        ready, _, _ = select.select([worker.stderr], [], [], 60)
+        assert ready, "the worker never said it waits for jobs"
+        assert worker.stderr.readline() == "waiting for jobs (Ctrl-C to stop)\n"
+        worker.send_signal(signal.SIGINT)
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 130, out + err
+    assert out.endswith("did 0 jobs; interrupted\n")

@@ -185,6 +185,36 @@ def test_argument_errors_are_the_standard_librarys(std_cls, ack_cls, qpath):
     assert expected[0] == (ValueError, "'timeout' must be a non-negative number")
 
 
+@pytest.mark.parametrize("maxsize", [0, 1])
+@pytest.mark.parametrize("ack_cls, extra", [
+    pytest.param(cls, extra, id=f"{cls.__name__}-{next(iter(extra))}")
+    for cls in (ackqueue.AckQueue, ackqueue.LifoAckQueue, ackqueue.PriorityAckQueue)
+    for extra in ({"key": "k"}, {"group": "g"}, {"delay": 0}, {"priority": 1})
+    if not (cls is ackqueue.PriorityAckQueue and "priority" in extra)  # it orders by the items
+])
+def test_puts_with_ackqueues_own_arguments_keep_the_standard_librarys_timeout_rule(
+    ack_cls, extra, maxsize, qpath
+):
+    """``put(item, timeout=...)`` with ``key=``, ``group=``, ``delay=`` or ``priority=`` checks
+    its timeout exactly as ``queue.Queue.put`` does: only where ``maxsize`` bounds the queue."""
+
+    def outcome(put, **kwargs):
+        try:
+            put(1, **kwargs)
+            return None
+        except (ValueError, TypeError) as exc:
+            return type(exc)
+
+    for timeout in (-1, "soon"):
+        std = queue.Queue(maxsize)
+        expected = outcome(std.put, timeout=timeout)
+        with ack_cls(qpath, maxsize=maxsize, name=f"t{maxsize}") as q:
+            assert outcome(q.put, timeout=timeout, **extra) == expected, timeout
+            assert q.qsize() == (1 if expected is None else 0)
+            if expected is None:
+                q.get()
+
+
 @pytest.mark.parametrize("ack_cls", ACK_CLASSES)
 def test_put_with_timeout_on_full_raises_full_after_the_timeout(ack_cls, qpath):
     with ack_cls(qpath, maxsize=2) as q:

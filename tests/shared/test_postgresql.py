@@ -160,3 +160,54 @@ def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
         "postgres://queue@db:6543/jobs?keep_history=true&connect_timeout=3"))
     assert parse_qs(given.query) == {"keep_history": ["true"], "connect_timeout": ["3"]}
     assert postgres.shown("postgresql://queue:s3cret@db/jobs") == "postgresql://queue:***@db/jobs"
+
+
+def test_the_command_line_never_prints_the_uris_password(
+    postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ackqueue.cli.commands import main
+
+    uri = postgres_server.new_database().replace("postgres@", "postgres:s3cret@", 1)
+    with ackqueue.AckQueue(uri) as q:
+        q.put("job", key="k", group="g")
+    for argv in (["stats"], ["stats", "--json"], ["top", "--once"], ["top", "--once", "--json"],
+                 ["peek"], ["groups"], ["pack"], ["stats", "--name", "nope"]):
+        main([argv[0], uri, *argv[1:]])
+        out, err = capsys.readouterr()
+        assert out + err and "s3cret" not in out + err, argv
+    main(["stats", uri])
+    assert "postgres:***@127.0.0.1" in capsys.readouterr().out
+
+
+def test_no_message_or_repr_of_an_open_queue_shows_the_uris_password(
+    postgres_server: PostgresServer,
+) -> None:
+    # The test server trusts 127.0.0.1, so it accepts any password: the queue opens.
+    uri = postgres_server.new_database().replace("postgres@", "postgres:s3cret@", 1)
+    with ackqueue.AckQueue(uri, name="jobs") as q:
+        assert "postgres:***@" in repr(q) and "s3cret" not in repr(q)
+        with pytest.raises(ackqueue.StorageError, match="already open") as caught:
+            ackqueue.AckQueue(uri, name="jobs")
+        assert "postgres:***@" in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+def test_without_zodburi_a_postgresql_uri_names_the_postgresql_extra() -> None:
+    # A plain `pip install .` has no zodburi; the import is made to fail as it would there.
+    code = ("import sys; sys.modules['zodburi'] = None\n"
+            "import ackqueue\n"
+            "try:\n"
+            "    ackqueue.AckQueue('postgresql://queue:s3cret@127.0.0.1:1/jobs')\n"
+            "except ackqueue.StorageError as exc:\n"
+            "    print(exc)\n")
+    child = spawn_child(code)
+    out, _ = child.communicate(timeout=60)
+    assert "pip install '.[postgresql]'" in out and "s3cret" not in out, out
+
+
+def test_a_drivers_message_quoting_the_password_is_scrubbed() -> None:
+    from ackqueue.storage import postgres
+
+    uri = "postgresql://queue:p%40ss@127.0.0.1:1/jobs"
+    error = postgres.open_error(uri, RuntimeError("bad dsn 'password=p@ss host=127.0.0.1'"))
+    assert "p@ss" not in str(error) and "p%40ss" not in str(error)
+    assert "password=***" in str(error)
