@@ -90,9 +90,11 @@ def render(view: dict[str, Any]) -> list[str]:
 
 
 def run_top(path: str, name: str | None, as_json: bool, refreshes: int | None,
-            interval: float, out: TextIO = sys.stdout,
+            interval: float, out: TextIO | None = None,
             sleep: Callable[[float], None] = time.sleep) -> int:
-    """Refresh ``refreshes`` times (None: until interrupted), ``interval`` seconds apart."""
+    """Refresh ``refreshes`` times (None: until interrupted), ``interval`` seconds apart, on
+    ``out`` (the ``sys.stdout`` of the call, not of the import, so a redirect is followed)."""
+    out = out or sys.stdout
     previous = None
     done = 0
     redraw = not as_json and out.isatty()

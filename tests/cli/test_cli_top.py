@@ -95,3 +95,12 @@ def test_top_on_a_zeo_storage_shows_sessions_and_stored_holds(
     (session,) = view["sessions"]
     assert session["held"] == 1 and not session["lapsed"]
     assert list(queue["held_by"]) == [session["id"]]
+
+
+def test_top_prints_to_the_stdout_of_the_call_not_the_one_at_import(qpath, capsys) -> None:
+    # run_top was imported at collection, before capsys replaced sys.stdout: a default bound at
+    # import wrote past the capture (seen as an empty `top --once` in a full run).
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("job")
+    assert run_top(qpath, None, as_json=True, refreshes=1, interval=0) == 0
+    assert json.loads(capsys.readouterr().out)["queues"]
