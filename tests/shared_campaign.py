@@ -1,8 +1,8 @@
 """A kill campaign on ``AckQueue(path, shared=True)``: worker processes run a mixed workload
 (puts, gets, acks, nacks, transactions that ack one item and put another) while the campaign
-SIGKILLs, at random moments, a worker (the one that started the server among them) or the
-server itself; a killed worker is replaced. Afterwards one process drains the queue and the
-workers' logs are checked:
+SIGKILLs, each time after a random number of logged events, a worker (the one that started
+the server among them) or the server itself; a killed worker is replaced. Afterwards one
+process drains the queue and the workers' logs are checked:
 
 * every confirmed put (its ``put`` or transaction returned) was consumed (got by someone, or
   still in the queue at the end);
@@ -133,6 +133,30 @@ def _server_pid(path: str) -> int | None:
         return None
 
 
+def _logged_events(logdir: str) -> int:
+    total = 0
+    for name in os.listdir(logdir):
+        if name.startswith("log-"):
+            with open(os.path.join(logdir, name), "rb") as f:
+                total += f.read().count(b"\n")
+    return total
+
+
+def _wait_for_events(logdir: str, events: int, result: Result, within: float = 60.0) -> bool:
+    """Wait until the workers have logged ``events`` more lines: the kill point is chosen by
+    what the workload did, not by seconds, so a fast disk is killed as often as a slow one.
+    False (a problem noted) when they log nothing for ``within`` seconds."""
+    target = _logged_events(logdir) + events
+    deadline = time.monotonic() + within
+    while (seen := _logged_events(logdir)) < target:
+        if time.monotonic() > deadline:
+            result.problems.append(f"the workers logged {seen - target + events} of {events} "
+                                   f"events in {within:.0f} s")
+            return False
+        time.sleep(0.002)
+    return True
+
+
 def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
         seed: int = 0, server_share: float = 0.35) -> Result:
     """Run the campaign on queue file ``path`` with ``kills`` SIGKILLs; the checked result."""
@@ -153,7 +177,9 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
         for _ in range(workers - 1):
             start_worker()
         for k in range(kills):
-            time.sleep(rng.uniform(0.05, 0.6))  # a random moment of the workload
+            if not _wait_for_events(logdir, rng.randint(2, 60), result):
+                break
+            time.sleep(rng.uniform(0, 0.004))  # land anywhere between two logged events
             if k == 0:
                 victim = starter
             elif rng.random() < server_share:

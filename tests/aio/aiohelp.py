@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Any
 
+from polling import bounded
+
 from ackqueue.aio import AsyncAckQueue
 from ackqueue.queue.listening import ready_listeners
 
@@ -41,7 +43,7 @@ def stored(path: str, shared: bool = False) -> list[Any]:
         return stored_items(path)
     with ackqueue.AckQueue(path, shared=True) as q, q.connect() as c:
         items = []
-        while True:
+        for _ in bounded(10_000_000, "reading the stored items"):
             try:
                 items.append(c.get_nowait())
             except ackqueue.Empty:

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from aiohelp import stored, wait_for_waiters
+from aiohelp import eventually, stored, wait_for_waiters
 
 import ackqueue
 from ackqueue import AsyncAckQueue, AsyncLifoAckQueue, AsyncPriorityAckQueue
@@ -178,7 +178,7 @@ def test_maxsize_back_pressure_and_forwarded_pause(qpath):
         async with AsyncAckQueue(qpath, maxsize=2) as q:
             await q.put_many([1, 2])
             blocked = asyncio.create_task(q.put(3))  # waits for room on a thread of the loop's
-            await asyncio.sleep(0.05)
+            await eventually(lambda: q.sync.not_full._waiters, 60, "the put blocked for room")
             assert not blocked.done() and q.full()
             assert await q.get() == 1
             await asyncio.wait_for(blocked, 10)

@@ -19,6 +19,7 @@ import pytest
 from aiohelp import eventually, stored
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from polling import bounded
 
 from ackqueue import AsyncAckQueue
 
@@ -184,7 +185,9 @@ def cancel_between_take_and_hand_over(path: str, options: dict[str, Any]) -> boo
         async with AsyncAckQueue(path, **options) as q:
             await q.put("item")
             task = asyncio.create_task(owner(q))
-            while q.unacked_count() == 0:  # the take has not happened yet
+            for _ in bounded(10_000_000, "waiting for the take"):
+                if q.unacked_count():  # the take has happened
+                    break
                 await asyncio.sleep(0)
             caught_in_between = not got
             task.cancel()

@@ -10,7 +10,7 @@ import subprocess
 import threading
 
 import pytest
-from aiohelp import stored
+from aiohelp import eventually, stored
 from conftest import child_argv, child_env
 
 import ackqueue
@@ -95,8 +95,7 @@ def test_a_handler_outliving_stop_timeout_gives_its_item_back(qpath):
             await q.put_many(range(3))
             pool = AsyncWorkerPool(q, handler, concurrency=1, stop_timeout=0.05)
             run = asyncio.create_task(pool.run())
-            while q.unacked_count() == 0:
-                await asyncio.sleep(0.001)
+            await eventually(q.unacked_count, 60, "the pool holding an item")
             pool.stop()
             return await run
 

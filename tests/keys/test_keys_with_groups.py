@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 
 import pytest
+from polling import bounded
 
 import ackqueue
 
@@ -22,7 +23,7 @@ def test_keyed_puts_keep_their_group_and_its_cap_across_a_reopen(tmp_path, share
     with ackqueue.AckQueue(path, max_held_per_group=2, shared=shared) as q:
         got = []
         with q.connect() as c:
-            while True:
+            for _ in bounded(100_000, "taking what is ready"):
                 try:
                     got.append(c.get(timeout=0.5))
                 except ackqueue.Empty:

@@ -6,7 +6,7 @@ import random
 import threading
 
 import pytest
-from polling import bounded
+from polling import bounded, wait_for_waiter
 from semantic_helpers import run_and_maybe_kill
 
 from ackqueue import AckQueue, Empty, Full, NotHeldError, UnpicklableItemError
@@ -38,10 +38,11 @@ def test_get_many_blocks_like_get_for_the_first_item_only(qpath):
             c.get_many(10, timeout=0.05)
         with pytest.raises(Empty):
             c.get_many(10, block=False)
-        timer = threading.Timer(0.1, lambda: q.put("one"))
-        timer.start()
-        assert c.get_many(10, timeout=5) == ["one"]
-        timer.join()
+        # The put comes only once the get_many is blocked: the wait is what it returns from.
+        putter = threading.Thread(target=lambda: (wait_for_waiter(q.not_empty), q.put("one")))
+        putter.start()
+        assert c.get_many(10, timeout=60) == ["one"]
+        putter.join(60)
 
 
 def test_ack_many_with_one_item_not_held_acks_none(qpath):

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 import pytest
-from polling import wait_until
+from polling import bounded, wait_until
 
 import ackqueue
 from ackqueue import AckQueue, Empty, LifoAckQueue, ManualClock, NotHeldError, PriorityAckQueue
@@ -16,7 +16,7 @@ from ackqueue import AckQueue, Empty, LifoAckQueue, ManualClock, NotHeldError, P
 
 def drain_held(c: ackqueue.Consumer) -> list[object]:
     got = []
-    while True:
+    for _ in bounded(1_000_000, "draining the queue"):
         try:
             got.append(c.get(block=False))
         except Empty:
@@ -258,7 +258,7 @@ def test_many_threads_never_hold_two_of_a_group_and_keep_the_interval(qpath: str
         def work() -> None:
             try:
                 with q.connect() as c:
-                    while True:
+                    for _ in bounded(100_000, "a worker's gets"):
                         before = time.monotonic()
                         try:
                             item = c.get(timeout=1.0)

@@ -131,7 +131,7 @@ def test_get_with_timeout_on_empty_raises_empty_after_the_timeout(ack_cls, qpath
         with pytest.raises(queue.Empty):
             q.get(timeout=0.2)
         elapsed = time.monotonic() - start
-    assert 0.19 <= elapsed < 1.0
+    assert 0.19 <= elapsed < 10  # the timeout is kept; the margin is for a loaded machine
 
 
 @pytest.mark.parametrize("std_cls, ack_cls", PAIRS)
@@ -225,7 +225,7 @@ def test_put_with_timeout_on_full_raises_full_after_the_timeout(ack_cls, qpath):
         with pytest.raises(queue.Full):
             q.put(3, timeout=0.2)
         elapsed = time.monotonic() - start
-        assert 0.19 <= elapsed < 1.0
+        assert 0.19 <= elapsed < 10  # the timeout is kept; the margin is for a loaded machine
         assert q.qsize() == 2
         assert [q.get(), q.get()] in ([1, 2], [2, 1])
         assert q.empty()
@@ -543,11 +543,12 @@ def test_get_nowait_does_not_wait_for_a_put_still_committing(put_in_flight):
         q.get_nowait()
     with pytest.raises(queue.Empty):
         q.connect().get_nowait()
-    assert time.monotonic() - start < 0.5
+    # The put's commit is held for 30 s: waiting for it would take that long.
+    assert time.monotonic() - start < 10
 
 
 def test_get_with_timeout_keeps_its_timeout_while_a_put_is_committing(put_in_flight):
     start = time.monotonic()
     with pytest.raises(queue.Empty):
         put_in_flight.get(timeout=0.2)
-    assert 0.19 <= time.monotonic() - start < 1.0
+    assert 0.19 <= time.monotonic() - start < 10  # not the 30 s the commit is held

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import ZEO
 import ZODB
-from polling import wait_until
+from polling import bounded, wait_until
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -127,7 +127,7 @@ def test_a_consumer_beside_an_idle_consuming_session_still_gets_every_item(
             wait_until(lambda: index._stripes == 2 or index.refresh(), 10,
                        "this session to see two consuming sessions")
             got = []
-            while True:
+            for _ in bounded(100_000, "draining the queue"):
                 try:
                     got.append(c.get_nowait())
                 except ackqueue.Empty:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import ZEO
-from polling import wait_for_waiter
+from polling import bounded, wait_for_waiter
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -158,7 +158,7 @@ def test_consumers_and_plain_gets_in_two_clients_deliver_each_item_once(
 
     def consume_with_acks() -> None:
         with a.connect() as c:
-            while True:
+            for _ in bounded(100_000, "consuming with acks"):
                 try:
                     item = c.get(timeout=1)
                 except ackqueue.Empty:
@@ -168,7 +168,7 @@ def test_consumers_and_plain_gets_in_two_clients_deliver_each_item_once(
                 c.ack(item)
 
     def consume_plainly() -> None:
-        while True:
+        for _ in bounded(100_000, "consuming with plain gets"):
             try:
                 item = b.get(timeout=1)
             except ackqueue.Empty:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from conftest import TESTS_DIR, child_env
 from make_old_file import EXPECTED, FAR_FUTURE
+from polling import bounded
 
 import ackqueue
 
@@ -49,7 +50,7 @@ def ready_items(name: str) -> list[Any]:
 def drain(c: ackqueue.Consumer) -> list[tuple[Any, int]]:
     """Every ready item with its attempt count, held by ``c``."""
     got = []
-    while True:
+    for _ in bounded(1_000_000, "draining the old file"):
         try:
             item = c.get_nowait()
         except ackqueue.Empty:

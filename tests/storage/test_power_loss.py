@@ -12,62 +12,19 @@ wrote. Relaxed mode promises the same within its sync interval (once a second), 
 from __future__ import annotations
 
 import os
-import sys
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import pytest
+from fsync_log import FsyncLog, watch_fsyncs
 from polling import wait_until
 
 import ackqueue
 
-FS_MODULE = sys.modules["ZODB.FileStorage.FileStorage"]
-
-
-@dataclass
-class FsyncLog:
-    """Every fsync of one file made in this process: the file's size when each ran."""
-
-    path: str
-    sizes: list[int] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def record(self, fd: int) -> None:
-        st = os.fstat(fd)
-        try:
-            ours = os.stat(self.path)
-        except FileNotFoundError:
-            return
-        if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
-            with self.lock:
-                self.sizes.append(st.st_size)
-
-    def mark(self) -> int:
-        with self.lock:
-            return len(self.sizes)
-
-    def covered_since(self, mark: int, size: int) -> bool:
-        """Whether an fsync after ``mark`` ran once the file held ``size`` bytes or more."""
-        with self.lock:
-            return any(s >= size for s in self.sizes[mark:])
-
 
 @pytest.fixture
-def fsyncs(qpath: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncLog]:
-    log = FsyncLog(qpath)
-
-    def wrap(real: Callable[[int], None]) -> Callable[[int], None]:
-        def fsync(fd: int) -> None:
-            log.record(fd)  # the size before the sync: what the sync is sure to cover
-            real(fd)
-
-        return fsync
-
-    monkeypatch.setattr(os, "fsync", wrap(os.fsync))
-    if getattr(FS_MODULE, "fsync", None) is not None:
-        monkeypatch.setattr(FS_MODULE, "fsync", wrap(FS_MODULE.fsync))
-    yield log
+def fsyncs(qpath: str, monkeypatch: pytest.MonkeyPatch) -> FsyncLog:
+    return watch_fsyncs(qpath, monkeypatch)
 
 
 def _put(q: ackqueue.AckQueue) -> None:
@@ -76,6 +33,14 @@ def _put(q: ackqueue.AckQueue) -> None:
 
 def _put_many(q: ackqueue.AckQueue) -> None:
     q.put_many(["a", "b", "c"])
+
+
+def _put_by_key(q: ackqueue.AckQueue) -> None:
+    assert q.put("page", key="https://example.org/") is True
+
+
+def _put_with_group(q: ackqueue.AckQueue) -> None:
+    q.put("page", group="example.org")
 
 
 def _plain_get(q: ackqueue.AckQueue) -> None:
@@ -125,6 +90,8 @@ def _purge_dead(q: ackqueue.AckQueue) -> None:
 CALLS = {
     "put": _put,
     "put_many": _put_many,
+    "put by key": _put_by_key,
+    "put with group": _put_with_group,
     "plain get": _plain_get,
     "ack": _ack,
     "ack_many": _ack_many,

@@ -268,7 +268,7 @@ def test_threads_mixing_transactions_delays_and_rejects_settle_every_item_once(q
             rng = random.Random(seed)
             try:
                 with work.connect() as c:
-                    while True:
+                    for _ in bounded(100_000, "a worker's batches"):
                         try:
                             batch = c.get_many(rng.randint(1, 5), timeout=0.5)
                         except Empty:
