@@ -51,6 +51,7 @@ import ZODB
 
 from ackqueue.errors import QueueLockedError, StorageError
 from ackqueue.storage.uri import db_on
+from ackqueue.storage.zeoclient import forget_fetched_ids
 
 log = logging.getLogger("ackqueue")
 
@@ -242,6 +243,8 @@ def _client_storage_class() -> Any:
     class RestartingClientStorage(ClientStorage):
         """A ZEO client that starts a new server when its server goes away."""
 
+        _ackqueue_forgets_ids = True  # zeoclient.FORGETS_IDS: notify_connected does it
+
         def __init__(self, sock: str, path: str, durability: str, **kw: Any) -> None:
             self._ackqueue_path = path
             self._ackqueue_durability = durability
@@ -251,12 +254,9 @@ def _client_storage_class() -> Any:
             super().__init__(sock, _client_factory=QuickRetryThread, **kw)
 
         def notify_connected(self, conn: Any, info: Any) -> None:
-            # Object ids fetched in advance from a server that died may be handed out again
-            # by the new one (it starts from the last id in the file): two processes would
-            # then store different objects under one id, and one of them would be lost
-            # (seen in the kill campaign as unloadable buckets and lost items). ZEO 6.2
-            # keeps them across a reconnect; forget them.
-            self._oids: list[bytes] = []
+            # Ids fetched from a server that died would be handed out again by the new one
+            # (seen in the kill campaign as unloadable buckets and lost items): zeoclient.py.
+            forget_fetched_ids(self)
             super().notify_connected(conn, info)
             self._ackqueue_connections += 1
 

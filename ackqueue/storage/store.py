@@ -32,6 +32,7 @@ from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.packing import PACK_STATE_KEY, AutoPacker
 from ackqueue.storage.postgres import shown
 from ackqueue.storage.uri import as_path, is_uri, open_db
+from ackqueue.storage.zeoclient import forget_ids_on_reconnect
 
 log = logging.getLogger("ackqueue")
 
@@ -74,6 +75,7 @@ class Store:
         self.writer: Connection = db.open(transaction_manager=self._tm)
         self.writer.large_record_size = LARGE_RECORD_SIZE  # a caller's database: ours only
         storage = db.storage
+        forget_ids_on_reconnect(storage)
         syncer = storage if getattr(storage, "sync_each_commit", False) else None
         # One writer process per file: queue counts can be kept off each commit (counts.py).
         self.counts: counting.LogCounts | None = None

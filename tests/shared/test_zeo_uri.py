@@ -207,3 +207,34 @@ def test_a_plain_get_in_a_rolled_back_transaction_leaves_the_item_for_every_clie
                 q.get(timeout=0.3)
     finally:
         close_clients(a, b)
+
+
+def test_object_ids_fetched_before_a_server_restart_are_not_used_after_it(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    # A ZEO client fetches object ids in batches; a restarted server hands out again every id
+    # past the file's last one, so ids a client kept across the restart were given to another
+    # client too: its next commits store new objects under ids that name other objects.
+    db = ZEO.DB(zeo_server.addr)
+    try:
+        with ackqueue.AckQueue(db=db) as first:
+            first.put("first-0")
+            zeo_server.restart()
+            for _ in bounded(1000, "the client to reconnect"):
+                if db.storage.is_connected():
+                    break
+                time.sleep(0.01)  # polling with a bound
+            with ackqueue.AckQueue(zeo_server.uri) as second, first.connect() as c:
+                second.put_many([f"second-{n}" for n in range(40)])
+                # The first client loads what the second stored, under the reused ids.
+                taken = c.get_many(100, timeout=10)
+                for n in range(1, 21):
+                    first.put(f"first-{n}")
+                c.ack_many(taken)
+    finally:
+        db.close()
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        left = c.get_many(100, timeout=10)
+        c.ack_many(left)
+    assert sorted(taken + left) == sorted(
+        [f"first-{n}" for n in range(21)] + [f"second-{n}" for n in range(40)])

@@ -1,0 +1,42 @@
+"""ZEO clients that never hand out an object id fetched from a server before it restarted.
+
+A ZEO client fetches new object ids from its server in batches and keeps the rest for later
+commits. A restarted server counts on from the last id stored in its file, so it gives the ids
+a client still keeps to other clients as well: two objects stored under one id, and one of them
+silently lost (seen as a confirmed put never delivered, and as an acked item delivered again,
+after a ZEO restart). ZEO 6 keeps the batch across a reconnect; these helpers drop it there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Set on a storage (or its class) once it forgets its fetched ids at each connection.
+FORGETS_IDS = "_ackqueue_forgets_ids"
+
+
+def is_zeo_client(storage: Any) -> bool:
+    return any(kind.__module__ == "ZEO.ClientStorage" for kind in type(storage).__mro__)
+
+
+def forget_fetched_ids(storage: Any) -> None:
+    """Drop the ids ``storage`` fetched in advance (called as it connects, before any commit).
+
+    No lock: ZEO's ``new_oid`` holds its id lock while it waits on the server, and the notice of
+    a connection comes on the thread that call waits for."""
+    storage._oids = []
+
+
+def forget_ids_on_reconnect(storage: Any) -> None:
+    """Make a ZEO client ``storage`` (a caller's included) drop its fetched ids at every new
+    connection to its server; anything else is left as it is."""
+    if not is_zeo_client(storage) or getattr(storage, FORGETS_IDS, False):
+        return
+    connected = storage.notify_connected
+
+    def notify_connected(conn: Any, info: Any) -> None:
+        forget_fetched_ids(storage)
+        connected(conn, info)
+
+    storage.notify_connected = notify_connected
+    setattr(storage, FORGETS_IDS, True)
