@@ -4,7 +4,8 @@ Opening storages and sharing one database per file (:mod:`.store`), opening a qu
 (:mod:`.files`), group commit (:mod:`.commit`), fsync policy (:mod:`.durability`), repair of
 torn files (:mod:`.repair`), the scratch files left beside one (:mod:`.leftovers`), packing
 (:mod:`.packing`), queue counts (:mod:`.counts`), URIs (:mod:`.uri`, :mod:`.postgres`), the
-server that ``shared=True`` starts for a file (:mod:`.sharedserver`, :mod:`.zeoserver`),
+server that ``shared=True`` starts for a file (:mod:`.sharedserver`, :mod:`.zeoserver`), ZEO
+clients that drop object ids fetched before a server restart (:mod:`.zeoclient`),
 transactions (:mod:`.transactions`), and the stored book of one queue (:mod:`.book`): its
 items (:mod:`.items`), dead letters (:mod:`.deadletters`), key index and seen-set
 (:mod:`.keyindex`, :mod:`.keys`), groups (:mod:`.groupbook`) and the deletion of entries that
