@@ -101,25 +101,6 @@ def rst_table(rows: list[list[str]], head: list[str]) -> str:
     return "\n".join(lines)
 
 
-# The start of a child script that counts the write conflicts its queue retried (the group
-# committer logs each at DEBUG) in ``Conflicts.count``; it imports json, sys, threading, time.
-COUNTING_CONFLICTS = r"""
-import json, logging, sys, threading, time
-import ackqueue
-
-class Conflicts(logging.Handler):
-    count = 0
-    def emit(self, record):
-        if "conflict" in record.getMessage():
-            Conflicts.count += 1
-
-log = logging.getLogger("ackqueue")
-log.setLevel(logging.DEBUG)
-log.addHandler(Conflicts())
-log.propagate = False
-"""
-
-
 def start_together(argvs: list[list[str]], env: dict[str, str]) -> tuple[float, list[Any]]:
     """Run one process per argv; once each has printed ``ready``, send all of them ``go``.
 

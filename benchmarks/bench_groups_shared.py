@@ -25,7 +25,9 @@ from ackqueue import AckQueue
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-WORKER = _common.COUNTING_CONFLICTS + r"""
+WORKER = _common.COUNT_CONFLICTS + r"""
+import json, sys, threading, time
+import ackqueue
 path, threads, cap = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 q = ackqueue.AckQueue(path, shared=True, max_held_per_group=None if cap == "-" else int(cap))
 print("ready", flush=True)
