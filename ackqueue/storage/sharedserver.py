@@ -51,7 +51,6 @@ import ZODB
 
 from ackqueue.errors import QueueLockedError, StorageError
 from ackqueue.storage.uri import db_on
-from ackqueue.storage.zeoclient import forget_fetched_ids
 
 log = logging.getLogger("ackqueue")
 
@@ -243,8 +242,6 @@ def _client_storage_class() -> Any:
     class RestartingClientStorage(ClientStorage):
         """A ZEO client that starts a new server when its server goes away."""
 
-        _ackqueue_forgets_ids = True  # zeoclient.FORGETS_IDS: notify_connected does it
-
         def __init__(self, sock: str, path: str, durability: str, **kw: Any) -> None:
             self._ackqueue_path = path
             self._ackqueue_durability = durability
@@ -254,9 +251,8 @@ def _client_storage_class() -> Any:
             super().__init__(sock, _client_factory=QuickRetryThread, **kw)
 
         def notify_connected(self, conn: Any, info: Any) -> None:
-            # Ids fetched from a server that died would be handed out again by the new one
-            # (seen in the kill campaign as unloadable buckets and lost items): zeoclient.py.
-            forget_fetched_ids(self)
+            # The Store drops ids fetched from a server that died (zeoclient.py): the new one
+            # hands them out again (seen in the kill campaign as unloadable buckets, lost items).
             super().notify_connected(conn, info)
             self._ackqueue_connections += 1
 

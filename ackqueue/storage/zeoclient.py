@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Set on a storage (or its class) once it forgets its fetched ids at each connection.
+# Set on a storage once it drops its fetched ids at each connection.
 FORGETS_IDS = "_ackqueue_forgets_ids"
 
 
@@ -19,23 +19,19 @@ def is_zeo_client(storage: Any) -> bool:
     return any(kind.__module__ == "ZEO.ClientStorage" for kind in type(storage).__mro__)
 
 
-def forget_fetched_ids(storage: Any) -> None:
-    """Drop the ids ``storage`` fetched in advance (called as it connects, before any commit).
+def forget_ids_on_reconnect(storage: Any) -> None:
+    """Make a ZEO client ``storage`` (``shared=True``'s, a URI's or a caller's) drop the ids
+    it fetched in advance at every new connection to its server, before any commit can use
+    them; anything else is left as it is.
 
     No lock: ZEO's ``new_oid`` holds its id lock while it waits on the server, and the notice of
     a connection comes on the thread that call waits for."""
-    storage._oids = []
-
-
-def forget_ids_on_reconnect(storage: Any) -> None:
-    """Make a ZEO client ``storage`` (a caller's included) drop its fetched ids at every new
-    connection to its server; anything else is left as it is."""
     if not is_zeo_client(storage) or getattr(storage, FORGETS_IDS, False):
         return
     connected = storage.notify_connected
 
     def notify_connected(conn: Any, info: Any) -> None:
-        forget_fetched_ids(storage)
+        storage._oids = []
         connected(conn, info)
 
     storage.notify_connected = notify_connected
