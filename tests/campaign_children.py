@@ -7,6 +7,7 @@ kills it before it has done anything (a kill point is chosen from what the child
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -20,20 +21,35 @@ def env_at(root: str) -> dict[str, str]:
 
 
 def start_child(
-    code: str, args: list[str], env: dict[str, str], keep_stderr: bool = False
+    code: str, args: list[str], env: dict[str, str], keep_stderr: bool = False,
+    stderr_path: str | None = None,
 ) -> subprocess.Popen[str]:
     """``python -c code *args``, once it printed ``open``; else an AssertionError with its exit
     status (and the end of its stderr, kept with ``keep_stderr``: then the caller must read it,
-    e.g. with ``communicate()`` after the kill, or a child writing much would block)."""
-    p = subprocess.Popen([sys.executable, "-c", code, *args], env=env,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE if keep_stderr else None, text=True)
+    e.g. with ``communicate()`` after the kill, or a child writing much would block).
+    With ``stderr_path`` its stderr goes to that file instead (see :func:`stderr_tail`)."""
+    with open(stderr_path, "a") if stderr_path else contextlib.nullcontext() as err_file:
+        p = subprocess.Popen([sys.executable, "-c", code, *args], env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=err_file or (subprocess.PIPE if keep_stderr else None),
+                             text=True)
     assert p.stdout is not None
     if p.stdout.readline().strip() == "open":
         return p
     if p.poll() is None:
         p.kill()
     _out, err = p.communicate(timeout=30)
+    if stderr_path:
+        err = stderr_tail(stderr_path)
     raise AssertionError(
         f"a child did not open the queue (exit {p.returncode}): {(err or '')[-2000:]}"
     )
+
+
+def stderr_tail(path: str, chars: int = 3000) -> str:
+    """The end of a child's stderr file (written with ``start_child(stderr_path=...)``)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-chars:]
+    except OSError:
+        return ""

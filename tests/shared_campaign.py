@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from campaign_children import env_at, start_child
+from campaign_children import env_at, start_child, stderr_tail
 
 LEASE = 2.0  # session lease of the workers: a killed worker's holds come back after it
 
@@ -166,10 +166,13 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
     started = time.monotonic()
     killed: set[int] = set()
     procs: list[subprocess.Popen[str]] = []
+    stderr_of: dict[int, str] = {}
 
     def start_worker() -> None:
         seed = str(rng.randrange(1 << 30))
-        procs.append(start_child(WORKER, [path, logdir, seed, str(LEASE)], env))
+        err = os.path.join(logdir, f"stderr-{seed}")
+        procs.append(start_child(WORKER, [path, logdir, seed, str(LEASE)], env, stderr_path=err))
+        stderr_of[procs[-1].pid] = err
 
     try:
         start_worker()  # the first one starts the server
@@ -213,7 +216,8 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
                 result.problems.append(f"worker {p.pid} did not stop within 120 s")
             else:
                 if p.returncode != 0:
-                    result.problems.append(f"worker {p.pid} exited {p.returncode}")
+                    result.problems.append(f"worker {p.pid} exited {p.returncode}: "
+                                           f"{stderr_tail(stderr_of[p.pid])}")
     drained = subprocess.run([sys.executable, "-c", DRAIN, path, str(LEASE), str(LEASE * 3)],
                              env=env, capture_output=True, text=True, timeout=300)
     if drained.returncode != 0:

@@ -38,6 +38,7 @@ from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.signals import Lifecycle, Signals
 from ackqueue.delivery.supply import Supply
+from ackqueue.errors import StorageError
 from ackqueue.shared import sessions
 from ackqueue.shared.groupgate import GroupGate
 from ackqueue.shared.holdmarks import (
@@ -355,7 +356,10 @@ class SharedMode:
         except Exception as exc:  # the server is away: the session thread tries again
             log.debug("ackqueue: releases of queue %r deferred: %s", self.name, exc)
             return
-        self.refresh()  # what came back is ready here at once, in its place
+        try:
+            self.refresh()  # what came back is ready here at once, in its place
+        except StorageError as exc:  # the server went away since: the watcher refreshes later
+            log.debug("ackqueue: refresh of queue %r deferred: %s", self.name, exc)
 
     def dropped(self) -> Edit | None:
         # Nothing here may lead back to the queue, or it would never be collected: the session

@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from ZODB.POSException import ReadConflictError
+from ZODB.POSException import StorageError as POSStorageError
 
 from ackqueue.base.clock import Clock
-from ackqueue.errors import AckQueueError, NotAQueueFileError
+from ackqueue.errors import AckQueueError, NotAQueueFileError, StorageError
 from ackqueue.records import ROOT_KEY, Entry, QueueRecord, queues_of
 from ackqueue.storage.counts import count_change, settle, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
@@ -27,6 +28,7 @@ from ackqueue.storage.items import Staged
 from ackqueue.storage.keyindex import release
 from ackqueue.storage.store import Store
 from ackqueue.storage.sweeping import sweep_done
+from ackqueue.storage.zeoclient import connection_lost
 
 READ_RETRIES = 5
 T = TypeVar("T")
@@ -108,6 +110,8 @@ class Book:
         A reader left at an older snapshot would load old revisions of the tree, and a pack
         removes those ("object deleted, likely by simultaneous pack"); a pack running in
         another thread can still do so between the move and the read, so that is retried.
+        So is a read cut by a ZEO server going away (a server restart): the next load waits
+        for the client to connect again, up to the client's ``wait_timeout``.
         """
         for attempt in range(READ_RETRIES):
             commits = self.store.commits
@@ -119,6 +123,13 @@ class Book:
             except ReadConflictError:
                 if attempt == READ_RETRIES - 1:
                     raise
+            except POSStorageError as exc:
+                if not connection_lost(exc):
+                    raise
+                if attempt == READ_RETRIES - 1:
+                    raise StorageError(
+                        f"cannot read queue storage {self.store.where}: {exc!r}"
+                    ) from exc
         raise AssertionError("unreachable")
 
     def catch_up(self) -> None:

@@ -4,6 +4,7 @@ and the shared-mode behaviour two ZEO clients see: wake-ups, give-backs, dead le
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -238,3 +239,45 @@ def test_object_ids_fetched_before_a_server_restart_are_not_used_after_it(
         c.ack_many(left)
     assert sorted(taken + left) == sorted(
         [f"first-{n}" for n in range(21)] + [f"second-{n}" for n in range(40)])
+
+
+def test_a_read_cut_by_a_server_restart_is_tried_again_once_the_client_reconnects(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    # A load in flight when the server dies fails with ZEO's ClientDisconnected; a read changes
+    # nothing, so it waits for the reconnection and is tried again instead of failing. The
+    # dead letters are records the first client never loaded: listing them loads each from
+    # the server, held in flight by stopping the server first.
+    db = ZEO.DB(zeo_server.addr)
+    try:
+        with ackqueue.AckQueue(db=db) as first:
+            with ackqueue.AckQueue(zeo_server.uri) as second, second.connect() as c:
+                second.put_many([f"item-{n}" for n in range(3)])
+                for item in c.get_many(3, timeout=10):
+                    c.reject(item, reason="poison")
+            for _ in bounded(1000, "the first client to see the dead letters"):
+                if first.dead_count() == 3:
+                    break
+                time.sleep(0.01)  # polling with a bound
+            assert zeo_server.proc is not None
+            zeo_server.proc.send_signal(signal.SIGSTOP)
+            listed: list[object] = []
+
+            def list_dead() -> None:
+                try:
+                    listed.append(first.dead_letters())
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    listed.append(exc)
+
+            reader = threading.Thread(target=list_dead)
+            reader.start()
+            reader.join(0.5)
+            assert reader.is_alive(), f"the read did not wait on the stopped server: {listed}"
+            zeo_server.stop(signal.SIGKILL)
+            zeo_server.start()
+            reader.join(60)
+            assert not reader.is_alive()
+            assert len(listed) == 1 and isinstance(listed[0], list), listed
+            assert sorted(dead.item for dead in listed[0]) == ["item-0", "item-1", "item-2"]
+    finally:
+        db.close()
