@@ -7,8 +7,9 @@ live process also reaps: a session not renewed for its lease is deleted, and the
 
 Time is the server's: a renewal is a commit, and the age of a session is measured between the
 transaction ids the server stamped, so clocks on different hosts need not agree. After its own
-connection was lost, a process reaps nobody until a whole lease has passed since it came back,
-so a server restart does not make every other process look dead.
+connection was lost, or a renewal of its own came late (it waited while ZEO reconnected), a
+process reaps nobody until a whole lease has passed since it came back, so a server restart
+does not make every other process look dead.
 
 The same thread applies the releases that cannot commit where they happen (a consumer closed or
 its thread ended, an ``ack_timeout`` lease ran out: those run with a queue's mutex held). A
@@ -52,6 +53,9 @@ log = logging.getLogger("ackqueue")
 RUN_RETRIES = 100
 T = TypeVar("T")
 RENEWALS_PER_LEASE = 4
+# A renewal more than this many renewal intervals after the one before came late: this process
+# was cut off or stalled meanwhile (a renewal waits while ZEO reconnects, without failing).
+LATE_AFTER_INTERVALS = 2
 
 
 
@@ -105,6 +109,7 @@ class Session:
         self._releases: list[tuple[str, Any, HoldValue]] = []
         self._stopped = False
         self._back_at = 0.0  # server time of the first renewal after a lost connection
+        self._renewed_at = 0.0  # server time of this session's last renewal
         self._failing = False
         self._restart_lock = threading.Lock()
         # Renewals, reaping and releases commit on a connection of their own, so that a lease
@@ -153,7 +158,7 @@ class Session:
 
         record = self._run(register)
         self.sid = sid
-        self._back_at = server_time(record._p_serial)
+        self._back_at = self._renewed_at = server_time(record._p_serial)
 
     def check_live(self, consuming: bool = False) -> str:
         """Inside a change: this session's id, or :class:`SessionLost` if it was reaped;
@@ -288,9 +293,14 @@ class Session:
 
     def _beat(self) -> None:
         now = self.renew()
+        late = now - self._renewed_at > LATE_AFTER_INTERVALS * self.lease / RENEWALS_PER_LEASE
+        self._renewed_at = now
+        if self._failing or late:
+            # We saw nothing of the others meanwhile, and they were likely cut off as long as
+            # we were (a server restart): reaping waits a whole lease from now.
+            self._back_at = now
         if self._failing:
             self._failing = False
-            self._back_at = now
             log.warning("ackqueue: session %s renewed again", self.sid)
         self.reap(now)
 

@@ -10,6 +10,8 @@ import time
 
 import pytest
 import ZEO
+from campaign_children import env_at, start_child
+from conftest import REPO_ROOT
 from polling import bounded, wait_for_waiter
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
@@ -280,4 +282,70 @@ def test_a_read_cut_by_a_server_restart_is_tried_again_once_the_client_reconnect
             assert len(listed) == 1 and isinstance(listed[0], list), listed
             assert sorted(dead.item for dead in listed[0]) == ["item-0", "item-1", "item-2"]
     finally:
+        db.close()
+
+
+HOLDER = r"""
+import os, sys, time
+import ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+c = q.connect()
+item = c.get(timeout=10)
+print("open", flush=True)
+for _ in range(6000):  # until the test says so (at most 60 s)
+    if os.path.exists(sys.argv[3]):
+        break
+    time.sleep(0.01)
+try:
+    c.ack(item)
+    print("acked", item, flush=True)
+except Exception as exc:
+    print("failed", repr(exc), flush=True)
+c.close()
+q.close()
+"""
+
+
+def test_a_server_outage_longer_than_the_lease_does_not_make_live_processes_look_dead(
+    zeo_server: ZEOServer, tmp_path,  # noqa: F811
+) -> None:
+    # A renewal waiting for a load (its cached records were changed just before) waits for the
+    # server to come back rather than failing. The first such renewal on the new server must
+    # not take the holder's lapse in server time, which includes the outage, for death: it
+    # came late itself, so it gives the others a whole lease from then. The holder is stopped
+    # until a second after the restart (a slow reconnection).
+    holder_lease = 4.0
+    go = str(tmp_path / "ack now")
+    db = ZEO.DB(zeo_server.addr)
+    holder = None
+    try:
+        with ackqueue.AckQueue(db=db, session_timeout=1.0) as b, b.connect() as cb:
+            b.put("held")
+            holder = start_child(HOLDER, [zeo_server.uri, str(holder_lease), go],
+                                 env_at(REPO_ROOT))
+            holder.send_signal(signal.SIGSTOP)
+            with ackqueue.AckQueue(zeo_server.uri):
+                pass  # a session registered and ended: b's cached sessions tree is stale
+            seen = ZEO.DB(zeo_server.addr)
+            last = seen.storage.lastTransaction()
+            seen.close()
+            for _ in bounded(1000, "b to see the last commit"):
+                if db.storage.lastTransaction() >= last:
+                    break
+                time.sleep(0.001)  # polling with a bound
+            zeo_server.stop(signal.SIGKILL)
+            time.sleep(holder_lease + 1.0)  # the outage: longer than the holder's lease
+            zeo_server.start()
+            time.sleep(1.0)
+            holder.send_signal(signal.SIGCONT)
+            with pytest.raises(ackqueue.Empty):
+                cb.get(timeout=holder_lease / 2)  # the holder renews within its first second
+            open(go, "w").close()
+            out, _ = holder.communicate(timeout=60)
+            assert out.split() == ["acked", "held"], out  # still held: no LeaseExpiredError
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.send_signal(signal.SIGCONT)
+            holder.kill()
+            holder.wait()
         db.close()
