@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ackqueue
+from ackqueue.cli.common import Progress
 from ackqueue.queue.queues import AckQueue
 from ackqueue.workers.pool import WorkerPool
 
@@ -186,29 +187,13 @@ def ackqueue_latency(path: str, n: int) -> Latencies:
 # -- fill and drain --------------------------------------------------------------------------------
 
 
-class Progress:
-    """Prints ``what: done/total (rate/s)`` at most every ``interval`` seconds."""
-
-    def __init__(self, what: str, total: int, out: Callable[[str], None],
-                 interval: float = 1.0) -> None:
-        self.what, self.total, self.out, self.interval = what, total, out, interval
-        self.started = self._last = time.monotonic()
-
-    def __call__(self, done: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if final or now - self._last >= self.interval:
-            self._last = now
-            rate = done / max(1e-9, now - self.started)
-            self.out(f"  {self.what}: {done:,}/{self.total:,} ({rate:,.0f}/s)")
-
-
 def fill(q: AckQueue[Any], n: int, out: Callable[[str], None]) -> float:
     """Put ``n`` items with ``put_many``; items per second."""
-    progress = Progress("filling", n, out)
+    progress = Progress("filling", out=out, rate=True)
     start = time.perf_counter()
     for s in range(0, n, FILL_BATCH):
         q.put_many([item(i) for i in range(s, min(n, s + FILL_BATCH))])
-        progress(min(n, s + FILL_BATCH))
+        progress(min(n, s + FILL_BATCH), n)
     return n / (time.perf_counter() - start)
 
 
@@ -216,12 +201,12 @@ def drain(q: AckQueue[Any], n: int, threads: int, out: Callable[[str], None],
           handler: Callable[[Any], object] = lambda job: None) -> float:
     """Burn the queue down with a WorkerPool; jobs (durably acked) per second."""
     pool = WorkerPool(q, handler, threads=threads, log_interval=3600)
-    progress = Progress(f"draining with {threads} threads", n, out)
+    progress = Progress(f"draining with {threads} threads", out=out, rate=True)
     finished = threading.Event()
 
     def report() -> None:
         while not finished.wait(progress.interval):
-            progress(pool.stats.done)
+            progress(pool.stats.done, n)
 
     reporter = threading.Thread(target=report, daemon=True)
     reporter.start()
@@ -231,7 +216,7 @@ def drain(q: AckQueue[Any], n: int, threads: int, out: Callable[[str], None],
     finally:
         finished.set()
     elapsed = time.perf_counter() - start
-    progress(stats.done, final=True)
+    progress(stats.done, n, final=True)
     if stats.interrupted:
         raise KeyboardInterrupt
     return stats.done / elapsed

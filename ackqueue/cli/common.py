@@ -26,19 +26,33 @@ class CommandError(Exception):
 
 
 class Progress:
-    """Reports a long operation's progress on stderr, at most once a second of ``clock``."""
+    """Reports a long operation's progress, at most once an ``interval`` of ``clock``: a line
+    ``what: done/total`` on stderr (or to ``out``), with the rate per second when asked."""
 
-    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.what = what
-        self._clock = clock
-        self._last = clock()
+    def __init__(
+        self,
+        what: str,
+        clock: Callable[[], float] = time.monotonic,
+        out: Callable[[str], None] | None = None,
+        rate: bool = False,
+        interval: float = 1.0,
+    ) -> None:
+        self.what, self.interval = what, interval
+        self._clock, self._out, self._rate = clock, out, rate
+        self._started = self._last = clock()
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int = 0, final: bool = False) -> None:
         now = self._clock()
-        if now - self._last >= 1.0:
-            self._last = now
-            of = f"/{total:,}" if total else ""
-            print(f"  {self.what}: {done:,}{of}", file=sys.stderr, flush=True)
+        if not final and now - self._last < self.interval:
+            return
+        self._last = now
+        line = f"  {self.what}: {done:,}" + (f"/{total:,}" if total else "")
+        if self._rate:
+            line += f" ({done / max(1e-9, now - self._started):,.0f}/s)"
+        if self._out is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self._out(line)
 
 
 def single_name(qf: QueueFile, name: str | None) -> str:

@@ -5,9 +5,8 @@ Edits are functions run inside ``Store.run`` that touch only the database, so th
 commit may apply them again after a conflict. Each checks what it needs before it changes
 anything, because a failing change is committed with its batch.
 
-Reads go through a reader connection of the book's own (the writer belongs to the group
-committer), moved up to the latest commit before each read. Callers serialise them (the queue
-holds its mutex), which is what makes one connection safe to share between threads.
+Reads go through the book's :class:`~ackqueue.storage.reader.Reader` (the writer connection
+belongs to the group committer).
 """
 
 from __future__ import annotations
@@ -16,21 +15,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
-from ZODB.POSException import ReadConflictError
-from ZODB.POSException import StorageError as POSStorageError
-
 from ackqueue.base.clock import Clock
-from ackqueue.errors import AckQueueError, NotAQueueFileError, StorageError
-from ackqueue.records import ROOT_KEY, Entry, QueueRecord, queues_of
+from ackqueue.errors import AckQueueError, NotAQueueFileError
+from ackqueue.records import Entry, QueueRecord, queues_of
 from ackqueue.storage.counts import count_change, settle, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.items import Staged
 from ackqueue.storage.keyindex import release
+from ackqueue.storage.reader import Reader
 from ackqueue.storage.store import Store
 from ackqueue.storage.sweeping import sweep_done
-from ackqueue.storage.zeoclient import connection_lost
 
-READ_RETRIES = 5
 T = TypeVar("T")
 
 # What settling a held entry does to it: delete (ack), bury (dead letters), delay (a nack with
@@ -60,13 +55,7 @@ class Book:
         self.marks_done = not defer_count
         # The writer connection's record: read and changed only inside a change.
         self.record: QueueRecord = store.run(self._find_or_create)
-        self._reader, self._reader_tm = store.open_reader()
-        try:
-            self._reader_record: QueueRecord = self._reader.root()[ROOT_KEY][name]
-        except BaseException:
-            self.close()
-            raise
-        self._synced = store.commits
+        self._reader = Reader(store, name)
 
     def _find_or_create(self) -> QueueRecord:
         store = self.store
@@ -99,49 +88,24 @@ class Book:
 
     def close(self) -> None:
         """Close the reader connection (the record stays, of course)."""
-        self._reader_tm.abort()
         self._reader.close()
 
     # -- reads (the caller serialises them) -----------------------------------------------
 
     def read(self, read: Callable[[QueueRecord], T]) -> T:
-        """``read(record)`` on the reader connection, moved up to the latest commit first.
-
-        A reader left at an older snapshot would load old revisions of the tree, and a pack
-        removes those ("object deleted, likely by simultaneous pack"); a pack running in
-        another thread can still do so between the move and the read, so that is retried.
-        So is a read cut by a ZEO server going away (a server restart): the next load waits
-        for the client to connect again, up to the client's ``wait_timeout``.
-        """
-        for attempt in range(READ_RETRIES):
-            commits = self.store.commits
-            if commits != self._synced or attempt:
-                self._reader_tm.begin()
-                self._synced = commits
-            try:
-                return read(self._reader_record)
-            except ReadConflictError:
-                if attempt == READ_RETRIES - 1:
-                    raise
-            except POSStorageError as exc:
-                if not connection_lost(exc):
-                    raise
-                if attempt == READ_RETRIES - 1:
-                    raise StorageError(
-                        f"cannot read queue storage {self.store.where}: {exc!r}"
-                    ) from exc
-        raise AssertionError("unreachable")
+        """``read(record)`` on the reader connection, moved up to the latest commit first
+        (see :meth:`Reader.read`)."""
+        return self._reader.read(read)
 
     def catch_up(self) -> None:
         """Move the reader to the latest commit of any process (shared mode's refresh)."""
-        self._reader_tm.begin()
-        self._synced = self.store.commits
+        self._reader.catch_up()
 
     @property
     def read_record(self) -> QueueRecord:
         """The reader's record as of the last read: for reading on from where a read left
         off (read-ahead, counting), by the caller that serialises reads."""
-        return self._reader_record
+        return self._reader.record
 
     def read_root(self) -> Any:
         """The reader connection's database root as of the last read."""

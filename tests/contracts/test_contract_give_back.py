@@ -65,11 +65,14 @@ def test_a_thread_that_ends_holding_items_gives_them_back_in_place(
         if ending == "raises":
             raise RuntimeError("the worker dies holding two items")
 
-    monkeypatch.setattr(threading, "excepthook", lambda args: None)
+    deaths: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: deaths.append(repr(args.exc_value)))
     t = threading.Thread(target=worker)
     t.start()
     t.join(GIVE_BACK_TIMEOUT)
     assert got == ["a", "b"] and not t.is_alive()
+    expected = ["RuntimeError('the worker dies holding two items')"] if ending == "raises" else []
+    assert deaths == expected
     with q.connect() as c:
         take_given_back(queues, c, ["a", "b", "c"])
         assert drain(c) == []

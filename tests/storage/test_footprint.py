@@ -78,7 +78,7 @@ def test_object_caches_stay_bounded_while_many_items_pass(qpath):
         for _ in range(1000):
             c.ack(c.get())
         writer = q._store.writer._cache.cache_non_ghost_count
-        reader = q._book._reader._cache.cache_non_ghost_count
+        reader = q._book._reader.connection._cache.cache_non_ghost_count
     limit = 2 * q._store.db.getCacheSize()
     assert writer <= limit and reader <= limit
 

@@ -176,7 +176,7 @@ def test_backlog_read_after_a_pack_that_dropped_the_readers_snapshot(qpath):
                 c.ack(x)
                 got.append(x)
             q.pack()
-            q._book._reader.cacheMinimize()  # as if evicted: the next reads must load
+            q._book._reader.connection.cacheMinimize()  # as if evicted: the next reads must load
             q._supply.items = type(q._supply.items)()  # and nothing read ahead
         assert got == list(range(100))
 

@@ -1,0 +1,89 @@
+"""The reader of one named queue: a connection of its own, moved up to the latest commit
+before each read, whose reads are tried again when a pack or a server restart cuts them.
+
+The writer connection belongs to the group committer; reads go through this one. Callers
+serialise them (the queue holds its mutex), which is what makes one connection safe to share
+between threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ZODB.Connection import Connection
+from ZODB.POSException import ReadConflictError
+from ZODB.POSException import StorageError as POSStorageError
+
+from ackqueue.errors import StorageError
+from ackqueue.records import ROOT_KEY, QueueRecord
+from ackqueue.storage.store import Store
+from ackqueue.storage.zeoclient import connection_lost
+
+READ_RETRIES = 5
+T = TypeVar("T")
+
+
+class Reader:
+    """Reads of queue ``name`` (its record must be stored already) in ``store``'s database."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self._store = store
+        self._conn, self._tm = store.open_reader()
+        try:
+            self._record: QueueRecord = self._conn.root()[ROOT_KEY][name]
+        except BaseException:
+            self.close()
+            raise
+        self._synced = store.commits
+
+    def close(self) -> None:
+        self._tm.abort()
+        self._conn.close()
+
+    def read(self, read: Callable[[QueueRecord], T]) -> T:
+        """``read(record)``, moved up to the latest commit first.
+
+        A reader left at an older snapshot would load old revisions of the tree, and a pack
+        removes those ("object deleted, likely by simultaneous pack"); a pack running in
+        another thread can still do so between the move and the read, so that is retried.
+        So is a read cut by a ZEO server going away (a server restart): the next load waits
+        for the client to connect again, up to the client's ``wait_timeout``.
+        """
+        for attempt in range(READ_RETRIES):
+            commits = self._store.commits
+            if commits != self._synced or attempt:
+                self._tm.begin()
+                self._synced = commits
+            try:
+                return read(self._record)
+            except ReadConflictError:
+                if attempt == READ_RETRIES - 1:
+                    raise
+            except POSStorageError as exc:
+                if not connection_lost(exc):
+                    raise
+                if attempt == READ_RETRIES - 1:
+                    raise StorageError(
+                        f"cannot read queue storage {self._store.where}: {exc!r}"
+                    ) from exc
+        raise AssertionError("unreachable")
+
+    def catch_up(self) -> None:
+        """Move to the latest commit of any process (shared mode's refresh)."""
+        self._tm.begin()
+        self._synced = self._store.commits
+
+    @property
+    def record(self) -> QueueRecord:
+        """The record as of the last read."""
+        return self._record
+
+    @property
+    def connection(self) -> Connection:
+        """The ZODB connection reads go through (its object cache, for footprint checks)."""
+        return self._conn
+
+    def root(self) -> Any:
+        """The database root as of the last read."""
+        return self._conn.root()
