@@ -46,6 +46,7 @@ from ackqueue.shared.watching import Member, Watcher
 
 # Imported before this module registers its atexit hook (ending sessions), so that the
 # store's (closing storages) runs after ours.
+from ackqueue.storage.failures import abort_quietly
 from ackqueue.storage.store import Store
 
 log = logging.getLogger("ackqueue")
@@ -140,7 +141,7 @@ class Session:
                     self._tm.abort()
                     time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
                 except BaseException:
-                    self._tm.abort()
+                    abort_quietly(self._tm)
                     raise
             raise StorageError(f"{self.store.where}: session commits kept conflicting")
 
@@ -326,7 +327,7 @@ class Session:
 
     def close(self) -> None:
         with self._run_lock:
-            self._tm.abort()
+            abort_quietly(self._tm)
             self._conn.close()
 
     def stop(self) -> None:

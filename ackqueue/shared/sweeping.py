@@ -24,6 +24,7 @@ import transaction
 from ZODB.POSException import ConflictError
 
 from ackqueue.records import queues_of
+from ackqueue.storage.failures import abort_quietly
 from ackqueue.storage.sweeping import sweep_done
 
 log = logging.getLogger("ackqueue")
@@ -79,7 +80,7 @@ class Sweeper:
                 # ends or is reaped, which takes a lease anyway).
                 wait = self._interval if self._turn else NOT_OUR_TURN_SECONDS
         finally:
-            tm.abort()
+            abort_quietly(tm)
             conn.close()
 
     def _commit(self, tm: Any, change: Callable[[], int]) -> int:
@@ -94,7 +95,7 @@ class Sweeper:
                 if self._stop.wait(random.uniform(0, min(0.05, 0.001 * 2**attempt))):
                     return 0
             except BaseException:
-                tm.abort()
+                abort_quietly(tm)
                 raise
         return 0  # the next round tries again
 

@@ -5,12 +5,12 @@ Opening storages and sharing one database per file (:mod:`.store`), opening a qu
 torn files (:mod:`.repair`), the scratch files left beside one (:mod:`.leftovers`), packing
 (:mod:`.packing`), queue counts (:mod:`.counts`), URIs (:mod:`.uri`, :mod:`.postgres`), the
 server that ``shared=True`` starts for a file (:mod:`.sharedserver`, :mod:`.zeoserver`), ZEO
-clients that drop object ids fetched before a server restart and tell a cut call
-(:mod:`.zeoclient`), transactions (:mod:`.transactions`), and the stored book of one queue
-(:mod:`.book`): its reader connection (:mod:`.reader`), its items (:mod:`.items`), dead letters
-(:mod:`.deadletters`), key index and seen-set (:mod:`.keyindex`, :mod:`.keys`), groups
-(:mod:`.groupbook`) and the deletion of entries that shared-mode acks marked done
-(:mod:`.sweeping`).
+clients that drop object ids fetched before a server restart (:mod:`.zeoclient`), what a
+storage's failures look like (:mod:`.failures`), transactions (:mod:`.transactions`), and the
+stored book of one queue (:mod:`.book`): its reader connection (:mod:`.reader`), its items
+(:mod:`.items`), dead letters (:mod:`.deadletters`), key index and seen-set (:mod:`.keyindex`,
+:mod:`.keys`), groups (:mod:`.groupbook`) and the deletion of entries that shared-mode acks
+marked done (:mod:`.sweeping`).
 
 May import :mod:`ackqueue.base`, :mod:`ackqueue.records` (the file format) and
 :mod:`ackqueue.errors`; nothing from the layers above.

@@ -26,6 +26,7 @@ from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as POSStorageError
 
 from ackqueue.errors import QueueClosedError
+from ackqueue.storage.failures import abort_quietly
 
 log = logging.getLogger("ackqueue")
 
@@ -237,7 +238,7 @@ class GroupCommitter:
                     log.debug("conflict on commit, retrying (attempt %d)", attempt + 1)
             raise ConflictError("ackqueue: gave up after repeated write conflicts")
         except BaseException as exc:
-            self._tm.abort()
+            abort_quietly(self._tm)
             failure = self._describe_failure(exc)
             for change in batch:
                 if change.error is None:

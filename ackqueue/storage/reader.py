@@ -17,8 +17,8 @@ from ZODB.POSException import StorageError as POSStorageError
 
 from ackqueue.errors import StorageError
 from ackqueue.records import ROOT_KEY, QueueRecord
+from ackqueue.storage.failures import abort_quietly, connection_lost, driver_error
 from ackqueue.storage.store import Store
-from ackqueue.storage.zeoclient import connection_lost
 
 READ_RETRIES = 5
 T = TypeVar("T")
@@ -38,7 +38,7 @@ class Reader:
         self._synced = store.commits
 
     def close(self) -> None:
-        self._tm.abort()
+        abort_quietly(self._tm)
         self._conn.close()
 
     def read(self, read: Callable[[QueueRecord], T]) -> T:
@@ -52,10 +52,10 @@ class Reader:
         """
         for attempt in range(READ_RETRIES):
             commits = self._store.commits
-            if commits != self._synced or attempt:
-                self._tm.begin()
-                self._synced = commits
             try:
+                if commits != self._synced or attempt:
+                    self._tm.begin()
+                    self._synced = commits
                 return read(self._record)
             except ReadConflictError:
                 if attempt == READ_RETRIES - 1:
@@ -64,14 +64,24 @@ class Reader:
                 if not connection_lost(exc):
                     raise
                 if attempt == READ_RETRIES - 1:
-                    raise StorageError(
-                        f"cannot read queue storage {self._store.where}: {exc!r}"
-                    ) from exc
+                    raise self._failed(exc) from exc
+            except Exception as exc:
+                if driver_error(exc):
+                    raise self._failed(exc) from exc
+                raise
         raise AssertionError("unreachable")
+
+    def _failed(self, exc: BaseException) -> StorageError:
+        return StorageError(f"cannot read queue storage {self._store.where}: {exc!r}")
 
     def catch_up(self) -> None:
         """Move to the latest commit of any process (shared mode's refresh)."""
-        self._tm.begin()
+        try:
+            self._tm.begin()
+        except Exception as exc:
+            if connection_lost(exc) or driver_error(exc):
+                raise self._failed(exc) from exc
+            raise
         self._synced = self._store.commits
 
     @property

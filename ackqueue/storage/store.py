@@ -28,6 +28,7 @@ from ackqueue.storage import counts as counting
 from ackqueue.storage import leftovers, repair, sharedserver
 from ackqueue.storage.commit import GroupCommitter
 from ackqueue.storage.durability import QueueFileStorage, check_durability
+from ackqueue.storage.failures import abort_quietly
 from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.packing import PACK_STATE_KEY, AutoPacker
 from ackqueue.storage.postgres import shown
@@ -280,7 +281,7 @@ class Store:
         finally:
             self._committer.close()
         try:
-            self._tm.abort()
+            abort_quietly(self._tm)
             self.writer.close()
         finally:
             if self.owns_db:

@@ -1,5 +1,4 @@
-"""ZEO clients that never hand out an object id fetched from a server before it restarted,
-and how to tell that a call was cut because a client lost its server.
+"""ZEO clients that never hand out an object id fetched from a server before it restarted.
 
 A ZEO client fetches new object ids from its server in batches and keeps the rest for later
 commits. A restarted server counts on from the last id stored in its file, so it gives the ids
@@ -18,16 +17,6 @@ FORGETS_IDS = "_ackqueue_forgets_ids"
 
 def is_zeo_client(storage: Any) -> bool:
     return any(kind.__module__ == "ZEO.ClientStorage" for kind in type(storage).__mro__)
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` is ZEO's ``ClientDisconnected``: a call cut because the connection to
-    the server dropped. A read may be tried again (ZEO's next call waits for the connection);
-    a commit's outcome is unknown."""
-    return any(
-        kind.__module__ == "ZEO.Exceptions" and kind.__name__ == "ClientDisconnected"
-        for kind in type(exc).__mro__
-    )
 
 
 def forget_ids_on_reconnect(storage: Any) -> None:

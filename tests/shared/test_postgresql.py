@@ -211,3 +211,32 @@ def test_a_drivers_message_quoting_the_password_is_scrubbed() -> None:
     error = postgres.open_error(uri, RuntimeError("bad dsn 'password=p@ss host=127.0.0.1'"))
     assert "p@ss" not in str(error) and "p%40ss" not in str(error)
     assert "password=***" in str(error)
+
+
+def test_a_database_that_refuses_connections_raises_storage_error_and_the_queue_recovers(
+    postgres_server: PostgresServer, postgres_uri: str
+) -> None:
+    # RelStorage lets its driver's errors through (psycopg2's OperationalError): the queue
+    # says StorageError naming the database, its background threads ride the outage out (a
+    # thread's death fails the test), and it works again afterwards.
+    q = ackqueue.AckQueue(postgres_uri, session_timeout=LEASE)
+    try:
+        q.put("before")
+        postgres_server.stop()
+        try:
+            calls = {"put": lambda: q.put("during"), "get": lambda: q.get(timeout=1),
+                     "qsize": q.qsize, "dead_letters": q.dead_letters}
+            for name, call in calls.items():
+                with pytest.raises(ackqueue.StorageError, match="cannot|failed") as raised:
+                    call()
+                assert "127.0.0.1" in str(raised.value), name
+            time.sleep(LEASE)  # the session, sweeper and watcher threads meet the outage
+        finally:
+            postgres_server.start()
+        q.put("after")
+        with q.connect() as c:
+            got = c.get_many(10, timeout=10)
+            c.ack_many(got)
+        assert sorted(got) == ["after", "before"]  # "during" raised: never stored
+    finally:
+        q.close()

@@ -1,0 +1,41 @@
+"""How a storage's failures look from here, whatever the engine: a ZEO client that lost its
+server, a RelStorage driver whose database refuses connections, an abort that cannot reach
+either. The queue turns them into its own :class:`~ackqueue.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("ackqueue")
+
+# The base classes PEP 249 (DB-API 2.0) asks every database driver to define; RelStorage lets
+# its driver's errors through (psycopg2's OperationalError when PostgreSQL is down).
+DRIVER_ERROR_BASES = ("DatabaseError", "InterfaceError")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is ZEO's ``ClientDisconnected``: a call cut because the connection to
+    the server dropped. A read may be tried again (ZEO's next call waits for the connection);
+    a commit's outcome is unknown."""
+    return any(
+        kind.__module__ == "ZEO.Exceptions" and kind.__name__ == "ClientDisconnected"
+        for kind in type(exc).__mro__
+    )
+
+
+def driver_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a database driver's error (a DB-API ``DatabaseError`` or
+    ``InterfaceError``: the database is down, refuses connections, or dropped one)."""
+    return any(kind.__name__ in DRIVER_ERROR_BASES for kind in type(exc).__mro__[1:])
+
+
+def abort_quietly(tm: Any) -> None:
+    """Abort ``tm``'s transaction, which is already failing. An abort that cannot reach the
+    storage (RelStorage rolls back on a connection that is gone) has nothing to undo there:
+    that is logged, not raised over the failure being handled."""
+    try:
+        tm.abort()
+    except Exception as exc:
+        log.debug("ackqueue: abort could not reach the storage: %r", exc)
