@@ -224,12 +224,22 @@ def test_a_database_that_refuses_connections_raises_storage_error_and_the_queue_
         q.put("before")
         postgres_server.stop()
         try:
-            calls = {"put": lambda: q.put("during"), "get": lambda: q.get(timeout=1),
-                     "qsize": q.qsize, "dead_letters": q.dead_letters}
-            for name, call in calls.items():
-                with pytest.raises(ackqueue.StorageError, match="cannot|failed") as raised:
-                    call()
-                assert "127.0.0.1" in str(raised.value), name
+            with pytest.raises(ackqueue.StorageError, match="127.0.0.1"):
+                q.put("during")  # a commit needs the server
+            # A get needs a commit to take an item away; reads may be answered from the
+            # snapshot and cache a client has. Else: StorageError, naming the database.
+            try:
+                q.get(timeout=1)
+                pytest.fail("an item was taken away while the database was down")
+            except ackqueue.Empty:
+                pass  # its snapshot showed nothing ready
+            except ackqueue.StorageError as exc:
+                assert "127.0.0.1" in str(exc)
+            for read in (q.qsize, q.dead_letters):
+                try:
+                    read()
+                except ackqueue.StorageError as exc:
+                    assert "127.0.0.1" in str(exc)
             time.sleep(LEASE)  # the session, sweeper and watcher threads meet the outage
         finally:
             postgres_server.start()
