@@ -43,10 +43,10 @@ from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_ses
 from ackqueue.shared.sweeping import SESSIONS_KEY as SESSIONS_KEY
 from ackqueue.shared.sweeping import Sweeper
 from ackqueue.shared.watching import Member, Watcher
+from ackqueue.storage.failures import abort_quietly
 
 # Imported before this module registers its atexit hook (ending sessions), so that the
 # store's (closing storages) runs after ours.
-from ackqueue.storage.failures import abort_quietly
 from ackqueue.storage.store import Store
 
 log = logging.getLogger("ackqueue")

@@ -31,6 +31,12 @@ def driver_error(exc: BaseException) -> bool:
     return any(kind.__name__ in DRIVER_ERROR_BASES for kind in type(exc).__mro__[1:])
 
 
+def storage_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` says the storage could not be reached: :func:`connection_lost` or
+    :func:`driver_error`."""
+    return connection_lost(exc) or driver_error(exc)
+
+
 def abort_quietly(tm: Any) -> None:
     """Abort ``tm``'s transaction, which is already failing. An abort that cannot reach the
     storage (RelStorage rolls back on a connection that is gone) has nothing to undo there:

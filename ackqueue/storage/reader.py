@@ -13,11 +13,10 @@ from typing import Any, TypeVar
 
 from ZODB.Connection import Connection
 from ZODB.POSException import ReadConflictError
-from ZODB.POSException import StorageError as POSStorageError
 
 from ackqueue.errors import StorageError
 from ackqueue.records import ROOT_KEY, QueueRecord
-from ackqueue.storage.failures import abort_quietly, connection_lost, driver_error
+from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
 from ackqueue.storage.store import Store
 
 READ_RETRIES = 5
@@ -60,15 +59,11 @@ class Reader:
             except ReadConflictError:
                 if attempt == READ_RETRIES - 1:
                     raise
-            except POSStorageError as exc:
-                if not connection_lost(exc):
-                    raise
-                if attempt == READ_RETRIES - 1:
-                    raise self._failed(exc) from exc
             except Exception as exc:
-                if driver_error(exc):
+                if not storage_failed(exc):
+                    raise
+                if not connection_lost(exc) or attempt == READ_RETRIES - 1:
                     raise self._failed(exc) from exc
-                raise
         raise AssertionError("unreachable")
 
     def _failed(self, exc: BaseException) -> StorageError:
@@ -79,7 +74,7 @@ class Reader:
         try:
             self._tm.begin()
         except Exception as exc:
-            if connection_lost(exc) or driver_error(exc):
+            if storage_failed(exc):
                 raise self._failed(exc) from exc
             raise
         self._synced = self._store.commits
