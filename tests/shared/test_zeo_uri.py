@@ -12,7 +12,7 @@ import pytest
 import ZEO
 from campaign_children import env_at, start_child
 from conftest import REPO_ROOT
-from polling import bounded, wait_for_waiter
+from polling import bounded, wait_for_waiter, wait_until
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -223,10 +223,7 @@ def test_object_ids_fetched_before_a_server_restart_are_not_used_after_it(
         with ackqueue.AckQueue(db=db) as first:
             first.put("first-0")
             zeo_server.restart()
-            for _ in bounded(1000, "the client to reconnect"):
-                if db.storage.is_connected():
-                    break
-                time.sleep(0.01)  # polling with a bound
+            wait_until(db.storage.is_connected, 10, "the client to reconnect")
             with ackqueue.AckQueue(zeo_server.uri) as second, first.connect() as c:
                 second.put_many([f"second-{n}" for n in range(40)])
                 # The first client loads what the second stored, under the reused ids.
@@ -257,10 +254,8 @@ def test_a_read_cut_by_a_server_restart_is_tried_again_once_the_client_reconnect
                 second.put_many([f"item-{n}" for n in range(3)])
                 for item in c.get_many(3, timeout=10):
                     c.reject(item, reason="poison")
-            for _ in bounded(1000, "the first client to see the dead letters"):
-                if first.dead_count() == 3:
-                    break
-                time.sleep(0.01)  # polling with a bound
+            wait_until(lambda: first.dead_count() == 3, 10,
+                       "the first client to see the dead letters")
             assert zeo_server.proc is not None
             zeo_server.proc.send_signal(signal.SIGSTOP)
             listed: list[object] = []
@@ -329,10 +324,8 @@ def test_a_server_outage_longer_than_the_lease_does_not_make_live_processes_look
             seen = ZEO.DB(zeo_server.addr)
             last = seen.storage.lastTransaction()
             seen.close()
-            for _ in bounded(1000, "b to see the last commit"):
-                if db.storage.lastTransaction() >= last:
-                    break
-                time.sleep(0.001)  # polling with a bound
+            wait_until(lambda: db.storage.lastTransaction() >= last, 10,
+                       "b to see the last commit")
             zeo_server.stop(signal.SIGKILL)
             time.sleep(holder_lease + 1.0)  # the outage: longer than the holder's lease
             zeo_server.start()
