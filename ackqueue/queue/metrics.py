@@ -102,10 +102,13 @@ class Measured(Protocol):
 
 
 class PrometheusCollector:
-    """Exposes the metrics of ``queues`` to Prometheus::
+    """Exposes the metrics of ``queues`` (what :meth:`AckQueue.metrics` returns) to Prometheus.
+
+    Needs ``prometheus_client`` (``pip install '.[metrics]'``)::
 
         from prometheus_client import REGISTRY, start_http_server
         REGISTRY.register(ackqueue.PrometheusCollector(q))
+        start_http_server(8000)
     """
 
     def __init__(self, *queues: Measured) -> None:
