@@ -67,6 +67,7 @@ class AsyncConsumer(Generic[T]):
         return (await take_when_ready(self._listeners, lambda: self._take(take), timeout))[0]
 
     async def get_nowait(self) -> T:
+        """``await get(timeout=0)``: the next ready item, held, or ``Empty`` at once."""
         return await self.get(timeout=0)
 
     async def get_many(self, n: int, timeout: float | None = None) -> list[T]:
@@ -133,9 +134,11 @@ class AsyncConsumer(Generic[T]):
         await self._settle(self._sync.extend, item, seconds, **options)
 
     async def ack_id(self, delivery_id: int) -> None:
+        """Like :meth:`ack`, for the delivery with this id (``Delivery.id``)."""
         await self._settle(self._sync.ack_id, delivery_id)
 
     async def nack_id(self, delivery_id: int, delay: float | None = None) -> None:
+        """Like :meth:`nack`, for the delivery with this id (``Delivery.id``)."""
         await self._settle(self._sync.nack_id, delivery_id, delay)
 
     async def _settle(self, method: Callable[..., Any], *args: Any, **options: Any) -> Any:
@@ -165,6 +168,7 @@ class AsyncConsumer(Generic[T]):
         return self._sync.delivery(item)
 
     def deliveries(self) -> list[Delivery]:
+        """The deliveries this consumer holds (reads memory; not awaited)."""
         return self._sync.deliveries()
 
     def transaction(self) -> AsyncTransaction:
@@ -187,6 +191,7 @@ class AsyncConsumer(Generic[T]):
 
     @property
     def closed(self) -> bool:
+        """True once the consumer is closed (by ``close``, or its task's end)."""
         return self._sync.closed
 
     async def __aenter__(self) -> AsyncConsumer[T]:

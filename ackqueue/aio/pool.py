@@ -40,6 +40,13 @@ _STOP = object()  # tells a worker task to end
 class AsyncWorkerPool:
     """``concurrency`` tasks awaiting ``handler(item)`` for each item of ``queue``.
 
+    ``queue`` is an :class:`~ackqueue.AsyncAckQueue`; ``handler`` a coroutine function. When
+    it returns the item is acked; when it raises the item is nacked with the delay ``retry``
+    gives (a :class:`~ackqueue.Retry`), and dead-lettered after ``max_attempts``.
+    ``stop_timeout`` bounds how long a graceful stop waits for running handlers, progress is
+    logged every ``log_interval`` seconds, and idle tasks look again every ``poll`` seconds,
+    as for :class:`~ackqueue.WorkerPool`.
+
     ``await run()`` works until :meth:`stop`, a signal, or the queue is shut down and drained;
     ``await run_until_empty()`` also returns once the queue is empty, nothing is held and no
     retry of its own is pending. Both return :class:`~ackqueue.PoolStats`. ``prefetch`` is

@@ -107,6 +107,7 @@ class AsyncAckQueue(Generic[T]):
         return await take_when_ready(self._listeners, attempt, timeout)
 
     async def get_nowait(self) -> T:
+        """``await get(timeout=0)``: the next ready item, or ``Empty`` at once."""
         return await self.get(timeout=0)
 
     def connect(self, *, takes_on_threads: bool = False) -> AsyncConsumer[T]:
@@ -128,52 +129,68 @@ class AsyncAckQueue(Generic[T]):
     # -- what it holds: memory only, so not awaited ---------------------------------------
 
     def qsize(self) -> int:
+        """How many items are ready now (``AckQueue.qsize``); reads memory, not awaited."""
         return self.sync.qsize()
 
     def empty(self) -> bool:
+        """True when no item is ready (``AckQueue.empty``); not awaited."""
         return self.sync.empty()
 
     def full(self) -> bool:
+        """True when ``maxsize`` items are in the queue (``AckQueue.full``); not awaited."""
         return self.sync.full()
 
     def unacked_count(self) -> int:
+        """How many items this process's consumers hold (``AckQueue.unacked_count``)."""
         return self.sync.unacked_count()
 
     def delayed_count(self) -> int:
+        """How many items wait for a delay to pass (``AckQueue.delayed_count``)."""
         return self.sync.delayed_count()
 
     def held(self) -> list[tuple[str, Delivery, float]]:
+        """Every item this process holds, as ``(owner, delivery, age)``; the owner names the
+        consumer's task (``AckQueue.held``)."""
         return self.sync.held()
 
     def task_done(self) -> None:
+        """Mark one plain ``get`` done for ``join`` (``queue.Queue.task_done``); an ack does it
+        by itself."""
         self.sync.task_done()
 
     @property
     def name(self) -> str:
+        """The queue's name in its database (``name=``, default ``"default"``)."""
         return self.sync.name
 
     @property
     def maxsize(self) -> int:
+        """The ``maxsize`` the queue was opened with (0: unbounded)."""
         return self.sync.maxsize
 
     @property
     def max_attempts(self) -> int | None:
+        """Deliveries after which an unacked item goes to the dead letters (``None``: no limit)."""
         return self.sync.max_attempts
 
     @property
     def ack_timeout(self) -> float | None:
+        """Seconds an item may stay held before it goes back (``None``: no limit)."""
         return self.sync.ack_timeout
 
     @property
     def shared(self) -> bool:
+        """True when the queue runs in shared mode (holds stored; other processes use it)."""
         return self.sync.shared
 
     @property
     def paused(self) -> bool:
+        """True while the queue hands nothing out (``pause()``, stored: every process sees it)."""
         return self.sync.paused
 
     @property
     def closed(self) -> bool:
+        """True once ``close()`` was called."""
         return self.sync.closed
 
     # -- the rest, awaited ---------------------------------------------------------------------

@@ -16,7 +16,11 @@ Clock = Callable[[], float]
 
 
 class ManualClock:
-    """A clock that moves only when :meth:`advance` is called."""
+    """A clock that moves only when :meth:`advance` is called.
+
+    Pass it as ``AckQueue(..., clock=ManualClock())`` to test delays, leases and retries
+    without waiting. ``start`` is its first reading, in epoch seconds (default: now).
+    """
 
     manual = True
 
@@ -39,6 +43,7 @@ class ManualClock:
             listener.on_time_moved()
 
     def subscribe(self, listener: _Listener) -> None:
+        """Have ``listener.on_time_moved()`` called each time the clock is advanced."""
         with self._lock:
             self._listeners.add(listener)
 

@@ -44,6 +44,7 @@ class Consumer(Generic[T]):
         return item
 
     def get_nowait(self) -> T:
+        """``get(block=False)``: the next ready item, held, or ``Empty`` at once."""
         return self.get(block=False)
 
     def get_many(self, n: int, timeout: float | None = None, *, block: bool = True) -> list[T]:
@@ -118,6 +119,7 @@ class Consumer(Generic[T]):
             self._settle([self._find_id(delivery_id, "ack_id")], "ack")
 
     def nack_id(self, delivery_id: int, delay: float | None = None) -> None:
+        """Like :meth:`nack`, for the delivery with this id (:attr:`Delivery.id`)."""
         with Shield(interruptible=False):
             self._settle([self._find_id(delivery_id, "nack_id")], "nack", delay=delay)
 
@@ -146,6 +148,7 @@ class Consumer(Generic[T]):
 
     @property
     def closed(self) -> bool:
+        """True once the consumer is closed (by :meth:`close`, or its thread's end)."""
         return self._table.closed
 
     def __enter__(self) -> Consumer[T]:

@@ -54,6 +54,7 @@ class QueueMetrics:
     uptime: float
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (for JSON)."""
         return asdict(self)
 
 
@@ -115,6 +116,7 @@ class PrometheusCollector:
         self._queues = queues
 
     def collect(self) -> Iterator[Any]:
+        """The metric families of every queue, as ``prometheus_client`` asks for them."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         items = GaugeMetricFamily(

@@ -39,25 +39,36 @@ T = TypeVar("T")
 class AckQueue(queue.Queue[T], Generic[T]):
     """A FIFO ``queue.Queue`` whose items live in a ZODB FileStorage and survive crashes.
 
-    ``path`` is the storage file (created if missing); ``None`` keeps the queue in memory.
-    ``db`` is an open ``ZODB.DB`` to use instead; ``name`` tells apart several queues of
-    one database. ``put`` returns once the item is durable; plain ``get`` removes it for
-    good. For acknowledgements, each thread calls :meth:`connect` and uses the consumer.
+    ``path`` is the storage file (created if missing); ``None`` keeps the queue in memory;
+    a URI (``zeo://host:port``, ``postgresql://...``, ``file://``, ``memory://``) opens that
+    storage. ``db`` is an open ``ZODB.DB`` to use instead; ``name`` tells apart several
+    queues of one database. ``maxsize`` bounds the queue as for ``queue.Queue`` (0: no bound).
+    ``put`` returns once the item is durable; plain ``get`` removes it for good. For
+    acknowledgements, each thread calls :meth:`connect` and uses the consumer.
 
     ``max_attempts``: an item delivered that many times without an ack goes to the dead
     letters instead of being delivered again; each consumer get then records the delivery
     durably before handing the item out. ``ack_timeout``: seconds a consumer may hold an item
-    before it goes back to the queue. ``clock``: a ``time.time``-like callable (for tests).
-    ``path`` may be a URI (``zeo://host:port``, ``file://``, ``memory://``); on a storage
-    processes share, see :mod:`ackqueue.shared` and ``session_timeout``. ``shared=True``
-    with a file path opens the file through a private ZEO server of its own, started by
-    the first process that opens it so and found by the others (:mod:`ackqueue.storage.
-    sharedserver`); every process must open the file that way.
+    before it goes back to the queue. ``clock``: a ``time.time``-like callable (for tests,
+    :class:`ManualClock`).
+
+    ``shared``: ``True`` runs in shared mode, for several processes: with a file path, the
+    file is served by a private ZEO server that the first process to open it starts and the
+    others find, and every process must open it so; ``None`` (the default) chooses shared
+    mode by itself on storages other processes write (ZEO, RelStorage). In shared mode holds
+    are stored, and a process that misses its lease for ``session_timeout`` seconds is taken
+    for dead: what it held goes back to the queue.
 
     ``durability="relaxed"`` makes ``put``/``ack`` return once the commit is handed to the
     operating system (it survives ``kill -9``) and fsyncs once a second, so a power loss may
     lose the last second; the default ``"strict"`` fsyncs every commit. ``autopack`` (on by
     default) packs the file in the background as it grows, so disk use stays bounded.
+
+    For a crawler's frontier: ``max_held_per_group`` caps how many items of one ``group=``
+    are out at once (held by any consumer); ``group_interval`` is the least time in seconds
+    between two deliveries of one group; ``unique`` (``"forever"`` or a time to live in
+    seconds) remembers the key of an item put with ``key=`` once it is done, so that a later
+    put of that key is refused (the seen-set; :meth:`seen`, :meth:`forget`).
     """
 
     _ordering: ClassVar[type[Ordering]] = Ordering
@@ -123,6 +134,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
     @property
     def unfinished_tasks(self) -> int:
+        """Items put and not yet done (acked, or ``task_done`` after a plain get): ``join``
+        waits for none to be left."""
         return self._tasks.unfinished
 
     @unfinished_tasks.setter
@@ -131,6 +144,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
     @property
     def is_shutdown(self) -> bool:
+        """True once :meth:`shutdown` was called."""
         return self._life.shut_down
 
     @is_shutdown.setter
@@ -173,8 +187,14 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
         ``delay`` (seconds from now) or ``not_before`` (epoch seconds) hold the item back
         until then; it is stored at once but neither ready nor counted by ``qsize()`` before.
-        ``group`` (a str, e.g. a host name): see README, "Groups: politeness and fairness".
-        With ``key``: stored only if the key is free; returns whether (see :mod:`.keying`).
+        ``group`` (a str, e.g. a host name) files the item under a group: gets go round-robin
+        across groups, within ``max_held_per_group`` and ``group_interval``.
+
+        With ``key`` (a str or bytes, e.g. the URL): stored only if no live item has that key
+        and the seen-set does not remember it; returns ``True`` if stored, ``False`` if not
+        (``None`` without a key). ``unique`` overrides the queue's seen-set rule for this
+        item; ``replace=True`` replaces the payload (and due time) of the waiting item with
+        that key, keeping its place. A held item is never changed.
         """
         self._order.check_priority(priority)
         due = self._puts.due_time(delay, not_before)
@@ -182,6 +202,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
             return self._keys.put(item, key, block, timeout, priority, due, unique, replace, group)
 
     def put_nowait(self, item: T, **options: Any) -> None:
+        """``put(item, block=False, **options)``: ``Full`` at once on a full queue."""
         self.put(item, block=False, **options)
 
     def put_many(
@@ -212,7 +233,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
             )
 
     def remove(self, key: str | bytes) -> None:
-        """Drop the waiting item put with ``key`` (not a held one): see :mod:`.keying`."""
+        """Drop the waiting item put with ``key``: :class:`UnknownKeyError` if there is none,
+        :class:`KeyHeldError` if a consumer holds it (its ack or nack decides)."""
         self._keys.remove(key)
 
     def remove_where(self, pred: Callable[[T], object]) -> int:
@@ -330,6 +352,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
     @property
     def paused(self) -> bool:
+        """True while the queue hands nothing out (:meth:`pause`; stored: every process sees it)."""
         return self._life.paused
 
     def pack(self) -> None:
@@ -347,6 +370,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` was called."""
         return self._life.closed
 
     def __enter__(self) -> AckQueue[T]:

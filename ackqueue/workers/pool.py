@@ -45,6 +45,11 @@ FEEDERS = 2
 class WorkerPool:
     """``threads`` worker threads calling ``handler(item)`` for each item of ``queue``.
 
+    ``queue`` is an :class:`~ackqueue.AckQueue` (or a subclass). When ``handler`` returns,
+    the item is acked; when it raises, the item is nacked with the delay ``retry`` gives (a
+    :class:`~ackqueue.Retry`; default ``Retry()``), and dead-lettered after ``max_attempts``.
+    ``poll`` is how often, in seconds, idle threads look again for a stop or a due retry.
+
     ``run()`` works until :meth:`stop` (or SIGINT/SIGTERM when called from the main thread);
     ``run_until_empty()`` also returns once the queue is empty and no retry is pending. Both
     return :class:`PoolStats`, whose ``stopped_by`` and ``exit_code`` tell a finished run from
@@ -119,6 +124,7 @@ class WorkerPool:
 
     @property
     def stopping(self) -> bool:
+        """True once a stop was asked for (:meth:`stop` or a signal)."""
         return self._board.stopping.is_set()
 
     def _stop(self, by: str | None) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 class Retry:
     """Exponential backoff: the n-th failure waits ``base * factor**(n-1)`` seconds.
 
+    ``base`` is the first wait in seconds, ``factor`` what each further failure multiplies it by.
+
     The wait is capped at ``max_delay`` and spread by up to ``jitter`` (a fraction) so that
     items failing together do not come back together. ``max_attempts`` (if set) overrides the
     queue's own: an item that failed this many deliveries goes to the dead letters.
