@@ -54,9 +54,10 @@ class _Worker:
 class ProcessPool:
     """``processes`` worker processes, each running ``handler(item)`` in ``threads`` threads
     for the items of the queue at ``where`` (a file path or a storage URI; each process opens
-    it with ``kind(where, shared=True, name=name, **queue_options)``). ``processes``
-    defaults to the number of CPUs. ``retry``, ``prefetch``, ``stop_timeout``,
-    ``log_interval`` and ``poll`` are each process's :class:`~ackqueue.WorkerPool` options.
+    it with ``kind(where, shared=True, name=name, **queue_options)``: ``name`` picks the
+    named queue). ``processes`` defaults to the number of CPUs. ``retry``, ``prefetch``,
+    ``stop_timeout``, ``log_interval`` and ``poll`` are each process's
+    :class:`~ackqueue.WorkerPool` options.
 
     The handler must be picklable by reference, since it is sent to fresh interpreters: a
     function defined at the top level of an importable module (or of the main script, when

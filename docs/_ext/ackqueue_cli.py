@@ -66,19 +66,24 @@ class AckqueueCli(SphinxDirective):
     has_content = False
 
     def run(self) -> list[Any]:
-        parser = build_parser()
-        lines: list[str] = []
-        lines += _usage(parser)
-        lines += [_escape(parser.description or ""), ""]
-        lines += _options("ackqueue", parser)
-        for name, sub in subcommands(parser):
-            title = f"ackqueue {name}"
-            lines += [title, "-" * len(title), "", _escape(sub.description or ""), ""]
-            lines += _usage(sub)
-            lines += _options(title, sub)
+        lines = reference(build_parser())
         container = nodes.section()
         nested_parse_with_titles(self.state, StringList(lines, source="ackqueue.cli"), container)
         return list(container.children)
+
+
+def reference(parser: argparse.ArgumentParser) -> list[str]:
+    """The reStructuredText of the reference: the program, then a section per command."""
+    lines: list[str] = []
+    lines += _usage(parser)
+    lines += [_escape(parser.description or ""), ""]
+    lines += _options("ackqueue", parser)
+    for name, sub in subcommands(parser):
+        title = f"ackqueue {name}"
+        lines += [title, "-" * len(title), "", _escape(sub.description or ""), ""]
+        lines += _usage(sub)
+        lines += _options(title, sub)
+    return lines
 
 
 def setup(app: Any) -> dict[str, Any]:

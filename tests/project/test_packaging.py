@@ -45,7 +45,9 @@ def test_the_sdist_holds_license_tests_examples_and_benchmarks(tmp_path):
                    "examples/drop_in.py", "examples/crawler.py", "benchmarks/_common.py",
                    "benchmarks/README.rst", "ackqueue/py.typed",
                    "tests/data/written_by_26e4f63.fs", "docs/architecture.rst",
-                   "benchmarks/pool_threads.png"):
+                   "docs/index.rst", "docs/conf.py", "docs/_ext/ackqueue_cli.py",
+                   "docs/howto/crawler.rst", "docs/reference/api.rst", "CHANGELOG.rst",
+                   "CONTRIBUTING.rst", "benchmarks/pool_threads.png"):
         assert needed in names, f"{needed} is missing from the sdist"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
