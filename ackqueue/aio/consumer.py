@@ -38,7 +38,9 @@ class AsyncConsumer(Generic[T]):
     """Gets items for one task and holds them until ``await ack(item)`` or ``nack``.
 
     Only the task that connected it may get with it (its end is what gives the holds back);
-    any task of the same loop may ack, nack, reject or extend.
+    any task of the same loop may ack, nack, reject or extend. Made by
+    :meth:`AsyncAckQueue.connect`. Every other public method of :class:`~ackqueue.Consumer`
+    is here too, awaited (``await c.snooze(item, 30)``, ...).
     """
 
     def __init__(

@@ -36,7 +36,9 @@ class AsyncAckQueue(Generic[T]):
     The constructor takes what :class:`~ackqueue.AckQueue` takes (``path``, ``maxsize``,
     ``shared=True`` and every option), plus ``threads``: how many threads commit for it.
     It may be made outside a running loop; its objects that wait (consumers, transactions)
-    belong to the loop and task that made them.
+    belong to the loop and task that made them. Every other public method of
+    :class:`~ackqueue.AckQueue` is here too, awaited (``await q.metrics()``,
+    ``await q.dead_letters()``, ``await q.pause()``, ...).
     """
 
     _sync_class: ClassVar[type[AckQueue[Any]]] = AckQueue
