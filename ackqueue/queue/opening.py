@@ -124,7 +124,7 @@ def check_options(
     if not session_timeout > 0:
         raise ValueError("session_timeout must be a positive number of seconds")
     remember_seconds(unique)
-    return group_rules(max_held_per_group, group_interval)  # see README, "Groups"
+    return group_rules(max_held_per_group, group_interval)  # see docs/howto/crawler.rst
 
 
 def open_mode(

@@ -18,7 +18,7 @@ the same queue, a hold must be visible to them, so in shared mode:
   instead of the in-memory index that assumes one process;
 * sequence numbers come from blocks reserved in the shared queue record (:mod:`.seqblocks`).
 
-Ordering across processes is documented in README.rst ("Scaling out").
+Ordering across processes is documented in docs/howto/scaling.rst.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ def take_given_back(queues: Queues, c: ackqueue.Consumer, expected: list[Any]) -
 
     Shared mode commits a give-back that cannot commit where it happens (a consumer's close,
     its thread's end, a rolled-back transaction, a lapsed lease) on the session thread moments
-    later (README.rst, "Ordering across processes"); until then the next ready item is handed
+    later (docs/howto/scaling.rst); until then the next ready item is handed
     out in its stead, and no public call waits for that commit. So there blocking gets take the
     items as they come back, and only which items came back is checked.
     """
@@ -183,7 +183,7 @@ def take_given_back(queues: Queues, c: ackqueue.Consumer, expected: list[Any]) -
 def settled(q: ackqueue.AckQueue, ready: int, held: int, dead: int | None = None) -> None:
     """Wait until ``q`` counts ``ready`` items ready and ``held`` held (and ``dead`` dead).
 
-    In shared mode ``qsize()`` is an estimate over all processes (README.rst, "Scaling out"):
+    In shared mode ``qsize()`` is an estimate over all processes (docs/howto/scaling.rst):
     it catches up with this process's own commits moments later, and a give-back that cannot
     commit where it happens (a thread ends, a lease runs out) is committed by the session
     thread. Elsewhere the counts are exact and this returns at once.

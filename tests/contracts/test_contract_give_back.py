@@ -2,7 +2,7 @@
 (normally or by an exception), the same on every implementation.
 
 In shared mode a thread's end is noticed in this process and committed by the session thread
-moments later (README.rst, "Ordering across processes"): see ``take_given_back`` for what that
+moments later (docs/howto/scaling.rst): see ``take_given_back`` for what that
 allows the tests to check.
 """
 

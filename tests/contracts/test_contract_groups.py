@@ -3,7 +3,7 @@ group has out, a paused group delivers nothing until resumed, ``remove_group`` t
 waiting items and leaves the held ones, and ``snooze`` gives an item back for later without
 spending an attempt.
 
-Shared mode does not rotate between groups (README.rst, "Groups"): a get takes the first stored
+Shared mode does not rotate between groups (docs/howto/crawler.rst): a get takes the first stored
 item whose group may deliver now, so the tests check only what both modes promise.
 """
 

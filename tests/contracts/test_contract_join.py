@@ -1,7 +1,7 @@
 """``task_done``/``join`` and ``maxsize`` back-pressure as ``queue.Queue`` has them, the same
 on every implementation (an ack counts as ``task_done``; held items free their slot).
 
-In shared mode ``join()`` counts this process's tasks (README.rst, "Ordering across
+In shared mode ``join()`` counts this process's tasks (docs/howto/scaling.rst, "Ordering across
 processes"), which is all there is here.
 """
 

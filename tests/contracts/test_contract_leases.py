@@ -3,8 +3,8 @@ past its lease goes back in its place, the late holder's ``ack`` raises ``LeaseE
 and changes nothing, and ``extend`` renews the lease.
 
 In shared mode the give-back of a lapsed lease is committed by the session thread moments
-after the clock moves (README.rst): see ``take_given_back`` for what that allows the tests to
-check.
+after the clock moves (docs/howto/scaling.rst): see ``take_given_back`` for what that allows
+the tests to check.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Ordering, the same on every implementation: FIFO, LIFO, priority items and
 ``put(priority=)``; a given-back item keeps its place; a plain ``get`` takes the item for good.
 
-In shared mode these hold as README.rst's "Ordering across processes" promises them for one
+In shared mode these hold as docs/howto/scaling.rst promises them for one
 consumer in one process: items come out in key order, and one process's puts keep put order.
 """
 

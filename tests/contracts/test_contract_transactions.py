@@ -3,7 +3,7 @@ across two named queues of one database commits together, or (an exception insid
 all, and then every held item is held again and every taken item is back in its place.
 
 In shared mode an item a rolled-back get took is given back by the session thread moments
-later (README.rst): see ``take_given_back`` for what that allows the tests to check.
+later (docs/howto/scaling.rst): see ``take_given_back`` for what that allows the tests to check.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_sigkill_at_random_moments_then_rerun_ends_with_every_page_once(tmp_path
 
 
 def test_the_readme_crawl_runs_long_enough_to_interrupt_and_then_resumes(tmp_path):
-    """README's own command, default settings: a Ctrl-C after the first progress report
+    """The docs' own command, default settings: a Ctrl-C after the first progress report
     stops it midway (it used to finish in under a second), and the rerun resumes."""
     argv = [sys.executable, CRAWLER, str(tmp_path / "crawl-state"), "--pages", "50"]
     child = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, text=True)

@@ -75,7 +75,7 @@ def _module(make: types.FunctionType) -> types.SimpleNamespace:
 KNOWN_GAPS: dict[str, str] = {}  # test name -> reason
 # A test that hung (a hang cannot fail by itself) runs in a child with a deadline instead.
 # The join() hang after shutdown(immediate=True) is fixed (issue 15); what still differs is
-# by design for now (README: an immediate shutdown keeps ready items stored for the next
+# by design for now (docs: an immediate shutdown keeps ready items stored for the next
 # start), so qsize() is not 0 after it as the stdlib test expects. The lead decides.
 HANGS: dict[str, str] = {}
 HANG_WATCHED = "TestAckQueueInMemory"  # remove the skips of the other classes with the fix

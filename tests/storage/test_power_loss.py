@@ -1,6 +1,6 @@
 """The power-loss promise, seen at the system-call boundary.
 
-README.rst ("What survives what") promises that in the default, strict mode every call that
+docs/explanation/guarantees.rst promises that in the default, strict mode every call that
 changes the queue file survives a power loss once it has returned. Only an fsync of the file,
 made after the call's data was written, keeps that promise; so these tests wrap the fsync
 calls themselves (``os.fsync``, and the module-level ``fsync`` ZODB's FileStorage calls) and

@@ -1,6 +1,6 @@
 """The power-loss promise on the paths built on the queue's calls: the asyncio classes, whose
 commits run on threads, and the worker pools, which ack in batches and count a job done only
-once its ack is durable (README.rst, "A pool of worker threads"). Seen at the fsync call
+once its ack is durable (docs/tutorial/thread-pool.rst). Seen at the fsync call
 itself, as in test_power_loss.py.
 """
 
