@@ -9,7 +9,7 @@ mutmut (``pip install -e '.[dev]'``) changes the code one small edit at a time (
 function; a mutant the tests pass is a "survivor": a change to the code nobody would notice.
 Survivors are worth reading, not all worth a test: many are equivalent (the change makes no
 observable difference) or touch only speed or a log message. Add a test for a survivor that
-breaks a promise README.rst makes.
+breaks a promise the docs make.
 
 The run happens in a temporary copy of the git tree (mutmut writes a ``mutants/`` folder
 beside the code), so the worktree stays clean; ``--keep`` leaves the copy to read the diffs
@@ -28,7 +28,7 @@ from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The delivery rules, the consumer, and the durability layer: what README.rst's promises
+# The delivery rules, the consumer, and the durability layer: what the documented promises
 # (order, acks, held items coming back, fsync before return) rest on.
 CORE = [
     "ackqueue/queue/deliveries.py",
