@@ -23,7 +23,7 @@ html_theme_options = {"description": "A durable queue.Queue with acknowledgement
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_default_options = {"show-inheritance": True}
 # The annotations name classes of private modules (Clock, Handler, Runner, ...) that have no
 # page of their own: reported as unresolved, they would fail the -W build.
 nitpicky = False
