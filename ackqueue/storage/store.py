@@ -302,8 +302,9 @@ class Store:
         finally:
             if self.owns_db:
                 try:
+                    storage = self.db.storage  # the closed database lets go of it
                     self.db.close()
-                    self.engine.closed(self.db.storage)
+                    self.engine.closed(storage)
                 except OSError as exc:
                     # Everything committed is already on disk; only the index or the
                     # temporary file could not be written out (a full disk, say).
