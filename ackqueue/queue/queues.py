@@ -51,8 +51,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
     ``path`` may be a URI (``zeo://host:port``, ``file://``, ``memory://``); on a storage
     processes share, see :mod:`ackqueue.shared` and ``session_timeout``. ``shared=True``
     with a file path opens the file through a private ZEO server of its own, started by
-    the first process that opens it so and found by the others (:mod:`ackqueue.storage.
-    sharedserver`); every process must open the file that way.
+    the first process that opens it so and found by the others (:mod:`ackqueue.storage.zeo`);
+    every process must open the file that way.
 
     ``durability="relaxed"`` makes ``put``/``ack`` return once the commit is handed to the
     operating system (it survives ``kill -9``) and fsyncs once a second, so a power loss may

@@ -31,7 +31,7 @@ module globals stay untouched: other FileStorages in the process keep their own 
 Opening
 -------
 
-Opening a queue file as a FileStorage, with ackqueue's errors and nothing left behind.
+A queue file opens as a FileStorage with ackqueue's errors and nothing left behind.
 
 A directory or a foreign file is refused before FileStorage creates anything beside it; an
 open that fails removes what it created; a file another process holds is a
@@ -42,7 +42,7 @@ INFO line, not ZODB's warning.
 Repair
 ------
 
-Putting right what a crash, a full disk or an interrupted pack leaves in a queue file.
+What a crash, a full disk or an interrupted pack leaves in a queue file is put right.
 
 FileStorage recovers from a torn last transaction by itself (it truncates it on open). These
 are the cases it does not handle, each found by the fault tests (tests/test_faults.py,
@@ -51,7 +51,7 @@ test_torn_writes.py, test_disk_full.py, test_interrupts.py).
 Leftover files
 --------------
 
-Files FileStorage leaves beside a queue file that nothing will read again.
+FileStorage leaves files beside a queue file that nothing will read again:
 
 * ``<file>.tmp``: FileStorage's scratch file for the first phase of a commit. It is created
   (truncated) by every writable open and closed, never removed, by ``close()``: after close it
@@ -70,7 +70,7 @@ with another opener) stay.
 Automatic packing
 -----------------
 
-Automatic packing: keep a queue file near the size of what it holds, with no user action.
+Keep a queue file near the size of what it holds, with no user action.
 
 FileStorage only appends, so a queue file grows by every put, get and ack. :class:`AutoPacker`
 estimates after each commit how much of the file is garbage and packs in a background thread
