@@ -152,12 +152,7 @@ class Store:
                 engine, key = _opener(as_path(path), shared)
                 store = _by_path.get(key) if key is not None else None
                 if store is None:
-                    where = key if key is not None else "memory"
-                    zdb = engine.open(key, durability) if key is not None else MEMORY.new()
-                    shown_where = shown(where) if is_uri(where) else where
-                    store = cls(zdb, owns_db=True, where=shown_where, durability=durability)
-                    if autopack and engine.packs:
-                        store._start_autopack()
+                    store = cls._opened(engine, key, durability, autopack)
                     if key is not None:
                         _by_path[key] = store
                 elif engine.local_fsync and store.durability != durability:
@@ -167,6 +162,18 @@ class Store:
                     )
             store._refs += 1
             return store
+
+    @classmethod
+    def _opened(cls, engine: Engine, key: str | None, durability: str, autopack: bool) -> Store:
+        """A new store on the database ``engine`` opens for ``key`` (None: a new in-memory
+        database, shared with nobody)."""
+        if key is None:
+            return cls(MEMORY.new(), owns_db=True, where="memory")
+        where = shown(key) if is_uri(key) else key
+        store = cls(engine.open(key, durability), owns_db=True, where=where, durability=durability)
+        if autopack and engine.packs:
+            store._start_autopack()
+        return store
 
     def claim_name(self, name: str, owner: object | None = None) -> object:
         """Reserve ``name`` for ``owner``, one open queue per name and database; return the
