@@ -68,7 +68,7 @@ from typing import Any
 import ZODB
 
 from ackqueue.errors import QueueLockedError, StorageError
-from ackqueue.storage.engine import Engine, db_on, open_through_zodburi
+from ackqueue.storage.engine import Engine, db_on, is_uri, open_through_zodburi
 
 log = logging.getLogger("ackqueue")
 
@@ -421,7 +421,7 @@ class ZEOEngine(Engine):
         return any(kind.__module__.startswith("ZEO.") for kind in type(storage).__mro__)
 
     def open(self, where: str, durability: str) -> ZODB.DB:
-        if "://" in where:
+        if is_uri(where):
             return open_through_zodburi(where)
         return connect(where, durability)
 
