@@ -47,7 +47,7 @@ class Entry(Persistent):
 
     not_before = 0.0
     group: str | None = None  # put(group=): a class default, so older entries have none
-    # Put by key (storage/keyindex.py): the key as indexed, and for how many seconds to
+    # Put by key (storage/keys.py): the key as indexed, and for how many seconds to
     # remember it once the item is done (None: not at all; math.inf: forever).
     item_key: bytes | None = None
     remember: float | None = None

@@ -1,7 +1,7 @@
 """How many deliberate bugs in the core the fast tests catch: mutmut over a copy of the tree.
 
     python3 benchmarks/mutation.py                       # the core modules, the fast tests
-    python3 benchmarks/mutation.py ackqueue/storage/durability.py \
+    python3 benchmarks/mutation.py ackqueue/storage/filestorage.py \
         -- tests/storage/test_power_loss.py
 
 mutmut (``pip install -e '.[dev]'``) changes the code one small edit at a time (a ``<`` for a
@@ -39,7 +39,7 @@ CORE = [
     "ackqueue/delivery/holds.py",
     "ackqueue/delivery/recovery.py",
     "ackqueue/queue/consumer.py",
-    "ackqueue/storage/durability.py",
+    "ackqueue/storage/filestorage.py",
 ]
 
 # Tests that run in seconds, with no kill loops, servers or long hypothesis searches.

@@ -34,7 +34,7 @@ LEASE = 2.0  # session lease of the workers: a killed worker's holds come back a
 WORKER = r"""
 import os, random, sys, time
 import ackqueue
-from ackqueue.storage import sharedserver
+from ackqueue.storage import zeo as sharedserver
 
 path, logdir, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = random.Random(seed)
@@ -124,7 +124,7 @@ class Result:
 
 
 def _server_pid(path: str) -> int | None:
-    from ackqueue.storage import sharedserver
+    from ackqueue.storage import zeo as sharedserver
 
     try:
         with open(os.path.join(sharedserver.private_dir(path), sharedserver.SERVER_LOCK)) as f:

@@ -31,8 +31,8 @@ from ackqueue.errors import Empty
 from ackqueue.queue.queues import AckQueue
 from ackqueue.records import queues_of
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.uri import is_uri
+from ackqueue.storage.engine import is_uri
+from ackqueue.storage.filestorage import open_file_storage
 
 PURGE_BATCH = 500
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
-from ackqueue.storage import sharedserver
-from ackqueue.storage.uri import is_uri
+from ackqueue.storage import zeo
+from ackqueue.storage.engine import is_uri
 
 QUEUE_CLASSES: dict[str, type[AckQueue[Any]]] = {
     "fifo": AckQueue,
@@ -89,7 +89,7 @@ def open_for_change(path: str, name: str | None) -> Any:  # Any: dead-letter met
 def open_queue(kind: str, path: str, name: str, **options: Any) -> AckQueue[Any]:
     """Queue ``name`` of ``kind`` in ``path`` for a change: through the file's server when
     processes share it (``shared=True``; opening it directly would be refused), else as is."""
-    shared = True if not is_uri(path) and sharedserver.served_by(path) else None
+    shared = True if not is_uri(path) and zeo.served_by(path) else None
     return QUEUE_CLASSES[kind](path, name=name, shared=shared, **options)
 
 

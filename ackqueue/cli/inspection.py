@@ -39,8 +39,9 @@ from ackqueue.records import QueueRecord, queues_of
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.uri import as_path, is_uri, open_db, shown
+from ackqueue.storage.engine import as_path, is_uri, shown
+from ackqueue.storage.filestorage import open_file_storage
+from ackqueue.storage.store import open_db
 
 Progress = Callable[[int, int], None]
 

@@ -30,8 +30,7 @@ from ackqueue.queue.core import Core
 from ackqueue.queue.putting import Puts
 from ackqueue.shared.holdmarks import holder
 from ackqueue.storage.items import Staged, pickle_item, unpickle_item
-from ackqueue.storage.keyindex import index_key, remember_seconds
-from ackqueue.storage.keys import KeyBook, Live, NewPut, Revisit
+from ackqueue.storage.keys import KeyBook, Live, NewPut, Revisit, index_key, remember_seconds
 from ackqueue.storage.transactions import Transaction, current
 
 # ``unique=`` as the API takes it: "forever", seconds, or None (the queue's default).

@@ -39,7 +39,7 @@ from ackqueue.queue.riding import Rides
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
-from ackqueue.storage.keyindex import remember_seconds
+from ackqueue.storage.keys import remember_seconds
 from ackqueue.storage.store import Store
 
 

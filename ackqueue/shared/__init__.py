@@ -23,6 +23,6 @@ def wants_shared(store: Store, shared: bool | None) -> bool:
     that processes share)."""
     if shared is not None:
         return shared
-    from ackqueue.storage.uri import is_shared_storage
+    from ackqueue.storage.store import is_shared_storage
 
     return is_shared_storage(store.db.storage)

@@ -1,16 +1,18 @@
 """The storage layer: everything that knows ZODB.
 
-Opening storages and sharing one database per file (:mod:`.store`), opening a queue file
-(:mod:`.files`), group commit (:mod:`.commit`), fsync policy (:mod:`.durability`), repair of
-torn files (:mod:`.repair`), the scratch files left beside one (:mod:`.leftovers`), packing
-(:mod:`.packing`), queue counts (:mod:`.counts`), URIs (:mod:`.uri`, :mod:`.postgres`), the
-server that ``shared=True`` starts for a file (:mod:`.sharedserver`, :mod:`.zeoserver`), ZEO
-clients that drop object ids fetched before a server restart (:mod:`.zeoclient`), what a
-storage's failures look like (:mod:`.failures`), transactions (:mod:`.transactions`), and the
-stored book of one queue (:mod:`.book`): its reader connection (:mod:`.reader`), its items
-(:mod:`.items`), dead letters (:mod:`.deadletters`), key index and seen-set (:mod:`.keyindex`,
-:mod:`.keys`), groups (:mod:`.groupbook`) and the deletion of entries that shared-mode acks
-marked done (:mod:`.sweeping`).
+The generic part: opening a storage and sharing one database per file (:mod:`.store`, which
+holds the registry of engines by URI scheme), group commit (:mod:`.commit`), queue counts
+(:mod:`.counts`), what a storage's failures look like (:mod:`.failures`), transactions
+(:mod:`.transactions`), and the stored book of one queue (:mod:`.book`): its reader connection
+(:mod:`.reader`), its items (:mod:`.items`), dead letters (:mod:`.deadletters`), item keys
+(:mod:`.keys`: the key index, the seen-set and puts by key), groups (:mod:`.groupbook`) and the
+deletion of entries that shared-mode acks marked done (:mod:`.sweeping`).
+
+The engines, each behind the contract of :mod:`.engine` (which also reads storage URIs):
+a FileStorage file of this process with its fsync policy, repair, leftover files and automatic
+packing (:mod:`.filestorage`), memory (:mod:`.memory`), ZEO, including the private server that
+``shared=True`` starts for a file (:mod:`.zeo`, and the server process, :mod:`.zeoserver`), and
+PostgreSQL through RelStorage (:mod:`.postgresql`).
 
 May import :mod:`ackqueue.base`, :mod:`ackqueue.records` (the file format) and
 :mod:`ackqueue.errors`; nothing from the layers above.

@@ -21,7 +21,7 @@ from ackqueue.records import Entry, QueueRecord, queues_of
 from ackqueue.storage.counts import count_change, settle, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.items import Staged
-from ackqueue.storage.keyindex import release
+from ackqueue.storage.keys import release
 from ackqueue.storage.reader import Reader
 from ackqueue.storage.store import Store
 from ackqueue.storage.sweeping import sweep_done

@@ -44,7 +44,7 @@ GATHER_SECONDS = 0.001
 
 
 class Syncer(Protocol):
-    """A storage whose commits can leave their fsync for later (see durability.py)."""
+    """A storage whose commits can leave their fsync for later (see filestorage.py)."""
 
     def deferring_sync(self) -> AbstractContextManager[None]: ...
 

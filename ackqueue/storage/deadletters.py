@@ -14,7 +14,7 @@ from ackqueue.errors import ItemLoadError
 from ackqueue.records import DeadRecord, QueueRecord
 from ackqueue.storage.counts import count_change
 from ackqueue.storage.items import unpickle_item
-from ackqueue.storage.keyindex import release
+from ackqueue.storage.keys import release
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     if entry.group is not None:
         letter.group = entry.group
     record.dead_length.change(1)
-    release(record, key, entry, None)  # a dead letter gives up its key (see keyindex.py)
+    release(record, key, entry, None)  # a dead letter gives up its key (see keys.py)
     del record.entries[key]
     count_change(record, -1)
     if record.delayed is not None and key in record.delayed:

@@ -3,6 +3,10 @@
 FileStorage allows one opener per file, so every queue on the same file in a process shares
 one :class:`Store`, counted by reference and closed with its last queue. A store owns the one
 writer connection of its database; all writes go through its :class:`GroupCommitter`.
+
+Which engine opens a path or URI is the registry's choice (:data:`ENGINES`, by URI scheme);
+what the store does differently on one engine than on another is what that engine declares
+(:class:`~ackqueue.storage.engine.Engine`).
 """
 
 from __future__ import annotations
@@ -19,29 +23,28 @@ from typing import Any, TypeVar
 import transaction
 import ZODB
 from ZODB.Connection import Connection
-from ZODB.MappingStorage import MappingStorage
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.errors import StorageError
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
-from ackqueue.storage import leftovers, repair, sharedserver
 from ackqueue.storage.commit import GroupCommitter
-from ackqueue.storage.durability import QueueFileStorage, check_durability
+from ackqueue.storage.engine import Engine, OtherStorages, Packer, as_path, is_uri, scheme_of, shown
 from ackqueue.storage.failures import abort_quietly
-from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.packing import PACK_STATE_KEY, AutoPacker
-from ackqueue.storage.postgres import shown
-from ackqueue.storage.uri import as_path, is_uri, open_db
-from ackqueue.storage.zeoclient import forget_ids_on_reconnect
+from ackqueue.storage.filestorage import FILE, PACK_STATE_KEY, check_durability
+from ackqueue.storage.memory import MEMORY
+from ackqueue.storage.postgresql import POSTGRESQL
+from ackqueue.storage.zeo import ZEO
 
 log = logging.getLogger("ackqueue")
 
 T = TypeVar("T")
 
-# Each connection's object cache is bounded by count (ZODB's default, 400 objects) and, so
-# that big items cannot make 400 objects huge, by their pickled size.
-CACHE_BYTES = 32 * 1024 * 1024
+# The engines, each opening the URIs of its schemes (engine.py). A new scheme: one line here.
+ENGINES: tuple[Engine, ...] = (FILE, MEMORY, ZEO, POSTGRESQL)
+OTHER = OtherStorages()  # a scheme none registers, or a storage none owns: through zodburi
+_by_scheme = {scheme: engine for engine in ENGINES for scheme in engine.schemes}
+
 # ZODB warns (20 lines, about blobs) when a record passes its large_record_size, 16 MB by
 # default. A queue's items are the user's: one of 50 MB is what they chose to put, and
 # nothing in the warning is theirs to act on. Each item is its own record, so a big one
@@ -51,6 +54,36 @@ LARGE_RECORD_SIZE = 1 << 62
 _registry_lock = threading.Lock()
 _by_path: dict[str, Store] = {}
 _by_db: dict[int, Store] = {}
+
+
+def engine_for(uri: str) -> Engine:
+    """The engine that opens ``uri``."""
+    return _by_scheme.get(scheme_of(uri), OTHER)
+
+
+def engine_of(storage: Any) -> Engine:
+    """The engine whose storage ``storage`` is (a caller's, or one zodburi opened)."""
+    return next((engine for engine in ENGINES if engine.owns(storage)), OTHER)
+
+
+def open_db(uri: str) -> ZODB.DB:
+    """Open the database ``uri`` names, with the engine its scheme chooses."""
+    return engine_for(uri).open(uri, "strict")
+
+
+def is_shared_storage(storage: Any) -> bool:
+    """Whether other processes may write this storage at the same time as this one."""
+    return engine_of(storage).shared
+
+
+def _opener(path: str | None, shared: bool | None) -> tuple[Engine, str | None]:
+    """The engine that opens ``path`` (a file path or URI, with ``shared=``), and the key its
+    store is registered under (None: a store of its own)."""
+    if path is None:
+        return MEMORY, None
+    if is_uri(path):  # one database per URI, as per file
+        return engine_for(path), path
+    return (ZEO if shared else FILE), os.path.realpath(path)
 
 
 def _strong_claim() -> object:
@@ -67,7 +100,7 @@ class Store:
         self.where = where
         self.owns_db = owns_db
         self.durability = durability
-        self.packer: AutoPacker | None = None
+        self.packer: Packer | None = None
         self._refs = 0
         self._names: dict[str, Callable[[], object | None]] = {}
         self._tm = transaction.TransactionManager()
@@ -76,20 +109,18 @@ class Store:
         self.writer: Connection = db.open(transaction_manager=self._tm)
         self.writer.large_record_size = LARGE_RECORD_SIZE  # a caller's database: ours only
         storage = db.storage
-        forget_ids_on_reconnect(storage)
-        syncer = storage if getattr(storage, "sync_each_commit", False) else None
+        self.engine = engine_of(storage)
+        self.engine.adopt(storage)
         # One writer process per file: queue counts can be kept off each commit (counts.py).
         self.counts: counting.LogCounts | None = None
-        if owns_db and isinstance(storage, QueueFileStorage) and not storage.isReadOnly():
+        if owns_db and self.engine.counts_in_log(storage):
             self.counts = counting.LogCounts(storage, self.writer, self._tm)
             counting.attach(self.writer, self.counts)
         self._committer = GroupCommitter(
-            self._tm, self._describe_failure, syncer, hooks=self.counts
+            self._tm, self._describe_failure, self.engine.syncer(storage), hooks=self.counts
         )
-        self._repair = repair.PendingRepair()
-        name = getattr(storage, "_file_name", None)  # a writable FileStorage's file
-        writable = not getattr(storage, "_is_read_only", True)
-        self.file_path: str | None = name if isinstance(name, str) and writable else None
+        self._repair = self.engine.write_repair(storage, where)
+        self.file_path: str | None = self.engine.file(storage)
         if self.counts is not None:
             self._settle_counts()
 
@@ -107,50 +138,42 @@ class Store:
         """The store for a file path or storage URI, a caller's database, or (both None) a new
         in-memory one.
 
-        ``durability`` and ``autopack`` apply to a file path only (see ``durability.py`` and
-        ``packing.py``); a caller's database or a URI's storage is used as it is. A path with
-        ``shared=True`` is served to every process that opens it so (``sharedserver.py``).
+        ``durability`` and ``autopack`` apply to a file path only (see ``filestorage.py``); a
+        caller's database or a URI's storage is used as it is. A path with ``shared=True`` is
+        served to every process that opens it so (``zeo.py``).
         """
         check_durability(durability)
-        path = as_path(path)
         with _registry_lock:
             if db is not None:
                 store = _by_db.get(id(db))
                 if store is None:
                     store = _by_db[id(db)] = cls(db, owns_db=False, where=repr(db))
-            elif path is None:
-                store = cls(ZODB.DB(MappingStorage()), owns_db=True, where="memory")
-            elif isinstance(path, str) and is_uri(path):  # one database per URI, as per file
-                store = _by_path.get(path)
-                if store is None:
-                    store = _by_path[path] = cls(open_db(path), owns_db=True, where=shown(path))
-            elif shared:
-                key = os.path.realpath(os.fspath(path))
-                store = _by_path.get(key)
-                if store is None:
-                    zdb = sharedserver.connect(key, durability)
-                    store = _by_path[key] = cls(zdb, owns_db=True, where=key)
             else:
-                key = os.path.realpath(os.fspath(path))
-                store = _by_path.get(key)
+                engine, key = _opener(as_path(path), shared)
+                store = _by_path.get(key) if key is not None else None
                 if store is None:
-                    storage = open_file_storage(key, durability=durability)
-                    try:
-                        zdb = ZODB.DB(storage, cache_size_bytes=CACHE_BYTES)
-                    except Exception:
-                        storage.close()
-                        raise
-                    store = cls(zdb, owns_db=True, where=key, durability=durability)
-                    if autopack:
-                        store._start_autopack()
-                    _by_path[key] = store
-                elif store.durability != durability:
+                    store = cls._opened(engine, key, durability, autopack)
+                    if key is not None:
+                        _by_path[key] = store
+                elif engine.local_fsync and store.durability != durability:
                     raise StorageError(
                         f"queue file {key} is already open in this process with "
                         f"durability={store.durability!r}, not {durability!r}"
                     )
             store._refs += 1
             return store
+
+    @classmethod
+    def _opened(cls, engine: Engine, key: str | None, durability: str, autopack: bool) -> Store:
+        """A new store on the database ``engine`` opens for ``key`` (None: a new in-memory
+        database, shared with nobody)."""
+        if key is None:
+            return cls(MEMORY.new(), owns_db=True, where="memory")
+        where = shown(key) if is_uri(key) else key
+        store = cls(engine.open(key, durability), owns_db=True, where=where, durability=durability)
+        if autopack and engine.packs:
+            store._start_autopack()
+        return store
 
     def claim_name(self, name: str, owner: object | None = None) -> object:
         """Reserve ``name`` for ``owner``, one open queue per name and database; return the
@@ -221,7 +244,7 @@ class Store:
     def _start_autopack(self) -> None:
         state = self.writer.root().get(PACK_STATE_KEY)
         self._tm.abort()
-        self.packer = AutoPacker(self.db, self._record_pack_state, state, self._pack_time)
+        self.packer = self.engine.packer(self.db, self._record_pack_state, state, self._pack_time)
 
     # -- deferred counts (see counts.py) -------------------------------------------------
 
@@ -286,9 +309,9 @@ class Store:
         finally:
             if self.owns_db:
                 try:
+                    storage = self.db.storage  # the closed database lets go of it
                     self.db.close()
-                    if self.file_path is not None:
-                        leftovers.remove_commit_scratch(self.file_path)
+                    self.engine.closed(storage)
                 except OSError as exc:
                     # Everything committed is already on disk; only the index or the
                     # temporary file could not be written out (a full disk, say).
@@ -311,8 +334,8 @@ class Store:
 
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
-        if self._repair.needed:
-            change = repair.after_failed_write(self._repair, self.db.storage, self.where, change)
+        if self._repair is not None and self._repair.needed:
+            change = self._repair.first(change)
         # Ctrl-C inside a ZODB commit makes FileStorage close itself: hold it back.
         with Shield(interruptible=False):
             result = self._committer.run(change)
@@ -323,9 +346,7 @@ class Store:
     def note_dropped(self, records: int) -> None:
         """``records`` stored objects were just made unreachable: a hint for automatic packing.
         Call it only inside a change (the committer's thread)."""
-        note = getattr(self.db.storage, "note_dropped", None)
-        if note is not None:
-            note(records)
+        self.engine.note_dropped(self.db.storage, records)
 
     def root(self) -> Any:
         """The writer connection's root; touch it only inside a change."""
@@ -347,7 +368,8 @@ class Store:
         if isinstance(exc, StorageError):
             return exc
         if isinstance(exc, OSError):
-            self._repair.needed = True
+            if self._repair is not None:
+                self._repair.needed = True
             err = StorageError(f"cannot write to queue storage {self.where}: {exc}")
         elif isinstance(exc, Exception):
             err = StorageError(f"commit to queue storage {self.where} failed: {exc!r}")

@@ -1,7 +1,7 @@
 """The server process of ``AckQueue(path, shared=True)``: ZEO serving one queue file.
 
-:mod:`.sharedserver` starts it (``python -c SERVER_MAIN``) as a process of its own; it opens the
-file as a single process would (:mod:`.files`), serves it on the Unix socket in the file's
+:mod:`.zeo` starts it (``python -c SERVER_MAIN``) as a process of its own; it opens the
+file as a single process would (:mod:`.filestorage`), serves it on the Unix socket in the file's
 private directory, and exits once it has had no client for a while.
 
 It serves the file it opened, which stays the file at the path until someone deletes or
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.errors import QueueLockedError, StorageError
-from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.sharedserver import (
+from ackqueue.storage.filestorage import open_file_storage
+from ackqueue.storage.zeo import (
     EXIT_FILE_LOCKED,
     IDLE_EXIT_SECONDS,
     SERVER_LOCK,

@@ -149,7 +149,7 @@ def test_a_port_that_is_not_a_number_is_a_clear_error() -> None:
 def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
     from urllib.parse import parse_qs, urlsplit
 
-    from ackqueue.storage import postgres
+    from ackqueue.storage import postgresql as postgres
 
     plain = urlsplit(postgres.for_zodburi("postgresql://queue:p%40ss@db.example.org/jobs"))
     assert (plain.scheme, plain.hostname, plain.port, plain.path) == (
@@ -205,7 +205,7 @@ def test_without_zodburi_a_postgresql_uri_names_the_postgresql_extra() -> None:
 
 
 def test_a_drivers_message_quoting_the_password_is_scrubbed() -> None:
-    from ackqueue.storage import postgres
+    from ackqueue.storage import postgresql as postgres
 
     uri = "postgresql://queue:p%40ss@127.0.0.1:1/jobs"
     error = postgres.open_error(uri, RuntimeError("bad dsn 'password=p@ss host=127.0.0.1'"))

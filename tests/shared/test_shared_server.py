@@ -1,5 +1,5 @@
 """``AckQueue(path, shared=True)``: several processes on one host share a queue file through a
-server that the first of them starts (``ackqueue/storage/sharedserver.py``), with real
+server that the first of them starts (``ackqueue/storage/zeo.py``), with real
 processes, real SIGKILL, real permissions.
 
 The servers these tests start stop themselves one second after their last client leaves
@@ -20,7 +20,7 @@ from conftest import child_argv, child_env, spawn_child, stored_items
 from polling import wait_until
 
 import ackqueue
-from ackqueue.storage import sharedserver
+from ackqueue.storage import zeo as sharedserver
 
 IDLE = "1"
 
@@ -292,7 +292,7 @@ def test_a_server_directory_of_another_user_is_refused(qpath) -> None:
 AS_NOBODY = """
 import os, socket, sys, ackqueue
 import ZEO.ClientStorage  # imported as root: the interpreter's files are root's
-from ackqueue.storage import sharedserver
+from ackqueue.storage import zeo as sharedserver
 os.setgid(65534)
 os.setuid(65534)
 base, queue_sock, control_sock = sys.argv[1], sys.argv[2], sys.argv[3]

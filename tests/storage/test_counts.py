@@ -16,7 +16,7 @@ from conftest import child_env
 import ackqueue
 from ackqueue.records import ROOT_KEY
 from ackqueue.storage import counts
-from ackqueue.storage.durability import QueueFileStorage
+from ackqueue.storage.filestorage import QueueFileStorage
 
 CHURN = """
 import random, sys

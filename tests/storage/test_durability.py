@@ -12,7 +12,7 @@ from conftest import child_argv, child_env
 
 import ackqueue
 from ackqueue.errors import StorageError
-from ackqueue.storage.durability import QueueFileStorage, RelaxedFileStorage
+from ackqueue.storage.filestorage import QueueFileStorage, RelaxedFileStorage
 
 CHILD_PUTS_THEN_WAITS = """
 import sys, time, ackqueue

@@ -12,7 +12,7 @@ from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
 from ZODB.POSException import ConflictError
 
-from ackqueue.storage.durability import QueueFileStorage
+from ackqueue.storage.filestorage import QueueFileStorage
 
 
 class Plain(PersistentMapping):

@@ -12,7 +12,7 @@ from polling import bounded
 from ZODB.FileStorage import FileStorage
 
 import ackqueue
-from ackqueue.storage.packing import PACK_STATE_KEY
+from ackqueue.storage.filestorage import PACK_STATE_KEY
 
 
 def files_total(directory):

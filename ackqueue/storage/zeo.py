@@ -1,8 +1,16 @@
-"""One queue file, several processes on one host, nothing started by hand:
-``AckQueue(path, shared=True)`` in every process.
+"""The ZEO engine: a queue database served by a ZEO server, to every process that connects.
 
-The first process to open the file this way starts a ZEO server for it: a process of its own
-(:func:`main`, in a session of its own so that it outlives its
+Two ways in. ``AckQueue("zeo://host:port")`` connects to a server someone runs (through
+``zodburi``). ``AckQueue(path, shared=True)`` in every process, with nothing started by hand,
+connects to a private server of that file, which the first of them starts. :data:`ZEO` is the
+engine the store's registry holds for both; its clients forget the object ids they fetched from
+a server that went away (:func:`forget_ids_on_reconnect`).
+
+The private server
+------------------
+
+The first process to open the file with ``shared=True`` starts a ZEO server for it: a process
+of its own (:mod:`.zeoserver`, in a session of its own so that it outlives its
 starter) serving the file on a Unix socket in a private directory beside it,
 ``.<name>.ackqueue/`` (mode 0700; under ``$TMPDIR/ackqueue-<uid>/`` when the path is too
 long for a socket). Later openers find it listening and connect. The file stays an ordinary
@@ -27,6 +35,16 @@ Lifecycle:
 Nobody else gets in: the directory is the owner's only (0700) and the socket 0600; a directory
 or socket owned by another user or open to others is refused with an error saying what to do.
 No TCP port is opened.
+
+Object ids fetched before a restart
+-----------------------------------
+
+A ZEO client fetches new object ids from its server in batches and keeps the rest for later
+commits. A restarted server counts on from the last id stored in its file, so it gives the ids
+a client still keeps to other clients as well: two objects stored under one id, and one of them
+silently lost (seen as a confirmed put never delivered, and as an acked item delivered again,
+after a ZEO restart). ZEO 6 keeps the batch across a reconnect; :func:`forget_ids_on_reconnect`
+drops it there.
 """
 
 from __future__ import annotations
@@ -50,7 +68,7 @@ from typing import Any
 import ZODB
 
 from ackqueue.errors import QueueLockedError, StorageError
-from ackqueue.storage.uri import db_on
+from ackqueue.storage.engine import Engine, db_on, is_uri, open_through_zodburi
 
 log = logging.getLogger("ackqueue")
 
@@ -64,7 +82,7 @@ SERVER_LOCK = "server.lock"
 SERVER_LOG = "server.log"
 # A Unix socket's path must fit in sockaddr_un (108 bytes on Linux, with its NUL).
 MAX_SOCKET_PATH = 100
-# ``-m ackqueue.storage.sharedserver`` would run this module a second time (the package imports
+# ``-m ackqueue.storage.zeoserver`` would run that module a second time (the package imports
 # it), so the server process starts from this line instead.
 SERVER_MAIN = "import sys; from ackqueue.storage.zeoserver import main; sys.exit(main())"
 # Exit status of a server that found the file held by a process without shared=True.
@@ -251,8 +269,9 @@ def _client_storage_class() -> Any:
             super().__init__(sock, _client_factory=QuickRetryThread, **kw)
 
         def notify_connected(self, conn: Any, info: Any) -> None:
-            # The Store drops ids fetched from a server that died (zeoclient.py): the new one
-            # hands them out again (seen in the kill campaign as unloadable buckets, lost items).
+            # The engine drops ids fetched from a server that died (forget_ids_on_reconnect):
+            # the new one hands them out again (seen in the kill campaign as unloadable
+            # buckets, lost items).
             super().notify_connected(conn, info)
             self._ackqueue_connections += 1
 
@@ -354,3 +373,61 @@ def _wait_connected(storage: Any, path: str, sock: str, durability: str) -> None
 def served_by(path: str) -> bool:
     """Whether a server for ``path`` listens now (for a plain opener's error message)."""
     return listening(os.path.join(private_dir(path), SOCKET))
+
+
+# -- object ids fetched before a restart --------------------------------------------------------
+
+# Set on a storage once it drops its fetched ids at each connection.
+FORGETS_IDS = "_ackqueue_forgets_ids"
+
+
+def is_zeo_client(storage: Any) -> bool:
+    return any(kind.__module__ == "ZEO.ClientStorage" for kind in type(storage).__mro__)
+
+
+def forget_ids_on_reconnect(storage: Any) -> None:
+    """Make a ZEO client ``storage`` (``shared=True``'s, a URI's or a caller's) drop the ids
+    it fetched in advance at every new connection to its server, before any commit can use
+    them.
+
+    No lock: ZEO's ``new_oid`` holds its id lock while it waits on the server, and the notice of
+    a connection comes on the thread that call waits for."""
+    if getattr(storage, FORGETS_IDS, False):
+        return
+    connected = storage.notify_connected
+
+    def notify_connected(conn: Any, info: Any) -> None:
+        storage._oids = []
+        connected(conn, info)
+
+    storage.notify_connected = notify_connected
+    setattr(storage, FORGETS_IDS, True)
+
+
+# -- the engine -----------------------------------------------------------------------------------
+
+
+class ZEOEngine(Engine):
+    """ZEO's client storages: a ``zeo://`` URI's, a caller's, and the private server's of a
+    file opened with ``shared=True`` (:meth:`open` with a path)."""
+
+    name = "zeo"
+    schemes = ("zeo",)
+    shared = True
+    drop_notice = True
+
+    def owns(self, storage: Any) -> bool:
+        # By name: ZEO is an optional extra, and a storage of it exists only if it is installed.
+        return any(kind.__module__.startswith("ZEO.") for kind in type(storage).__mro__)
+
+    def open(self, where: str, durability: str) -> ZODB.DB:
+        if is_uri(where):
+            return open_through_zodburi(where)
+        return connect(where, durability)
+
+    def adopt(self, storage: Any) -> None:
+        if is_zeo_client(storage):
+            forget_ids_on_reconnect(storage)
+
+
+ZEO = ZEOEngine()

@@ -1,4 +1,4 @@
-"""PostgreSQL URIs: ``AckQueue("postgresql://user:password@host:port/dbname")``.
+"""The PostgreSQL engine: ``AckQueue("postgresql://user:password@host:port/dbname")``.
 
 The queue is stored by RelStorage (``pip install '.[postgresql]'`` in a checkout: RelStorage
 and the psycopg2 driver) in an existing PostgreSQL database, whose tables RelStorage creates on
@@ -17,18 +17,17 @@ defaults differ from RelStorage's own, for a queue:
 from __future__ import annotations
 
 import getpass
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+import ZODB
+
 from ackqueue.errors import StorageError
+from ackqueue.storage.engine import Engine, open_through_zodburi, shown
 
 SCHEMES = ("postgresql", "postgres")
 DEFAULTS = {"keep_history": "false", "connect_timeout": "10"}
 DEFAULT_PORT = 5432
-
-
-def is_postgresql(uri: str) -> bool:
-    """Whether ``uri`` names a PostgreSQL database."""
-    return uri.split("://", 1)[0].lower() in SCHEMES
 
 
 def for_zodburi(uri: str) -> str:
@@ -58,17 +57,6 @@ def _addressed(uri: str) -> tuple[str, str | None, str, int]:
     user = unquote(parts.username) if parts.username else getpass.getuser()
     password = unquote(parts.password) if parts.password is not None else None
     return user, password, parts.hostname or "localhost", port
-
-
-def shown(uri: str) -> str:
-    """``uri`` (of any scheme) with its password, if any, replaced by ``***``: for messages,
-    logs and ``repr``, which must never show a password."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def scrubbed(text: str, uri: str) -> str:
@@ -119,3 +107,24 @@ def open_error(uri: str, exc: BaseException) -> StorageError:
         f"cannot open the queue database {shown(uri)}: tried the {where(uri)}: {detail}; "
         f"{advice}"
     )
+
+
+class PostgreSQLEngine(Engine):
+    """RelStorage's storages: a ``postgresql://`` URI's, or a caller's database on RelStorage
+    (whatever its database)."""
+
+    name = "postgresql"
+    schemes = SCHEMES
+    shared = True
+
+    def owns(self, storage: Any) -> bool:
+        # By name: RelStorage is an optional extra, and a storage of it exists only if installed.
+        return any(kind.__module__.startswith("relstorage.") for kind in type(storage).__mro__)
+
+    def open(self, where: str, durability: str) -> ZODB.DB:
+        return open_through_zodburi(
+            where, for_zodburi(where), lambda exc: open_error(where, exc), extra="postgresql"
+        )
+
+
+POSTGRESQL = PostgreSQLEngine()

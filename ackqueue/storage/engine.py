@@ -1,0 +1,246 @@
+"""The contract every storage engine keeps, and the storage URIs that choose one.
+
+An engine is one way of storing a queue database: a FileStorage file of this process
+(:mod:`.filestorage`), memory (:mod:`.memory`), a ZEO server (:mod:`.zeo`), PostgreSQL through
+RelStorage (:mod:`.postgresql`). Each is an :class:`Engine` that opens its databases, says which
+storages are its own, and declares what it supports; :class:`~ackqueue.storage.store.Store`
+asks it, never the storage. The store's registry (``ENGINES`` in :mod:`.store`) maps each URI
+scheme to its engine; a new scheme is one engine module, one registry line and one entry in
+the contract tests (``tests/storage/test_engines.py``).
+
+URIs are spelled as the ``zodburi`` package spells them: ``zeo://``, ``file://``, ``memory://``,
+``postgresql://``. ``file://`` is the same as giving the path (and shares its one-opener-per-file
+registry); a scheme no engine registers is handed to ``zodburi`` (installed with the ``[zeo]``
+extra) by :class:`OtherStorages`, so any storage it knows opens the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import ZODB
+from ZODB.POSException import ConflictError
+
+from ackqueue.errors import StorageError
+from ackqueue.storage.commit import Syncer
+
+T = TypeVar("T")
+
+OPEN_RETRIES = 5
+
+
+class Packer(Protocol):
+    """Packs a database by itself as it is written (see ``AutoPacker`` in filestorage.py)."""
+
+    def after_commit(self) -> None: ...
+
+    def pack(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class WriteRepair(Protocol):
+    """What a failed write (a full disk) left in the storage, cut off before the next commit."""
+
+    needed: bool
+
+    def first(self, change: Callable[[], T]) -> Callable[[], T]: ...
+
+
+class Engine(ABC):
+    """One kind of storage, as the store uses it.
+
+    The class attributes declare what the engine supports; the store relies on them and on the
+    methods below only. A method's default is what an engine that does not support it does:
+    nothing. ``tests/storage/test_engines.py`` holds every engine to what it declares.
+    """
+
+    name: ClassVar[str] = ""
+    """What messages and the documentation call it."""
+
+    schemes: ClassVar[tuple[str, ...]] = ()
+    """The URI schemes it opens (the store's registry maps them to it)."""
+
+    shared: ClassVar[bool] = False
+    """Other processes may write its storages at the same time: queues on it run in shared
+    mode unless ``shared=False`` says otherwise."""
+
+    local_fsync: ClassVar[bool] = False
+    """This process makes its commits durable, so ``durability=`` is the choice of the store
+    that opened it (and a second opener of the same file must make the same choice)."""
+
+    syncs: ClassVar[bool] = False
+    """Sync: a commit may leave its fsync to the group committer (:meth:`syncer`)."""
+
+    commit_hooks: ClassVar[bool] = False
+    """Commit hooks: one writer process reads its transaction log back, so queue counts are
+    kept off each commit (:meth:`counts_in_log`, see counts.py)."""
+
+    packs: ClassVar[bool] = False
+    """Packing: it packs itself as it is written (:meth:`packer`); every engine packs on
+    request (``ZODB.DB.pack``)."""
+
+    repairs: ClassVar[bool] = False
+    """It cuts off what a failed write left before the next commit (:meth:`write_repair`)."""
+
+    drop_notice: ClassVar[bool] = False
+    """Dropped-connection notice: its storages reconnect to a server, and are told so
+    (:meth:`adopt` makes them forget what they fetched from the server that went away)."""
+
+    @abstractmethod
+    def owns(self, storage: Any) -> bool:
+        """Whether ``storage`` is one of this engine's (for a caller's database, or a storage
+        that ``zodburi`` opened)."""
+
+    @abstractmethod
+    def open(self, where: str, durability: str) -> ZODB.DB:
+        """The database ``where`` (one of :attr:`schemes`' URIs, or a file path for the
+        engines that open files) names, opened for this process."""
+
+    def file(self, storage: Any) -> str | None:
+        """The file this process writes ``storage`` to, if it is one (the status file and
+        the CLI's live-queue report go beside it)."""
+        return None
+
+    def adopt(self, storage: Any) -> None:
+        """Prepare ``storage`` (of this engine) for the store, before its first commit."""
+        return None  # nothing to do unless the engine says otherwise
+
+    def syncer(self, storage: Any) -> Syncer | None:
+        """The storage as a :class:`~ackqueue.storage.commit.Syncer`, if its commits leave
+        their fsync to the committer (only where :attr:`syncs`)."""
+        return None
+
+    def counts_in_log(self, storage: Any) -> bool:
+        """Whether queue counts may be kept in ``storage``'s transaction log (only where
+        :attr:`commit_hooks`, and for a writable storage this process owns)."""
+        return False
+
+    def packer(
+        self,
+        db: ZODB.DB,
+        record_state: Callable[[tuple[int, int, int]], None],
+        state: tuple[int, int, int] | None,
+        pack_time: Callable[[], float | None],
+    ) -> Packer | None:
+        """A packer for ``db``, which this engine opened (only where :attr:`packs`)."""
+        return None
+
+    def note_dropped(self, storage: Any, records: int) -> None:
+        """``records`` stored objects were just made unreachable: a hint for packing."""
+        return None  # nothing to do unless the engine says otherwise
+
+    def write_repair(self, storage: Any, where: str) -> WriteRepair | None:
+        """The repair of ``storage`` after a failed write (only where :attr:`repairs`)."""
+        return None
+
+    def closed(self, storage: Any) -> None:
+        """``storage``, which this engine opened, was just closed: remove what it left."""
+        return None  # nothing to do unless the engine says otherwise
+
+
+class OtherStorages(Engine):
+    """Any storage no other engine owns: a scheme ``zodburi`` knows that no engine registers,
+    or a caller's database on a storage of its own. It declares nothing."""
+
+    name = "zodburi"
+
+    def owns(self, storage: Any) -> bool:
+        return True
+
+    def open(self, where: str, durability: str) -> ZODB.DB:
+        return open_through_zodburi(where)
+
+
+# -- storage URIs ---------------------------------------------------------------------------------
+
+
+def is_uri(path: Any) -> bool:
+    """True for a string that names a storage by URI rather than a file path."""
+    return isinstance(path, str) and "://" in path.split("?", 1)[0]
+
+
+def scheme_of(uri: str) -> str:
+    return uri.split("://", 1)[0].lower()
+
+
+def as_path(path: Any) -> Any:
+    """A ``file://`` URI as the path it names; anything else unchanged."""
+    if is_uri(path) and path.startswith("file://"):
+        parts = urlsplit(path)
+        if parts.query:
+            raise StorageError(
+                f"{path}: ackqueue opens file:// storages itself; query options are not supported"
+            )
+        return unquote(parts.netloc + parts.path)
+    return os.fspath(path) if path is not None else None
+
+
+def shown(uri: str) -> str:
+    """``uri`` (of any scheme) with its password, if any, replaced by ``***``: for messages,
+    logs and ``repr``, which must never show a password."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def open_through_zodburi(
+    uri: str,
+    resolved: str | None = None,
+    failed: Callable[[BaseException], StorageError] | None = None,
+    extra: str = "zeo",
+) -> ZODB.DB:
+    """Open the database ``uri`` names through ``zodburi`` (``resolved``: ``uri`` as zodburi
+    is to read it); ``failed`` makes the error for a storage that did not open, and ``extra``
+    names the package extra that installs what it needs."""
+
+    def failure(exc: BaseException) -> StorageError:
+        if failed is not None:
+            return failed(exc)
+        return StorageError(f"cannot open storage {shown(uri)}: {exc!r}")
+
+    try:
+        import zodburi
+    except ImportError:
+        raise StorageError(
+            f"opening {shown(uri)} needs the zodburi package: "
+            f"pip install '.[{extra}]' in a checkout of ackqueue"
+        ) from None
+    try:
+        factory, dbkw = zodburi.resolve_uri(resolved if resolved is not None else uri)
+    except Exception as exc:
+        if failed is not None:
+            raise failed(exc) from exc
+        raise StorageError(f"cannot open storage {shown(uri)}: {exc}") from exc
+
+    def opened() -> Any:
+        try:
+            return factory()
+        except Exception as exc:
+            raise failure(exc) from exc
+
+    return db_on(opened, **dbkw)
+
+
+def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:
+    """A database on the storage ``open_storage()`` returns, opened again if another process
+    created the root of a new database at the same moment."""
+    for attempt in range(OPEN_RETRIES):
+        storage = open_storage()
+        try:
+            return ZODB.DB(storage, **dbkw)
+        except ConflictError:
+            storage.close()
+            if attempt == OPEN_RETRIES - 1:
+                raise
+        except BaseException:
+            storage.close()
+            raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,894 @@
+"""The FileStorage engine: a queue file that this process opens, fsyncs, repairs and packs.
+
+``AckQueue(path)`` (or ``file://``) opens the file as a :class:`QueueFileStorage`, the
+FileStorage subclass below; :data:`FILE` is the engine the store's registry holds for it.
+What follows is each part of it in turn: durability, opening, repair, the files FileStorage
+leaves beside the queue file, and automatic packing.
+
+Durability
+----------
+
+How durable a commit is when ``put``/``ack`` return: ``"strict"`` or ``"relaxed"``.
+
+``"strict"`` (the default): each commit is written and fsynced before ``put``/``ack`` return,
+so it survives ``kill -9`` and power loss. (The fsync runs once FileStorage's commit lock is
+free, so that the next group commit is written meanwhile; see :class:`QueueFileStorage`.)
+
+``"relaxed"`` (:class:`RelaxedFileStorage`): each commit is handed to the operating system
+before ``put``/``ack`` return, so it survives ``kill -9`` of the process (the kernel holds the
+data), and a background thread fsyncs the file every ``sync_interval`` seconds and on close.
+A power loss or kernel crash may lose the commits of the last interval. FileStorage cuts a
+torn last transaction when it opens; on ext4 in its default ``data=ordered`` mode appended
+data reaches the disk before the file size that covers it, so the file ends at a transaction
+boundary. On a file system without that ordering a power loss could leave a damaged tail,
+which ZODB's ``fsrecover`` repairs. This is SQLite's ``synchronous=NORMAL`` in WAL mode or
+Redis's ``appendfsync everysec``.
+
+Both rest on FileStorage's ``_finish_finish`` method, which ZODB keeps separate so that it can
+be replaced ("to allow tests to replace it"), and on its documented ``packer`` hook. ZODB's
+module globals stay untouched: other FileStorages in the process keep their own fsync.
+
+Opening
+-------
+
+A queue file opens as a FileStorage with ackqueue's errors and nothing left behind.
+
+A directory or a foreign file is refused before FileStorage creates anything beside it; an
+open that fails removes what it created; a file another process holds is a
+:class:`~ackqueue.QueueLockedError` that says how to open it from several processes; a torn
+tail is repaired first (see Repair); the index rebuilt after a kill -9 is ackqueue's own
+INFO line, not ZODB's warning.
+
+Repair
+------
+
+What a crash, a full disk or an interrupted pack leaves in a queue file is put right.
+
+FileStorage recovers from a torn last transaction by itself (it truncates it on open). These
+are the cases it does not handle, each found by the fault tests (tests/test_faults.py,
+test_torn_writes.py, test_disk_full.py, test_interrupts.py).
+
+Leftover files
+--------------
+
+FileStorage leaves files beside a queue file that nothing will read again:
+
+* ``<file>.tmp``: FileStorage's scratch file for the first phase of a commit. It is created
+  (truncated) by every writable open and closed, never removed, by ``close()``: after close it
+  is dead weight, and the next open makes a new one.
+* ``<file>.tr0``, ``.tr1``, ...: when an open finds that the file's last transaction never
+  finished (cut short by a crash or power loss, or still flagged ``c``, checkpoint, as it is
+  between a commit's vote and its finish), ``read_index`` copies that tail to the first free
+  ``.trN`` name and truncates the file (``FileStorage._truncate``). ZODB offers no option to
+  skip the copy. For a queue the tail is a commit that never returned, so nothing in it was
+  promised to anyone: the copy made by our own open is removed (a warning says so); copies
+  that were there before (an earlier version, ``fsrecover``) are left alone.
+
+``.index`` (fast reopen) and ``.lock`` (zc.lockfile leaves the file; removing it would race
+with another opener) stay.
+
+Automatic packing
+-----------------
+
+Keep a queue file near the size of what it holds, with no user action.
+
+FileStorage only appends, so a queue file grows by every put, get and ack. :class:`AutoPacker`
+estimates after each commit how much of the file is garbage and packs in a background thread
+once that reaches both a floor (``min_bytes``) and the size of the rest (the live data), so a
+pack copies at most about as much as was written since the last one: amortised O(1) per
+operation. The estimate counts the bytes of revisions stored over older ones (each commit
+rewrites the tree nodes it touches); a file that only grows, such as one being filled in big
+batches, is not packed for nothing. While the live data shrinks (a backlog being burnt down),
+the garbage must also reach ``PEAK_SHARE`` of the most live data seen since the last pack: a
+pack in the middle of a burn-down would copy entries that are garbage a moment later, and
+this leaves one pack near the end of it that copies little, at the price of a file up to
+about 1.75 times the most it held since the last pack. The estimate is kept in the database
+root (with each index save and at close) and carried over to the next session, and half of
+what a session killed before saving it wrote is taken for garbage, so short-lived processes
+that each write a little still pack in time.
+
+A pack holds FileStorage's commit lock only while copying what was committed during the pack,
+so producers and consumers keep running; only if they write as much as the pack copies before
+it is done do they wait for it, which bounds the file however busy the machine is.
+``.old`` copies are not kept.
+
+Between packs, every ``index_every`` bytes the packer also saves FileStorage's index file
+(FileStorage writes it only on close and pack), so reopening after a crash scans at most that
+much of the file instead of all of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import zc.lockfile
+import ZODB
+from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage.FileStorage import FileStorageError, packed_version
+from ZODB.FileStorage.format import DATA_HDR_LEN, DataHeader
+from ZODB.POSException import POSKeyError
+from ZODB.utils import z64
+
+from ackqueue.errors import NotAQueueFileError, QueueLockedError, StorageError
+from ackqueue.storage import zeo
+from ackqueue.storage.commit import Syncer
+from ackqueue.storage.engine import Engine, Packer, WriteRepair, as_path
+
+log = logging.getLogger("ackqueue")
+
+T = TypeVar("T")
+
+DURABILITIES = ("strict", "relaxed")
+# Each connection's object cache is bounded by count (ZODB's default, 400 objects) and, so
+# that big items cannot make 400 objects huge, by their pickled size.
+CACHE_BYTES = 32 * 1024 * 1024
+DEFAULT_SYNC_INTERVAL = 1.0
+
+# Data record headers of recent commits kept in memory (see QueueFileStorage.store).
+HEADER_CACHE = 4096
+
+
+def check_durability(durability: str) -> str:
+    if durability not in DURABILITIES:
+        raise ValueError(f"durability must be one of {DURABILITIES}, not {durability!r}")
+    return durability
+
+
+def fsync_path(path: str) -> None:
+    """Fsync a file or directory by name."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def durable_packer(storage: Any, referencesf: Any, stop: Any, gc: Any) -> Any:
+    """FileStorage's own packer, then an fsync of the packed copy before it replaces the file.
+
+    FileStorage renames the data file to ``.old`` and the ``.pack`` copy into its place right
+    after the packer returns, and does not fsync the copy; a power loss soon after would find
+    a file whose contents never reached the disk. ``packer`` is FileStorage's documented hook.
+    """
+    result = FileStorage.packer(storage, referencesf, stop, gc)
+    if result is not None:
+        fsync_path(storage.getName() + ".pack")
+    return result
+
+
+class QueueFileStorage(FileStorage):
+    """The FileStorage ackqueue opens: FileStorage with its fsync outside the commit lock, an
+    index checkpoint, a garbage count and a packer that fsyncs its copy.
+
+    *Fsync after the lock.* FileStorage fsyncs each commit inside ``tpc_finish``, holding the
+    storage's commit lock, so nothing else can be committed meanwhile. ackqueue's group
+    committer instead asks for the fsync (:meth:`sync_through`) once the commit lock is free:
+    the next group's commit is written while this one is being fsynced, and callers still
+    return only once their commit is on disk. One fsync covers everything flushed before it,
+    so callers whose commit an fsync in flight already covers do not fsync again. Any other
+    commit (one not made inside :meth:`deferring_sync`) is fsynced inline, as FileStorage does.
+
+    *Index checkpoints.* FileStorage writes its ``.index`` file only on close and pack; after
+    ``kill -9`` it finds the objects written since by scanning the file (~30 MB/s here).
+    :meth:`save_index` bounds that scan; it takes ~25 ms for a million objects.
+
+    The commit steps below are FileStorage's ``_finish_finish``, which ZODB keeps as a separate
+    method so that it can be replaced; only where the fsync happens differs.
+
+    *Header cache.* Storing a new revision of an object, FileStorage seeks to the current
+    revision's record and reads its header, only to compare its transaction id with the one
+    the writer loaded (the conflict check). The queue rewrites the same few objects (the
+    tree's head and tail buckets, the counter) commit after commit, so that seek and read of
+    the file (a tenth of an ack's CPU) is nearly always of a record this storage wrote moments
+    before. The headers of the last commits' records are kept, by file position, and handed
+    to the conflict check of :meth:`store` only (every other read goes to the file, and the
+    check itself is unchanged); records never move except in a pack, which opens a new file.
+    """
+
+    replaced_bytes = 0
+    """Bytes of the file that became garbage (what a pack reclaims) since the count was reset:
+    object revisions stored over an older revision, and records whose object was dropped
+    (see :meth:`note_dropped`)."""
+
+    _new_bytes = 0  # bytes of records of objects stored for the first time, and their count:
+    _new_records = 0  # their average is the size of a typical dropped record (a queue entry)
+
+    sync_each_commit = True  # False: only sync_through() and close() fsync (relaxed mode)
+    _flushed = 0  # commits handed to the OS
+    _synced = 0  # commits known to be on disk
+
+    def __init__(self, file_name: str, **kw: Any) -> None:
+        kw.setdefault("packer", durable_packer)
+        self._deferring = threading.local()
+        self._sync_lock = threading.Lock()
+        self._headers: dict[int, DataHeader] = {}  # file position -> record header
+        self._headers_file: Any = None  # the file object those positions are in
+        self._txn_headers: list[DataHeader] = []  # of the commit in progress, by position
+        self._txn_positions: list[int] = []
+        self._expect: tuple[bytes, bytes] | None = None  # (oid, serial) a store is checking
+        try:
+            super().__init__(file_name, **kw)
+        except BaseException:
+            self._release_half_open()
+            raise
+
+    def _release_half_open(self) -> None:
+        """Let go of the lock and files when opening fails.
+
+        ZODB's constructor takes the ``.lock`` file first and raises later (for example on a
+        file that is not a FileStorage) without releasing it; the lock then lives as long as
+        the half-built object, which the exception's traceback keeps alive, and every later
+        open of the same path in this process is refused as "open in another process".
+        """
+        for name in ("_file", "_tfile", "_files", "_lock_file"):
+            thing = self.__dict__.get(name)
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # pragma: no cover - already failing; keep the first error
+                    log.debug("closing %s of a failed open", name, exc_info=True)
+
+    def store(
+        self, oid: bytes, oldserial: bytes, data: bytes, version: str, transaction: Any
+    ) -> Any:
+        with self._lock:  # reentrant; while _expect is set, no other thread reads headers
+            old = self._index_get(oid, 0)
+            self._expect = (oid, oldserial)
+            try:
+                result = super().store(oid, oldserial, data, version, transaction)
+            finally:
+                self._expect = None
+            self._txn_positions.append(self._tindex[oid])
+            self._txn_headers.append(DataHeader(oid, self._tid, old, self._pos, 0, len(data)))
+        if oldserial != z64:  # the old revision and its record header become garbage
+            self.replaced_bytes += len(data) + DATA_HDR_LEN
+        else:
+            self._new_bytes += len(data) + DATA_HDR_LEN
+            self._new_records += 1
+        return result
+
+    def note_dropped(self, records: int) -> None:
+        """Count ``records`` objects that became unreachable (acked or removed entries) as
+        garbage. Nothing is stored over them, so :meth:`store` cannot see them; without this
+        the estimate misses each item's own record, and a churning queue never looks worth
+        packing. Each is taken to be as large as an average new record."""
+        if self._new_records:
+            self.replaced_bytes += records * self._new_bytes // self._new_records
+
+    def _read_data_header(self, pos: int, oid: Any = None, _file: Any = None) -> Any:
+        expect, self._expect = self._expect, None
+        if expect is None or _file is not None:
+            return super()._read_data_header(pos, oid, _file)
+        # The conflict check of store(): its only read of the file.
+        h = self._cached_header(pos, oid)
+        if h is None or h.tid != expect[1]:
+            h = super()._read_data_header(pos, oid)
+            self._keep_header(pos, h)
+        return h
+
+    def getTid(self, oid: bytes) -> bytes:
+        """The transaction id of ``oid``'s current revision (checked for every tree node a
+        commit only read: BTrees mark them with ``readCurrent``)."""
+        with self._lock:
+            pos = self._lookup_pos(oid)
+            h = self._cached_header(pos, oid)
+            if h is None:
+                h = super()._read_data_header(pos, oid)
+                self._keep_header(pos, h)
+            if h.plen == 0 and h.back == 0:  # an undone creation, as FileStorage says
+                raise POSKeyError(oid)
+            tid: bytes = h.tid
+            return tid
+
+    def _cached_header(self, pos: int, oid: bytes) -> Any:
+        if self._headers_file is not self._file:
+            return None
+        h = self._headers.get(pos)
+        return h if h is not None and h.oid == oid else None
+
+    def _keep_header(self, pos: int, h: Any) -> None:
+        if h.plen and self._headers_file is self._file:
+            self._headers[pos] = h
+            if len(self._headers) > HEADER_CACHE:
+                del self._headers[next(iter(self._headers))]
+
+    def _begin(self, tid: bytes, u: Any, d: Any, e: Any) -> None:
+        self._txn_headers = []  # an aborted commit's records were never written
+        self._txn_positions = []
+        super()._begin(tid, u, d, e)
+
+    def _remember_headers(self) -> None:
+        headers = self._headers
+        if self._headers_file is not self._file:  # a pack swapped the file: positions moved
+            headers.clear()
+            self._headers_file = self._file
+        for pos, h in zip(self._txn_positions, self._txn_headers, strict=True):
+            headers[pos] = h
+        while len(headers) > HEADER_CACHE:
+            del headers[next(iter(headers))]
+        self._txn_headers = []
+        self._txn_positions = []
+
+    def _finish_finish(self, tid: bytes) -> None:
+        self._file.flush()  # the commit is now the kernel's: it survives kill -9
+        inline = self.sync_each_commit and not getattr(self._deferring, "on", False)
+        if inline:
+            os.fsync(self._file.fileno())
+        self._pos = self._nextpos
+        self._index.update(self._tindex)
+        self._ltid = tid
+        self._remember_headers()
+        self._blob_tpc_finish()
+        self._flushed += 1
+        if inline:
+            self._synced = self._flushed
+
+    @contextlib.contextmanager
+    def deferring_sync(self) -> Iterator[None]:
+        """Commits made by this thread inside leave their fsync to :meth:`sync_through`."""
+        self._deferring.on = True
+        try:
+            yield
+        finally:
+            self._deferring.on = False
+
+    def flushed(self) -> int:
+        """A mark for :meth:`sync_through`: the commits handed to the OS so far."""
+        return self._flushed
+
+    def sync_through(self, mark: int) -> None:
+        """Return once the commits up to ``mark`` are on disk (fsync unless already done)."""
+        if self._synced >= mark:
+            return
+        with self._sync_lock:
+            if self._synced >= mark:
+                return  # an fsync that started after our flush covered us
+            with self._lock:
+                # pack() swaps self._file under this lock; a duplicate descriptor stays valid
+                # for the fsync, which then runs without holding up commits.
+                if self._file.closed:
+                    raise StorageClosed(f"{self.getName()} was closed before its fsync")
+                target = self._flushed
+                fd = os.dup(self._file.fileno())
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._synced = target
+
+    def unsynced(self) -> bool:
+        return self._synced < self._flushed
+
+    def pack(self, t: Any, referencesf: Any, gc: Any = None) -> None:
+        super().pack(t, referencesf, gc)
+        # The renames that put the packed copy in place must reach the disk too.
+        fsync_path(os.path.dirname(os.path.abspath(self.getName())))
+
+    def save_index(self) -> None:
+        """Write the ``.index`` file for everything committed so far."""
+        with self._lock:
+            if not self._is_read_only and not self._file.closed:
+                self._save_index()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sync_through(self._flushed)
+        super().close()
+
+
+class StorageClosed(OSError):
+    pass
+
+
+class RelaxedFileStorage(QueueFileStorage):
+    """A FileStorage whose commits reach the OS at once and the disk within ``sync_interval``."""
+
+    sync_each_commit = False
+
+    def __init__(
+        self, file_name: str, *, sync_interval: float = DEFAULT_SYNC_INTERVAL, **kw: Any
+    ) -> None:
+        super().__init__(file_name, **kw)
+        self.sync_interval = sync_interval
+        self._stop = threading.Event()
+        self._syncer = threading.Thread(
+            target=self._sync_loop, name=f"ackqueue-fsync {file_name}", daemon=True
+        )
+        self._syncer.start()
+
+    def _sync_loop(self) -> None:
+        while not self._stop.wait(self.sync_interval):
+            try:
+                self.sync_through(self._flushed)
+            except Exception:  # keep trying: a full disk may clear
+                log.exception("background fsync of %s failed", self.getName())
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._syncer is not threading.current_thread():
+            self._syncer.join()
+        super().close()
+
+
+# -- opening ----------------------------------------------------------------------------------
+
+
+class _IndexRebuildNotice(logging.Filter):
+    """FileStorage's "Ignoring index for PATH", for the files ackqueue is opening, as
+    ackqueue's own INFO line: after a kill -9 the index saved earlier is older than the file
+    and is rebuilt from it, as expected, with nothing for the user to do."""
+
+    MESSAGE = "Ignoring index for %s"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._opening: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != self.MESSAGE or not isinstance(record.args, tuple) or not record.args:
+            return True
+        with self._lock:
+            ours = record.args[0] in self._opening
+        if ours:
+            log.info("%s was not closed cleanly; rebuilding its index from the file",
+                     record.args[0])
+        return not ours
+
+    def opening(self, path: str) -> contextlib.AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def scope() -> Iterator[None]:
+            with self._lock:
+                self._opening[path] = self._opening.get(path, 0) + 1
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._opening[path] -= 1
+                    if not self._opening[path]:
+                        del self._opening[path]
+
+        return scope()
+
+
+_index_notice = _IndexRebuildNotice()
+logging.getLogger("ZODB.FileStorage").addFilter(_index_notice)
+
+
+def _created_beside(path: str) -> list[str]:
+    """The files FileStorage makes beside ``path`` on open that are not there yet."""
+    return [p for p in (path + ".lock", path + ".tmp", path + ".index") if not os.path.exists(p)]
+
+
+def _check_is_filestorage(path: str) -> None:
+    """Refuse a directory or a foreign file before FileStorage creates anything beside it."""
+    if os.path.isdir(path):
+        raise StorageError(f"cannot open queue file {path}: {os.strerror(errno.EISDIR)}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(FILESTORAGE_MAGIC))
+    except FileNotFoundError:
+        return  # a new queue file
+    except OSError:
+        return  # let FileStorage's own opening report it, as before
+    if len(head) == len(FILESTORAGE_MAGIC) and head != FILESTORAGE_MAGIC:
+        raise NotAQueueFileError(
+            f"{path} is not a ZODB FileStorage file (it does not start with a FileStorage header)"
+        )
+
+
+def _lock_owner(path: str) -> str:
+    try:
+        with open(path + ".lock") as f:
+            pid = f.read().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid else ""
+
+
+def open_file_storage(
+    path: str, read_only: bool = False, durability: str = "strict"
+) -> FileStorage:
+    """Open ``path`` as a FileStorage, turning ZODB's errors into ones that name the file."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
+    kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
+    _check_is_filestorage(path)
+    created: list[str] = []
+    try:
+        if read_only:
+            return kind(path, read_only=True, pack_keep_old=False)
+        created = _created_beside(path)
+        repair_before_open(path)
+        copies = truncation_copies(path)
+        with _index_notice.opening(path):
+            storage = kind(path, read_only=False, pack_keep_old=False)
+        created = []
+        remove_new_truncation_copies(path, copies)
+        return storage
+    except zc.lockfile.LockError:
+        created = []  # the lock file is the other process's
+        if zeo.served_by(path):
+            raise QueueLockedError(
+                f"queue file {path} is in use by processes that opened it with shared=True "
+                f"(its server{_lock_owner(path)} holds it); open it with "
+                f"AckQueue({path!r}, shared=True) here too"
+            ) from None
+        raise QueueLockedError(
+            f"queue file {path} is open in another process{_lock_owner(path)}; only one "
+            "process may open it like this: to use it from several processes, open it with "
+            f"AckQueue({path!r}, shared=True) in every process"
+        ) from None
+    except FileStorageError as exc:
+        why = "it does not start with a FileStorage header" if str(exc) == path else str(exc)
+        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({why})") from None
+    except PermissionError as exc:
+        raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
+    except OSError as exc:
+        raise StorageError(f"cannot open queue file {path}: {exc}") from None
+    finally:
+        for leftover in created:  # an open that failed leaves nothing beside the user's file
+            with contextlib.suppress(OSError):
+                os.remove(leftover)
+
+
+# -- repair -----------------------------------------------------------------------------------
+
+
+FILESTORAGE_MAGIC: bytes = packed_version  # the 4 bytes every FileStorage file starts with
+
+
+def repair_before_open(path: str) -> None:
+    """Repair what can be repaired before FileStorage opens ``path``."""
+    _recover_interrupted_pack(path)
+    _forget_torn_header(path)
+
+
+def _recover_interrupted_pack(path: str) -> None:
+    """Put back a file that a pack had moved aside when it was killed or interrupted.
+
+    FileStorage ends a pack by renaming the file to ``.old`` and then ``.pack`` to the
+    file. Between the two renames the file does not exist, and opening it would start a
+    new, empty database. ``.old`` then holds every committed transaction (the pack holds
+    the commit lock across the swap), so it is the file.
+    """
+    old = path + ".old"
+    if os.path.exists(path) or not os.path.exists(old):
+        return
+    lock = zc.lockfile.LockFile(path + ".lock")  # not while a live process packs it
+    try:
+        if not os.path.exists(path) and os.path.exists(old):
+            log.warning(
+                "%s was missing after an interrupted pack; restoring it from %s", path, old
+            )
+            os.rename(old, path)
+            for leftover in (path + ".index", path + ".pack"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
+    finally:
+        lock.close()
+
+
+def _forget_torn_header(path: str) -> None:
+    """Empty a file that holds only part of FileStorage's 4-byte header.
+
+    That is what a crash while the file was being created can leave; it holds no data,
+    and FileStorage would take it for a foreign file.
+    """
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return
+    if 0 < size < len(FILESTORAGE_MAGIC):
+        lock = zc.lockfile.LockFile(path + ".lock")  # not under a live process's feet
+        try:
+            with open(path, "r+b") as f:
+                head = f.read()
+                if len(head) < len(FILESTORAGE_MAGIC) and FILESTORAGE_MAGIC.startswith(head):
+                    f.truncate(0)
+        finally:
+            lock.close()
+
+
+class FailedWriteRepair:
+    """Cuts off what a failed write left at the end of a FileStorage, before the next commit.
+
+    When FileStorage fails to write a transaction (disk full), it tries to truncate the
+    file back, but its buffered file must flush first, which fails the same way: the
+    unwritten rest of the failed transaction stays in the buffer. Once space returns,
+    the next write flushes it past the next transaction's end, and at the next open
+    FileStorage reads that debris as a transaction header and takes its garbage id as
+    the last transaction id: every later commit then gets an id centuries ahead, and
+    packing by time stops working. So the truncation is done again, once it can succeed.
+    """
+
+    def __init__(self, storage: FileStorage, where: str) -> None:
+        self.needed = False  # set by the store when a write failed
+        self._storage = storage
+        self._where = where
+
+    def first(self, change: Callable[[], T]) -> Callable[[], T]:
+        """``change``, preceded by the truncation. It runs inside the change: the group
+        committer serialises it with every commit."""
+
+        def repaired() -> T:
+            self._truncate_to_last_commit()
+            return change()
+
+        return repaired
+
+    def _truncate_to_last_commit(self) -> None:
+        storage: Any = self._storage
+        with storage._lock:
+            if not self.needed:
+                return
+            try:
+                storage._file.truncate(storage._pos)
+                storage._file.flush()
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot write to queue storage {self._where}: {exc} "
+                    "(still failing since an earlier write failed)"
+                ) from exc
+            self.needed = False
+
+
+# -- leftover files ---------------------------------------------------------------------------
+
+
+def truncation_copies(path: str) -> set[str]:
+    """The ``.trN`` files beside ``path`` now."""
+    return {
+        name for name in glob.glob(glob.escape(path) + ".tr*") if name[len(path) + 3 :].isdigit()
+    }
+
+
+def remove_new_truncation_copies(path: str, before: set[str]) -> None:
+    """Remove the ``.trN`` copies that opening ``path`` just made (those not in ``before``)."""
+    for name in truncation_copies(path) - before:
+        try:
+            size = os.path.getsize(name)
+            os.remove(name)
+        except OSError as exc:
+            log.warning("could not remove %s, the tail of an unfinished commit: %s", name, exc)
+            continue
+        log.warning(
+            "%s ended in a commit that never finished (%d bytes, from a crash during a "
+            "commit); it was dropped, as no put or ack of it had returned",
+            path,
+            size,
+        )
+
+
+def remove_commit_scratch(path: str) -> None:
+    """Remove FileStorage's ``.tmp`` once the storage on ``path`` is closed."""
+    with contextlib.suppress(OSError):
+        os.remove(path + ".tmp")
+
+
+# -- automatic packing ------------------------------------------------------------------------
+
+
+# The root key holding (size the last pack left, garbage estimate, file size at that estimate),
+# a tuple of ints rather than a persistent object.
+PACK_STATE_KEY = "ackqueue.pack_state"
+DEFAULT_MIN_BYTES = 1024 * 1024
+DEFAULT_INDEX_EVERY = 16 * 1024 * 1024
+PACKER_CATCH_UP = 5.0  # at most this many seconds a committer waits for a pack running behind
+# While live data shrinks, pack once garbage reaches this share of the most live data seen since
+# the last pack (see the module docstring): a burn-down's garbage comes to about 0.95 of what it
+# started with by its end (measured with 200-byte items), so this leaves a margin.
+PEAK_SHARE = 0.75
+CHECK_EVERY = 8  # commits between looks at the file size: a look costs as much as a put's pickle
+
+
+class AutoPacker:
+    """Packs one database's storage when enough has been written since the last pack."""
+
+    def __init__(
+        self,
+        db: ZODB.DB,
+        record_state: Callable[[tuple[int, int, int]], None],
+        state: tuple[int, int, int] | None,
+        pack_time: Callable[[], float | None] | None = None,
+        min_bytes: int = DEFAULT_MIN_BYTES,
+        index_every: int = DEFAULT_INDEX_EVERY,
+    ) -> None:
+        self._db = db
+        # Called before each pack: the pack time to use (None: now); see counts.py.
+        self._pack_time = pack_time
+        self._storage: QueueFileStorage = db.storage
+        self._record_state = record_state
+        self.min_bytes = min_bytes
+        size = self._storage.getSize()
+        packed_size, garbage, then = state if state is not None else (0, 0, 0)
+        self.packed_size = packed_size
+        # Garbage from earlier sessions: as recorded, plus half of what was written after.
+        self._carried = garbage + max(0, size - then) // 2
+        self.index_every = index_every
+        self._indexed_size = 0  # file size at the last index save we know of
+        self._index_lock = threading.Lock()
+        self.packs = 0
+        self._commits = 0
+        self._recorded_at = (0, 0)  # (commits, packs) when the estimate was last recorded
+        self._pack_lock = threading.Lock()  # guards _thread and _closed
+        self._run_lock = threading.Lock()  # one pack at a time, automatic or asked for
+        self._thread: threading.Thread | None = None
+        self._pack_done = threading.Event()
+        self._pack_done.set()
+        self._write_allowance = 0  # file size past which writers wait for the running pack
+        self._peak_live = 0  # the most live data seen since the last pack began
+        self._closed = False
+
+    def garbage(self) -> int:
+        """About how many bytes of the file a pack would reclaim."""
+        return int(self._carried + self._storage.replaced_bytes)
+
+    def due(self) -> bool:
+        garbage = self.garbage()
+        live = int(self._storage.getSize()) - garbage
+        self._peak_live = max(self._peak_live, live)
+        return garbage >= max(self.min_bytes, live, int(self._peak_live * PEAK_SHARE))
+
+    def index_due(self) -> bool:
+        return bool(self._storage.getSize() - self._indexed_size >= self.index_every)
+
+    def after_commit(self) -> None:
+        """Called after each commit: save the index or start a background pack if due. Cheap."""
+        self._commits += 1
+        if self._thread is not None and self._storage.getSize() > self._write_allowance:
+            # The pack is falling behind what is being written (committers that keep the GIL
+            # busy starve the packer, whose every file read gives it away): let it finish
+            # before writing more, so that disk use stays bounded however busy the machine.
+            self._pack_done.wait(PACKER_CATCH_UP)
+        if self._commits % CHECK_EVERY:
+            return
+        if self.index_due() and self._index_lock.acquire(blocking=False):
+            # In the caller's thread: ~25 ms per million objects, every index_every bytes.
+            try:
+                size = self._storage.getSize()
+                self._storage.save_index()
+                self._indexed_size = size
+                self.record()
+            except Exception:
+                self._indexed_size = self._storage.getSize()
+                log.exception("saving the index of %s failed", self._storage.getName())
+            finally:
+                self._index_lock.release()
+        if self._closed or self._thread is not None or not self.due():
+            return
+        with self._pack_lock:
+            if self._closed or self._thread is not None:
+                return
+            self._pack_done.clear()
+            # While it runs, writers may add about as much as it copies, then wait for it.
+            size, garbage = self._storage.getSize(), self.garbage()
+            self._write_allowance = size + max(self.min_bytes, size - garbage)
+            self._thread = threading.Thread(
+                target=self._background, name="ackqueue-autopack", daemon=True
+            )
+            self._thread.start()
+
+    def pack(self) -> None:
+        """Pack now, in the calling thread (after a background pack in progress)."""
+        self._pack()
+
+    def close(self) -> None:
+        """Stop packing; waits for a pack in progress to finish (it cannot be interrupted)."""
+        with self._pack_lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        try:
+            self.record()
+        except Exception:  # the file stays correct; the next session guesses the garbage
+            log.exception("recording the pack state of %s failed", self._storage.getName())
+
+    def state(self) -> tuple[int, int, int]:
+        return self.packed_size, self.garbage(), self._storage.getSize()
+
+    def record(self) -> None:
+        """Keep the garbage estimate in the database for the next session (if it moved)."""
+        marker = (self._commits, self.packs)
+        if marker == self._recorded_at:
+            return  # nothing written since: do not append a commit of its own
+        self._record_state(self.state())
+        self._recorded_at = marker
+
+    def _background(self) -> None:
+        try:
+            self._pack()
+        except Exception:
+            # Try again only once as much again is written, not at the very next commit.
+            self.packed_size = self._storage.getSize()
+            log.exception("automatic pack of %s failed", self._storage.getName())
+        finally:
+            with self._pack_lock:
+                self._thread = None
+                self._pack_done.set()
+
+    def _pack(self) -> None:
+        with self._run_lock:
+            # What is replaced from now on is written after the pack time: not reclaimed.
+            self._carried = 0
+            self._peak_live = 0
+            self._storage.replaced_bytes = 0
+            self._db.pack(self._pack_time() if self._pack_time is not None else None)
+            self.packs += 1
+            self.packed_size = self._indexed_size = self._storage.getSize()
+        if not self._closed:
+            self.record()
+
+
+# -- the engine -----------------------------------------------------------------------------------
+
+
+class FileEngine(Engine):
+    """A queue file of this process: ``AckQueue(path)``, ``file://``, or a caller's database on
+    a FileStorage (which is used as it is: only the files it opens itself are a
+    :class:`QueueFileStorage`, with their fsync, counts and packer)."""
+
+    name = "file"
+    schemes = ("file",)
+    local_fsync = True
+    syncs = True
+    commit_hooks = True
+    packs = True
+    repairs = True
+
+    def owns(self, storage: Any) -> bool:
+        return isinstance(storage, FileStorage)
+
+    def open(self, where: str, durability: str) -> ZODB.DB:
+        storage = open_file_storage(as_path(where), durability=durability)
+        try:
+            return ZODB.DB(storage, cache_size_bytes=CACHE_BYTES)
+        except Exception:
+            storage.close()
+            raise
+
+    def file(self, storage: Any) -> str | None:
+        return None if storage.isReadOnly() else str(storage._file_name)
+
+    def syncer(self, storage: Any) -> Syncer | None:
+        if isinstance(storage, QueueFileStorage) and storage.sync_each_commit:
+            return storage
+        return None  # relaxed: the background thread fsyncs
+
+    def counts_in_log(self, storage: Any) -> bool:
+        return isinstance(storage, QueueFileStorage) and not storage.isReadOnly()
+
+    def packer(
+        self,
+        db: ZODB.DB,
+        record_state: Callable[[tuple[int, int, int]], None],
+        state: tuple[int, int, int] | None,
+        pack_time: Callable[[], float | None],
+    ) -> Packer | None:
+        if not isinstance(db.storage, QueueFileStorage):
+            return None
+        return AutoPacker(db, record_state, state, pack_time)
+
+    def note_dropped(self, storage: Any, records: int) -> None:
+        if isinstance(storage, QueueFileStorage):
+            storage.note_dropped(records)
+
+    def write_repair(self, storage: Any, where: str) -> WriteRepair | None:
+        return FailedWriteRepair(storage, where)
+
+    def closed(self, storage: Any) -> None:
+        name = self.file(storage)
+        if name is not None:
+            remove_commit_scratch(name)
+
+
+FILE = FileEngine()
