@@ -29,7 +29,14 @@ from ackqueue.cli.changing import (
 )
 from ackqueue.cli.common import CommandError, Progress, single_name, where
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.cli.reports import QueueStats, SessionInfo, age_text, as_json, counted
+from ackqueue.cli.reports import (
+    QueueStats,
+    SessionInfo,
+    age_text,
+    as_json,
+    counted,
+    paused_text,
+)
 from ackqueue.errors import AckQueueError
 from ackqueue.storage.counts import stored_count
 
@@ -76,7 +83,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         elif size is not None:
             print(f"storage size {size:,} bytes (as the server reports it)")
         for stats in queues:
-            _print_stats(stats, qf.holds_known)
+            _print_stats(stats, qf.holds_known, args.path)
         _print_sessions(sessions, qf.shared)
     return 0
 
@@ -93,9 +100,10 @@ def _print_sessions(sessions: list[SessionInfo], shared: bool) -> None:
               f"holding {s.held:,}")
 
 
-def _print_stats(s: QueueStats, holds_known: bool) -> None:
+def _print_stats(s: QueueStats, holds_known: bool, path: str) -> None:
     unknown = "unknown (the live process writes no status file)"
-    print(f"queue {s.name!r} ({s.kind}):")
+    print(f"queue {s.name!r} ({s.kind}): {paused_text(path, s.name)}" if s.paused
+          else f"queue {s.name!r} ({s.kind}):")
     print(f"  ready   {f'{s.ready:,}' if s.ready is not None else unknown}")
     print(f"  held    {f'{s.held:,}' if s.held is not None else unknown}")
     print(f"  delayed {s.delayed:,}")
@@ -117,9 +125,12 @@ def cmd_peek(args: argparse.Namespace) -> int:
         items = qf.peek(name, args.n, limit=None if args.json else 200, for_json=args.json,
                         progress=Progress("reading items") if args.n > 10_000 else None)
         stored = stored_count(qf.record(name))
+        paused = qf.paused(name)
     if args.json:
         print(json.dumps(as_json(items), indent=2))
         return 0
+    if paused:
+        print(f"queue {name!r} is {paused_text(args.path, name)}")
     if not stored:
         print(f"queue {name!r} is empty")
     elif not items:

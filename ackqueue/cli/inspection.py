@@ -254,7 +254,12 @@ class QueueFile:
             oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
             oldest_ready_exact=scanned >= stored,
             held_items=held_items,
+            paused=self.paused(name),
         )
+
+    def paused(self, name: str) -> bool:
+        """Whether queue ``name`` is paused (stored, so every process and reader sees it)."""
+        return bool(getattr(self.record(name), "paused", False))
 
     def _delayed_keys(self, record: QueueRecord, now: float) -> set[str]:
         """The reprs of the keys not yet due: a PriorityAckQueue's keys hold its items, which
@@ -279,6 +284,7 @@ class QueueFile:
         record = self.record(name)
         now = time.time()
         held_keys = self.held_keys(name) or set()
+        paused = self.paused(name)
         found: list[StoredItem] = []
         if count <= 0:
             return found
@@ -291,7 +297,7 @@ class QueueFile:
             found.append(StoredItem(
                 key=repr(key), item=item, item_is_repr=is_repr,
                 put_age=max(0.0, now - entry.put_at),
-                attempts=getattr(entry, "attempts", 0), state=state,
+                attempts=getattr(entry, "attempts", 0), state=state, queue_paused=paused,
             ))
             if len(found) >= count:
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ class QueueStats:
     oldest_ready_age: float | None
     oldest_ready_exact: bool = True
     held_items: list[HeldItem] = field(default_factory=list)
+    paused: bool = False  # q.pause() / `ackqueue pause`: ready items are not handed out
 
 
 @dataclass
@@ -53,6 +55,7 @@ class StoredItem:
     attempts: int
     state: str  # ready, held or delayed
     item_is_repr: bool = False  # item is a repr string: the item itself has no JSON form
+    queue_paused: bool = False  # the queue is paused: not even a ready item is handed out
 
 
 @dataclass
@@ -63,6 +66,13 @@ class DeadItem:
     reason: str | None
     when: float | None
     item_is_repr: bool = False
+
+
+def paused_text(path: str, name: str) -> str:
+    """What a paused queue's listing says, once, beside its name: what to type to resume."""
+    named = "" if name == "default" else f" --name {shlex.quote(name)}"
+    resume = f"ackqueue resume {shlex.quote(path)}{named}"
+    return f"PAUSED: nothing is handed out until resumed ({resume})"
 
 
 def age_text(seconds: float | None) -> str:

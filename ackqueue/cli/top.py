@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.cli.reports import QueueStats, age_text, counted
+from ackqueue.cli.reports import QueueStats, age_text, counted, paused_text
 
 RATED = ("stored", "ready", "held", "delayed", "dead")
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: redraw in place on a terminal
@@ -42,7 +42,8 @@ def _queue(s: QueueStats) -> dict[str, Any]:
             mine["oldest_age"] = h.age
     return {"name": s.name, "kind": s.kind, "stored": s.stored, "ready": s.ready,
             "held": s.held, "delayed": s.delayed, "dead": s.dead,
-            "oldest_ready_age": s.oldest_ready_age, "held_by": owners, "rates": None}
+            "oldest_ready_age": s.oldest_ready_age, "held_by": owners, "rates": None,
+            "paused": s.paused}
 
 
 def add_rates(previous: dict[str, Any] | None, current: dict[str, Any]) -> None:
@@ -69,7 +70,8 @@ def render(view: dict[str, Any]) -> list[str]:
     lines = [f"{view['path']}: {where}; {time.strftime('%H:%M:%S', time.localtime(view['at']))}"]
     for q in view["queues"]:
         rates = q["rates"] or {}
-        lines.append(f"queue {q['name']!r} ({q['kind']})")
+        paused = f": {paused_text(view['path'], q['name'])}" if q.get("paused") else ""
+        lines.append(f"queue {q['name']!r} ({q['kind']}){paused}")
         for count in RATED:
             value = q[count]
             shown = "unknown" if value is None else f"{value:,}"

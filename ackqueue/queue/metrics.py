@@ -52,13 +52,15 @@ class QueueMetrics:
     ack_latency_p50: float | None
     ack_latency_p99: float | None
     uptime: float
+    paused: bool = False  # q.pause(): ready items are not handed out until q.resume()
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def measure_locked(
-    name: str, supply: Supply, holds: Holds, book: Book, meter: Meter, clock: Clock
+    name: str, supply: Supply, holds: Holds, book: Book, meter: Meter, clock: Clock,
+    paused: bool = False,
 ) -> QueueMetrics:
     """The figures of one queue (the caller holds its mutex). Items are stamped by the
     queue's ``clock`` when put, by the wall clock when got."""
@@ -94,6 +96,7 @@ def measure_locked(
         ack_latency_p50=meter.latency_locked(0.5),
         ack_latency_p99=meter.latency_locked(0.99),
         uptime=time.monotonic() - meter.opened,
+        paused=paused,
     )
 
 
