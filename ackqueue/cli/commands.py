@@ -36,6 +36,7 @@ from ackqueue.cli.reports import (
     as_json,
     counted,
     paused_text,
+    session_state,
 )
 from ackqueue.errors import AckQueueError
 from ackqueue.storage.counts import stored_count
@@ -62,6 +63,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         report = {
             "path": qf.path,
             "live_pid": qf.live_pid,
+            "live_pid_is_shared_server": qf.served,
             "holds_known": qf.holds_known,
             "holds_age": qf.holds_age,
             "file_size": qf.file_size(),
@@ -95,7 +97,7 @@ def _print_sessions(sessions: list[SessionInfo], shared: bool) -> None:
     for s in sessions:
         renewed = ("never renewed" if s.renewed_age is None
                    else f"renewed {age_text(s.renewed_age)} ago")
-        state = "LAPSED (reaped by the next live process)" if s.lapsed else "live"
+        state = session_state(s)
         print(f"  {s.id} (host {s.host}, pid {s.pid}): {state}, {renewed}, lease {s.lease:g} s, "
               f"holding {s.held:,}")
 

@@ -75,6 +75,9 @@ def where(qf: QueueFile) -> str:
         return "a shared storage; holds and sessions as stored in it"
     if qf.live_pid is None:
         return "not open in any process"
+    if qf.served:
+        return (f"served by ackqueue's shared server (process {qf.live_pid}) to the processes "
+                "of its sessions (below); reading it read-only")
     pid = "an unknown process" if qf.live_pid < 0 else f"process {qf.live_pid}"
     return f"open in {pid}; reading it read-only"
 

@@ -38,6 +38,7 @@ from ackqueue.queue.status import read_status
 from ackqueue.records import QueueRecord, queues_of
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
+from ackqueue.storage import sharedserver
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.uri import as_path, is_uri, open_db, shown
@@ -90,6 +91,25 @@ def live_owner(path: str) -> int | None:
         os.close(fd)
 
 
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, killed but not yet waited for by
+    its parent, does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal said it exists
+    return state not in (b"Z", b"X")
+
+
 class QueueFile:
     """A queue storage file opened read-only. Use as a context manager."""
 
@@ -103,12 +123,16 @@ class QueueFile:
                 raise StorageError(f"{path} is a directory, not a queue file")
             self.path = os.path.realpath(path)
             self.live_pid = live_owner(self.path)
+            # A live owner with a server listening for the file is that server: the processes
+            # that use the queue are its sessions.
+            self.served = self.live_pid is not None and sharedserver.served_by(self.path)
             self._status = self._fresh_status()
             self._storage = open_file_storage(self.path, read_only=True)
         else:  # a shared storage: every live process keeps its holds in it
             reachable(path)
             self.path = shown(path)  # what is printed: never a password
             self.live_pid = None
+            self.served = False
             self._status = None
         try:
             self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
@@ -183,6 +207,7 @@ class QueueFile:
         if self._sessions is None:
             return []
         now = time.time()
+        this_host = socket.gethostname()  # as sessions record it (shared/sessions.py)
         found = []
         for sid, record in self._sessions.items():
             record._p_activate()
@@ -191,10 +216,11 @@ class QueueFile:
             age = None if renewed is None else max(0.0, now - renewed)
             lease = float(getattr(record, "lease", 0.0))
             mine = self._stored_holds.get(sid) if self._stored_holds is not None else None
+            host, pid = str(getattr(record, "host", "")), int(getattr(record, "pid", 0))
             found.append(SessionInfo(
-                id=str(sid), host=str(getattr(record, "host", "")),
-                pid=int(getattr(record, "pid", 0)), lease=lease, renewed_age=age,
+                id=str(sid), host=host, pid=pid, lease=lease, renewed_age=age,
                 lapsed=age is not None and age > lease, held=len(mine) if mine is not None else 0,
+                process_gone=host == this_host and not process_running(pid),
             ))
         return found
 

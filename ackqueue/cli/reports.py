@@ -30,6 +30,17 @@ class SessionInfo:
     renewed_age: float | None  # seconds since its last renewal, by this host's clock
     lapsed: bool  # not renewed for longer than its lease: the next reaper ends it
     held: int
+    process_gone: bool = False  # its pid, on this host, runs no more (killed, or ended)
+
+
+def session_state(s: SessionInfo) -> str:
+    """A session's state for people: a process that is gone is said so before its lease ends."""
+    if s.lapsed:
+        return "LAPSED (reaped by the next live process)"
+    if s.process_gone:
+        return (f"GONE (process {s.pid} is no longer running; what it holds goes back when its "
+                "lease lapses)")
+    return "live"
 
 
 @dataclass

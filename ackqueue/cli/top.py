@@ -28,8 +28,9 @@ def snapshot(path: str, name: str | None) -> dict[str, Any]:
         names = [name] if name is not None else qf.names()
         queues = [_queue(qf.stats(n)) for n in names]
         sessions = [{"id": s.id, "host": s.host, "pid": s.pid, "lapsed": s.lapsed,
-                     "held": s.held} for s in qf.sessions()]
+                     "process_gone": s.process_gone, "held": s.held} for s in qf.sessions()]
         return {"at": time.time(), "path": qf.path, "live_pid": qf.live_pid,
+                "live_pid_is_shared_server": qf.served,
                 "holds_known": qf.holds_known, "queues": queues, "sessions": sessions}
 
 
@@ -65,8 +66,10 @@ def add_rates(previous: dict[str, Any] | None, current: dict[str, Any]) -> None:
 
 def render(view: dict[str, Any]) -> list[str]:
     """The text lines of one refresh."""
-    where = ("not open in any process" if view["live_pid"] is None
-             else f"open in process {view['live_pid']}")
+    pid = view["live_pid"]
+    where = ("not open in any process" if pid is None
+             else f"served by ackqueue's shared server (process {pid})"
+             if view.get("live_pid_is_shared_server") else f"open in process {pid}")
     lines = [f"{view['path']}: {where}; {time.strftime('%H:%M:%S', time.localtime(view['at']))}"]
     for q in view["queues"]:
         rates = q["rates"] or {}
@@ -85,7 +88,8 @@ def render(view: dict[str, Any]) -> list[str]:
             since = "" if age is None else f", oldest for {age_text(age)}"
             lines.append(f"  held by {owner!r}: {counted(mine['held'], 'item')}{since}")
     for s in view["sessions"]:
-        state = "LAPSED" if s["lapsed"] else "live"
+        state = ("LAPSED" if s["lapsed"] else f"GONE (process {s['pid']} is no longer running)"
+                 if s.get("process_gone") else "live")
         lines.append(f"session {s['id']} (host {s['host']}, pid {s['pid']}): {state}, "
                      f"holding {s['held']:,}")
     return lines
