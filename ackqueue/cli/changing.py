@@ -126,7 +126,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     with open_queue(kind, args.path, name, autopack=False) as q:
         _with_file_progress(q.pack, args.path + ".pack", before, Progress("packed bytes"))
     after = os.path.getsize(args.path)  # closed: what is left is what ls shows
-    print(f"packed {args.path}: {before:,} -> {after:,} bytes in "
+    print(f"packed {args.path} (every queue in it): {before:,} -> {after:,} bytes in "
           f"{time.monotonic() - started:.1f} s")
     return 0
 

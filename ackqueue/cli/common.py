@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.cli.inspection import QueueFile
+from ackqueue.cli.reports import age_text
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
 from ackqueue.storage import sharedserver
 from ackqueue.storage.uri import is_uri
@@ -27,7 +28,8 @@ class CommandError(Exception):
 
 class Progress:
     """Reports a long operation's progress, at most once an ``interval`` of ``clock``: a line
-    ``what: done/total`` on stderr (or to ``out``), with the rate per second when asked."""
+    ``what: done/total`` on stderr (or to ``out``), with the rate per second and the time left
+    at that rate when asked."""
 
     def __init__(
         self,
@@ -48,7 +50,11 @@ class Progress:
         self._last = now
         line = f"  {self.what}: {done:,}" + (f"/{total:,}" if total else "")
         if self._rate:
-            line += f" ({done / max(1e-9, now - self._started):,.0f}/s)"
+            rate = done / max(1e-9, now - self._started)
+            line += f" ({rate:,.0f}/s"
+            if total and 0 < done < total:  # at this pace: how long the rest takes
+                line += f", about {age_text((total - done) / rate)} left"
+            line += ")"
         if self._out is None:
             print(line, file=sys.stderr, flush=True)
         else:

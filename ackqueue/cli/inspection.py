@@ -41,6 +41,7 @@ from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import sharedserver
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.files import open_file_storage
+from ackqueue.storage.keyindex import shown_key
 from ackqueue.storage.uri import as_path, is_uri, open_db, shown
 
 Progress = Callable[[int, int], None]
@@ -315,15 +316,19 @@ class QueueFile:
         if count <= 0:
             return found
         for key, entry in self.entries(record, progress, min(count, stored_count(record))):
+            due = _due_time(entry)
             state = (
-                "delayed" if _due_time(entry) > now
+                "delayed" if due > now
                 else "held" if repr(key) in held_keys else "ready"
             )
-            item, is_repr = shown_item(entry.data, limit, for_json)
+            item, is_repr, truncated = shown_item(entry.data, limit, for_json)
             found.append(StoredItem(
-                key=repr(key), item=item, item_is_repr=is_repr,
+                position=repr(key), item=item, item_is_repr=is_repr,
                 put_age=max(0.0, now - entry.put_at),
                 attempts=getattr(entry, "attempts", 0), state=state, queue_paused=paused,
+                key=_user_key(entry), group=getattr(entry, "group", None),
+                due_in=due - now if due > now else None, size=len(entry.data),
+                item_truncated=truncated,
             ))
             if len(found) >= count:
                 break
@@ -402,6 +407,15 @@ class QueueFile:
 def _due_time(entry: Any) -> float:
     """When a stored entry may be delivered (0 for at once)."""
     return float(getattr(entry, "not_before", 0) or 0)
+
+
+def _user_key(entry: Any) -> str | None:
+    """The key an entry was put with (put(key=)), as given; a bytes key as its repr."""
+    indexed = getattr(entry, "item_key", None)
+    if indexed is None:
+        return None
+    key = shown_key(indexed)
+    return key if isinstance(key, str) else repr(key)
 
 
 def _delay_index(record: Any) -> Any:
