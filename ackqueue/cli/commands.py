@@ -2,8 +2,8 @@
 
 Reading commands (``stats``, ``peek``, ``dead``, ``top``) open the file read-only, so they work
 while a live process has it open. Changing commands (``requeue``, ``purge``, ``pack``, ``drop``,
-``pause``, ``resume``, ``remove``: :mod:`.changing`) need the file to themselves, and
-``requeue``/``purge``/``drop`` do nothing without ``--yes``.
+``pause``, ``resume``, ``remove``: :mod:`.changing`) work on a file in use too (see there
+how), and ``requeue``/``purge``/``drop`` do nothing without ``--yes``.
 """
 
 from __future__ import annotations

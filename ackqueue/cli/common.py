@@ -4,6 +4,7 @@ lines, choosing the queue of a file, and opening it for a change."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import age_text
+from ackqueue.queue import requests
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
 from ackqueue.storage import sharedserver
 from ackqueue.storage.uri import is_uri
@@ -89,10 +91,88 @@ def where(qf: QueueFile) -> str:
 
 
 def open_for_change(path: str, name: str | None) -> Any:  # Any: dead-letter methods vary
+    """The queue to change: opened here, through the file's server if processes share it, or,
+    when one process has the file open, a :class:`LiveQueue` whose changes that process makes."""
     with QueueFile(path) as qf:
         chosen = single_name(qf, name)
         kind = qf.kind(chosen)
+        owner = requested_of(qf)
+    if owner is not None:
+        return LiveQueue(path, chosen, owner)
     return open_queue(kind, path, chosen)
+
+
+def requested_of(qf: QueueFile) -> int | None:
+    """The pid of the one process that has ``qf``'s file open (without shared=True), which
+    takes changes as requests (:mod:`ackqueue.queue.requests`); None if the command may open
+    the file itself (nobody has it, or its shared server lets it in)."""
+    if not qf.is_file or qf.served or qf.live_pid is None or qf.live_pid < 0:
+        return None
+    return qf.live_pid
+
+
+class LiveQueue:
+    """A queue of a file that another process has open: what a changing command reads comes
+    from the file (read-only), and each change is a request that process carries out."""
+
+    def __init__(self, path: str, name: str, pid: int) -> None:
+        self.name, self.pid = name, pid
+        self._path = os.path.realpath(path)
+        print(f"{path} is open in process {pid}: that process makes the change",
+              file=sys.stderr, flush=True)
+
+    def _ask(self, command: str, **arguments: Any) -> Any:
+        try:
+            return requests.ask(self._path, command, self.name, self.pid, **arguments)
+        except requests.RequestError as exc:
+            raise CommandError(str(exc)) from None
+
+    def _stats(self) -> Any:
+        with QueueFile(self._path) as qf:
+            return qf.stats(self.name)
+
+    @property
+    def paused(self) -> bool:
+        with QueueFile(self._path) as qf:
+            return qf.paused(self.name)
+
+    def dead_count(self) -> int:
+        return int(self._stats().dead)
+
+    def qsize(self) -> int:
+        stats = self._stats()
+        return int(stats.ready if stats.ready is not None else stats.stored - stats.delayed)
+
+    def pause(self) -> None:
+        self._ask("pause")
+
+    def resume(self) -> None:
+        self._ask("resume")
+
+    def requeue_dead(self) -> int:
+        return int(self._ask("requeue_dead"))
+
+    def purge_dead(self) -> int:
+        return int(self._ask("purge_dead"))
+
+    def purge_ready(self) -> int:
+        return int(self._ask("purge_ready"))
+
+    def remove(self, key: str | bytes) -> None:
+        as_bytes = isinstance(key, bytes)
+        self._ask("remove", key=key.decode() if isinstance(key, bytes) else key, bytes=as_bytes)
+
+    def remove_group(self, group: str) -> int:
+        return int(self._ask("remove_group", group=group))
+
+    def pack(self) -> None:
+        self._ask("pack")
+
+    def __enter__(self) -> LiveQueue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
 
 
 def open_queue(kind: str, path: str, name: str, **options: Any) -> AckQueue[Any]:

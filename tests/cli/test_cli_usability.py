@@ -115,11 +115,14 @@ def test_drop_deletes_one_named_queue_after_yes_and_keeps_the_others(qpath, caps
         cli.main(["drop", qpath, "--yes"])
 
 
-def test_drop_refuses_a_file_a_live_process_has_open(qpath, capsys):
+def test_drop_refuses_a_file_a_live_process_has_open_saying_what_to_type(qpath, capsys):
     fill(qpath, range(1), name="other")
     with ackqueue.AckQueue(qpath, name="jobs"):
         code, _, err = run(capsys, "drop", qpath, "--name", "other", "--yes")
-    assert code == 1 and "is open in another process" in err
+    assert code == 1 and f"is open in process {os.getpid()}" in err
+    assert f"Stop process {os.getpid()}, then run: ackqueue drop {qpath} --name other --yes" in err
+    with ackqueue.AckQueue(qpath, name="other") as q:
+        assert q.qsize() == 1  # nothing dropped
 
 
 def test_stats_on_an_unreachable_zeo_server_fails_fast_naming_it(capsys):
