@@ -149,3 +149,16 @@ def test_changing_commands_work_on_a_file_processes_share(tmp_path):
         command("purge", "--dead", "--yes")
         wait_until(lambda: q.dead_count() == 0, 10, "the purge to reach this process")
         wait_until(lambda: q.qsize() == 4 and not q.paused, 10, "4 ready, not paused")
+
+
+def test_drop_on_a_file_processes_share_says_what_to_stop_and_what_to_type(tmp_path, capsys):
+    path = str(tmp_path / "jobs.fs")
+    with ackqueue.AckQueue(path, name="old") as q:
+        q.put("x")
+    with ackqueue.AckQueue(path, name="jobs", shared=True):
+        assert cli.main(["drop", path, "--name", "old", "--yes"]) == 1
+        err = capsys.readouterr().err
+        assert "is in use by processes that share it" in err
+        assert f"then run: ackqueue drop {path} --name old --yes" in err
+    with ackqueue.AckQueue(path, name="old", shared=True) as q:
+        assert q.qsize() == 1  # nothing dropped
