@@ -242,8 +242,8 @@ def _publish(path: str, body: str) -> None:
 def _read_own(path: str) -> dict[str, Any] | None:
     """The JSON object at ``path`` if it is a plain file of this user that nobody else may
     write; None if it is missing, unreadable or not to be trusted."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:  # O_NONBLOCK: a FIFO planted in its place must not hang the reader
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with open(fd, "rb") as f:

@@ -127,6 +127,10 @@ def test_a_request_not_owned_by_the_user_or_planted_as_a_link_is_never_followed(
             requests.ask(qpath, "pause", "default", os.getpid(), pickup_timeout=0.2)
         assert decoy.read_text() == body  # written through nothing
         os.unlink(request)
+        os.mkfifo(request, 0o600)  # nobody writes it: opening it to read must not hang
+        requests.serve(qpath, [q])
+        assert not q.paused
+        os.unlink(request)
         fd = os.open(request, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with open(fd, "w") as f:
             f.write(body)
