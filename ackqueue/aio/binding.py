@@ -1,14 +1,15 @@
-"""Which event loop and task an async object belongs to, and the errors for using it elsewhere.
+"""Which event loop and task an async object belongs to, and the errors for using it wrongly.
 
-A future belongs to one event loop, and the give-back of an async consumer's holds is tied to
-the task that connected it (as a sync consumer's is to its thread). Used from another loop, or
-got with from another task, the object would break those promises silently; it raises instead,
-before anything is taken or changed.
+A future belongs to one event loop: used from another loop, an async object raises before
+anything is taken or changed. The give-back of an async consumer's holds is tied to the task
+that connected it (as a sync consumer's is to its thread); tasks it starts (``wait_for``,
+``gather``, ``ensure_future``) may get with it, and what they get is the consumer's.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import NoReturn
 
 from ackqueue.errors import AsyncUsageError
 
@@ -45,15 +46,10 @@ class Binding:
                 "one; make a new one on this loop (q.connect() in this loop's task)"
             )
 
-    def check_task(self, verb: str) -> None:
-        """Only the owning task may take items: its end is what gives them back."""
-        self.check_loop()
-        task = asyncio.current_task()
-        if task is not self.task:
-            raise AsyncUsageError(
-                f"{verb}: {self.what} belongs to task {self.task.get_name()!r}, and what it "
-                f"holds goes back when that task ends; task "
-                f"{task.get_name() if task else None!r} would hold items nobody gives back if "
-                "it failed. Call q.connect() in each task that gets (acks may come from any "
-                "task)"
-            )
+
+def plain_with_refused(what: str, spelled: str) -> NoReturn:
+    """``with`` where ``async with`` is meant: say which, instead of Python's generic error."""
+    raise AsyncUsageError(
+        f"{what} is an async context manager: write 'async with {spelled}' inside a coroutine "
+        "(a plain 'with' would leave its closing undone)"
+    )

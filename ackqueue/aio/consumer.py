@@ -3,7 +3,9 @@
 It wraps a sync :class:`~ackqueue.queue.consumer.Consumer` and keeps its promises for tasks:
 what it holds goes back to the queue, in its place, when it is closed (``async with``), when
 the task that connected it ends (normally, by an exception or cancelled), or, if the process
-dies, at the next open.
+dies, at the next open. Any task of its loop may get with it while it is open (``wait_for``,
+``gather`` and ``ensure_future`` run a get in a task of their own): what is got is held by the
+consumer, not by the task that got it, and goes back with the consumer's.
 
 Taking an item only touches memory in a single-process queue without ``max_attempts``: there
 it runs on the event loop's thread, between two awaits, so a cancellation can never land
@@ -19,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
-from ackqueue.aio.binding import Binding
+from ackqueue.aio.binding import Binding, plain_with_refused
 from ackqueue.aio.running import Runner, current_lane
 from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
@@ -37,10 +39,12 @@ T = TypeVar("T")
 class AsyncConsumer(Generic[T]):
     """Gets items for one task and holds them until ``await ack(item)`` or ``nack``.
 
-    Only the task that connected it may get with it (its end is what gives the holds back);
-    any task of the same loop may ack, nack, reject or extend. Made by
-    :meth:`AsyncAckQueue.connect`. Every other public method of :class:`~ackqueue.Consumer`
-    is here too, awaited (``await c.snooze(item, 30)``, ...).
+    What it holds belongs to it and goes back when it is closed or when the task that
+    connected it ends. Any task of the same loop may get, ack, nack, reject or extend with it
+    meanwhile: tasks that the owner starts (``asyncio.wait_for(c.get(), 5)``,
+    ``asyncio.gather(c.get(), c.get())``) get for it.
+    Made by :meth:`AsyncAckQueue.connect`. Every other public method of
+    :class:`~ackqueue.Consumer` is here too, awaited (``await c.snooze(item, 30)``, ...).
     """
 
     def __init__(
@@ -60,7 +64,7 @@ class AsyncConsumer(Generic[T]):
     async def get(self, timeout: float | None = None) -> T:
         """The next item, held for this consumer; waits (without a thread) until one is ready,
         or raises ``Empty`` after ``timeout`` seconds."""
-        self._binding.check_task("get()")
+        self._binding.check_loop()
         sync = self._sync
 
         def take() -> list[T]:
@@ -75,7 +79,7 @@ class AsyncConsumer(Generic[T]):
     async def get_many(self, n: int, timeout: float | None = None) -> list[T]:
         """Between 1 and ``n`` items: waits like :meth:`get` for the first, then takes what
         else is ready at once."""
-        self._binding.check_task("get_many()")
+        self._binding.check_loop()
         if n < 1:
             raise ValueError(f"get_many needs n >= 1, not {n!r}")
         sync = self._sync
@@ -201,6 +205,12 @@ class AsyncConsumer(Generic[T]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    def __enter__(self) -> NoReturn:
+        plain_with_refused("an AsyncConsumer", "q.connect() as c:")
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: ``__enter__`` raises (a ``with`` needs both to call it)."""
 
     def __repr__(self) -> str:
         task = self._binding.task.get_name()

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
-from ackqueue.aio.binding import running_loop
+from ackqueue.aio.binding import plain_with_refused, running_loop
 from ackqueue.aio.consumer import AsyncConsumer
 from ackqueue.aio.running import Runner, current_lane, shielded
 from ackqueue.aio.transactions import AsyncTransaction
@@ -240,6 +240,12 @@ class AsyncAckQueue(Generic[T]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    def __enter__(self) -> NoReturn:
+        plain_with_refused(f"an {type(self).__name__}", f"{type(self).__name__}(...) as q:")
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: ``__enter__`` raises (a ``with`` needs both to call it)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} over {self.sync!r}>"

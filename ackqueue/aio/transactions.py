@@ -16,8 +16,9 @@ import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
+from ackqueue.aio.binding import plain_with_refused
 from ackqueue.aio.running import Lane, Runner, current_lane, shielded
 from ackqueue.storage.transactions import Transaction, TransactionError
 
@@ -56,6 +57,12 @@ class AsyncTransaction:
         self._lane, self._context = lane, context
         self._token = current_lane.set(lane)
         return tx
+
+    def __enter__(self) -> NoReturn:
+        plain_with_refused("an AsyncTransaction", "q.transaction():")
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: ``__enter__`` raises (a ``with`` needs both to call it)."""
 
     async def __aexit__(
         self,

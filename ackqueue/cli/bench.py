@@ -265,6 +265,9 @@ def run_bench(path: str | None, n: int, threads: int, latency_n: int, keep: bool
             out(line)
         out(f"items: {n:,} of {ITEM_SIZE} bytes; {threads} worker threads; every put and ack "
             "durable (fsync) when it returns")
+        out(f"runs: fill {n:,}, drain {n:,}, then latency on {latency_n:,} items; the fill and "
+            "the drain say every second how long they have left (-n for a shorter run; Ctrl-C "
+            "stops it)")
         q: AckQueue[bytes] = AckQueue(where)
         try:
             filled = fill(q, n, out)

@@ -1,40 +1,45 @@
 """The commands that change a queue file: ``requeue``, ``purge``, ``pack``, ``drop``, ``pause``,
-``resume`` and ``remove``. They need the file to themselves (or a shared one's server), and
-``requeue``, ``purge`` and ``drop`` do nothing without ``--yes``."""
+``resume`` and ``remove``. ``requeue``, ``purge`` and ``drop`` do nothing without ``--yes``.
+
+Where they work: on a file nobody has open, they open it; on a file processes share
+(``shared=True``), they go through its server; on a file one process has open, every command
+but ``drop`` is a request that process carries out (:mod:`ackqueue.queue.requests`) on the
+queues it has open. ``drop`` needs the file to itself (a live process may be using the queue)
+and says what to stop and what to type again.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import ZODB
 
 from ackqueue.cli.common import (
     CommandError,
+    LiveQueue,
     Progress,
     confirm,
     open_for_change,
     open_queue,
+    requested_of,
     single_name,
     where,
 )
 from ackqueue.cli.groups import remove_group
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.cli.reports import counted
-from ackqueue.errors import Empty
-from ackqueue.queue.queues import AckQueue
+from ackqueue.queue.requests import purge_ready
 from ackqueue.records import queues_of
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.engine import is_uri
 from ackqueue.storage.filestorage import open_file_storage
-
-PURGE_BATCH = 500
 
 
 def cmd_requeue(args: argparse.Namespace) -> int:
@@ -87,28 +92,12 @@ def cmd_purge(args: argparse.Namespace) -> int:
         if args.dead:
             q.purge_dead()
             removed = count
+        elif isinstance(q, LiveQueue):
+            removed = q.purge_ready()
         else:
-            removed = _purge_ready(q, Progress("purged"))
+            removed = purge_ready(q, Progress("purged"))
         print(f"purged {counted(removed, what)} of queue {q.name!r}")
     return 0
-
-
-def _purge_ready(q: AckQueue[Any], progress: Callable[[int, int], None]) -> int:
-    total, removed = q.qsize(), 0
-    grouped: Any = getattr(q, "transaction", None)  # one commit per batch where available
-    while True:
-        taken = 0
-        with grouped() if grouped is not None else contextlib.nullcontext():
-            for _ in range(PURGE_BATCH if grouped is not None else 1):
-                try:
-                    q.get_nowait()
-                except Empty:
-                    break  # leave the batch normally, so that what it took is committed
-                taken += 1
-        removed += taken
-        if not taken:
-            return removed
-        progress(removed, total)
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
@@ -120,13 +109,20 @@ def cmd_pack(args: argparse.Namespace) -> int:
         name = args.name if args.name is not None else qf.names()[0]
         qf.record(name)
         kind = qf.kind(name)
+        owner = requested_of(qf)
+    if owner is not None:
+        before = os.path.getsize(args.path)
+        LiveQueue(args.path, name, owner).pack()
+        print(f"packed {args.path} (every queue in it): {before:,} -> "
+              f"{os.path.getsize(args.path):,} bytes, in process {owner}")
+        return 0
     before = os.path.getsize(args.path)
     print(f"packing {args.path} ({before:,} bytes)...", file=sys.stderr, flush=True)
     started = time.monotonic()
     with open_queue(kind, args.path, name, autopack=False) as q:
         _with_file_progress(q.pack, args.path + ".pack", before, Progress("packed bytes"))
     after = os.path.getsize(args.path)  # closed: what is left is what ls shows
-    print(f"packed {args.path}: {before:,} -> {after:,} bytes in "
+    print(f"packed {args.path} (every queue in it): {before:,} -> {after:,} bytes in "
           f"{time.monotonic() - started:.1f} s")
     return 0
 
@@ -159,6 +155,20 @@ def cmd_drop(args: argparse.Namespace) -> int:
         record = qf.record(args.name)
         stored, dead = stored_count(record), qf.stats(args.name).dead
         others = [n for n in qf.names() if n != args.name]
+        pid, served = qf.live_pid, qf.served
+    if pid is not None:
+        if served:
+            where_used = "in use by processes that share it"
+            users = (f"them (ackqueue stats {shlex.quote(args.path)} lists their sessions; "
+                     "its server stops by itself once they are gone)")
+        else:
+            where_used = f"open in process {pid}" if pid > 0 else "open in another process"
+            users = f"process {pid}" if pid > 0 else "that process"
+        again = shlex.join(["ackqueue", "drop", args.path, "--name", args.name, "--yes"])
+        raise CommandError(
+            f"{args.path} is {where_used}: drop deletes a queue that a live process may be "
+            f"using, so it needs the file to itself. Stop {users}, then run: {again}"
+        )
     contents = f"{counted(stored, 'stored item')} and {counted(dead, 'dead letter')}"
     if not confirm(args, f"delete queue {args.name!r} of {args.path} with its {contents}"):
         return 1

@@ -2,8 +2,8 @@
 
 Reading commands (``stats``, ``peek``, ``dead``, ``top``) open the file read-only, so they work
 while a live process has it open. Changing commands (``requeue``, ``purge``, ``pack``, ``drop``,
-``pause``, ``resume``, ``remove``: :mod:`.changing`) need the file to themselves, and
-``requeue``/``purge``/``drop`` do nothing without ``--yes``.
+``pause``, ``resume``, ``remove``: :mod:`.changing`) work on a file in use too (see there
+how), and ``requeue``/``purge``/``drop`` do nothing without ``--yes``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,34 @@ from ackqueue.cli.changing import (
 )
 from ackqueue.cli.common import CommandError, Progress, single_name, where
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.cli.reports import QueueStats, SessionInfo, age_text, as_json, counted
+from ackqueue.cli.reports import (
+    QueueStats,
+    SessionInfo,
+    age_text,
+    as_json,
+    counted,
+    paused_text,
+    session_state,
+)
 from ackqueue.errors import AckQueueError
 from ackqueue.storage.counts import stored_count
 
 HELD_SHOWN = 10
+TEXT_LIMIT = 200  # characters of an item's repr that peek and dead print
+# Characters of JSON one item may take in peek/dead --json before its repr, cut to this, stands
+# in for it (item_truncated): one huge item must not flood a terminal or a pipe. --whole: all.
+JSON_LIMIT = 10_000
+# Where a command's PATH or --name means something else than "the queue to act on".
+PATH_HELP = {
+    "pack": "the FileStorage file (a server's storage is packed with its own tool: zeopack)",
+    "drop": "the FileStorage file (not a storage URI: no live process may lose the queue)",
+}
+NAME_HELP = {
+    "pack": "not needed: a pack is file-wide and keeps the live state of every queue in the "
+            "file (given, it must name one of them)",
+    "drop": "the queue to delete (required: there is no default, so that nothing is deleted "
+            "by a forgotten option)",
+}
 DESCRIPTION = "The ackqueue command line: a tour, and inspecting and repairing queue files."
 
 
@@ -55,6 +78,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         report = {
             "path": qf.path,
             "live_pid": qf.live_pid,
+            "live_pid_is_shared_server": qf.served,
             "holds_known": qf.holds_known,
             "holds_age": qf.holds_age,
             "file_size": qf.file_size(),
@@ -76,7 +100,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         elif size is not None:
             print(f"storage size {size:,} bytes (as the server reports it)")
         for stats in queues:
-            _print_stats(stats, qf.holds_known)
+            _print_stats(stats, qf.holds_known, args.path)
         _print_sessions(sessions, qf.shared)
     return 0
 
@@ -88,14 +112,15 @@ def _print_sessions(sessions: list[SessionInfo], shared: bool) -> None:
     for s in sessions:
         renewed = ("never renewed" if s.renewed_age is None
                    else f"renewed {age_text(s.renewed_age)} ago")
-        state = "LAPSED (reaped by the next live process)" if s.lapsed else "live"
+        state = session_state(s)
         print(f"  {s.id} (host {s.host}, pid {s.pid}): {state}, {renewed}, lease {s.lease:g} s, "
               f"holding {s.held:,}")
 
 
-def _print_stats(s: QueueStats, holds_known: bool) -> None:
+def _print_stats(s: QueueStats, holds_known: bool, path: str) -> None:
     unknown = "unknown (the live process writes no status file)"
-    print(f"queue {s.name!r} ({s.kind}):")
+    print(f"queue {s.name!r} ({s.kind}): {paused_text(path, s.name)}" if s.paused
+          else f"queue {s.name!r} ({s.kind}):")
     print(f"  ready   {f'{s.ready:,}' if s.ready is not None else unknown}")
     print(f"  held    {f'{s.held:,}' if s.held is not None else unknown}")
     print(f"  delayed {s.delayed:,}")
@@ -114,19 +139,36 @@ def _print_stats(s: QueueStats, holds_known: bool) -> None:
 def cmd_peek(args: argparse.Namespace) -> int:
     with QueueFile(args.path) as qf:
         name = single_name(qf, args.name)
-        items = qf.peek(name, args.n, limit=None if args.json else 200, for_json=args.json,
+        items = qf.peek(name, args.n, limit=_item_limit(args), for_json=args.json,
                         progress=Progress("reading items") if args.n > 10_000 else None)
         stored = stored_count(qf.record(name))
+        paused = qf.paused(name)
     if args.json:
         print(json.dumps(as_json(items), indent=2))
         return 0
+    if paused:
+        print(f"queue {name!r} is {paused_text(args.path, name)}")
     if not stored:
         print(f"queue {name!r} is empty")
     elif not items:
         print(f"queue {name!r}: {counted(stored, 'stored item')}, none shown (-n 0)")
     for n, it in enumerate(items, 1):
-        print(f"{n:>4,}. {it.item}  [{it.state}, put {age_text(it.put_age)} ago]")
+        about = [it.state if it.due_in is None else f"delayed, due in {age_text(it.due_in)}"]
+        if it.key is not None:
+            about.append(f"key {it.key!r}")
+        if it.group is not None:
+            about.append(f"group {it.group!r}")
+        about.append(f"put {age_text(it.put_age)} ago")
+        print(f"{n:>4,}. {it.item}  [{', '.join(about)}]")
+    if any(it.item_truncated for it in items):
+        print("(long items are cut short; --whole shows them whole)")
     return 0
+
+
+def _item_limit(args: argparse.Namespace) -> int | None:
+    if args.whole:
+        return None
+    return JSON_LIMIT if args.json else TEXT_LIMIT
 
 
 def _count_arg(text: str) -> int:
@@ -143,7 +185,7 @@ def _count_arg(text: str) -> int:
 def cmd_dead(args: argparse.Namespace) -> int:
     with QueueFile(args.path) as qf:
         name = single_name(qf, args.name)
-        letters = qf.dead(name, limit=None if args.json else 200, for_json=args.json)
+        letters = qf.dead(name, limit=_item_limit(args), for_json=args.json)
     if args.json:
         print(json.dumps(as_json(letters), indent=2))
         return 0
@@ -189,10 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(func=func)
         if name != "demo":
-            sub.add_argument("path", metavar="PATH",
-                             help="the queue's FileStorage file, or a storage URI (zeo://host:port)")
-            sub.add_argument("--name", required=name == "drop",
-                             help="the named queue in the file (default: 'default')")
+            sub.add_argument("path", metavar="PATH", help=PATH_HELP.get(
+                name, "the queue's FileStorage file, or a storage URI (zeo://host:port)"))
+            sub.add_argument("--name", required=name == "drop", help=NAME_HELP.get(
+                name, "the named queue in the file (default: 'default', or the file's only "
+                "queue)"))
         if reading:
             sub.add_argument("--json", action="store_true", help="machine-readable output")
         return sub
@@ -201,7 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     command("stats", cmd_stats, "counts by state, oldest item, held items, sizes", reading=True)
     peek = command("peek", cmd_peek, "show the next items in delivery order", reading=True)
     peek.add_argument("-n", type=_count_arg, default=10, help="how many (default 10)")
-    command("dead", cmd_dead, "list the dead letters", reading=True)
+    dead = command("dead", cmd_dead, "list the dead letters", reading=True)
+    for lister in (peek, dead):
+        lister.add_argument("--whole", action="store_true", help=(
+            f"show every item whole (default: an item's repr is cut to {TEXT_LIMIT} characters, "
+            f"and with --json an item longer than {JSON_LIMIT:,} characters is given as its "
+            "repr cut to that, with item_truncated true)"))
     top = command("top", cmd_top, "a live view: counts, holds by owner, rates; one JSON line "
                   "per refresh with --json", reading=True)
     top.add_argument("--interval", type=float, default=1.0,

@@ -17,7 +17,7 @@ from typing import Any
 
 from ackqueue.cli.common import Progress, confirm, open_for_change, single_name
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.cli.reports import age_text, counted
+from ackqueue.cli.reports import age_text, counted, paused_text
 from ackqueue.storage.counts import stored_count
 
 SHOWN = 50
@@ -32,6 +32,7 @@ class GroupRow:
     delayed: int = 0
     next_due: float | None = None  # epoch seconds; None: nothing waits
     paused_until: float | None = None
+    queue_paused: bool = False  # the whole queue is paused: no group delivers until resumed
 
 
 def group_rows(qf: QueueFile, name: str, now: float) -> list[GroupRow]:
@@ -59,10 +60,12 @@ def group_rows(qf: QueueFile, name: str, now: float) -> list[GroupRow]:
     for group, until in (getattr(record, "group_pauses", None) or {}).items():
         if until > now and group in rows:
             rows[group].paused_until = until
+    queue_paused = qf.paused(name)
     for row in rows.values():
         waits = [row.paused_until or 0.0, float(turns.get(row.group, 0.0))]
         if row.next_due is not None and row.ready:
             row.next_due = max([row.next_due, *[w for w in waits if w > now]])
+        row.queue_paused = queue_paused
     return sorted(rows.values(), key=lambda r: (-r.items, r.group or ""))
 
 
@@ -77,7 +80,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
     if not rows:
         print(f"queue {name!r} is empty")
         return 0
-    print(f"queue {name!r}: {counted(len(rows), 'group')}")
+    paused = f"; {paused_text(args.path, name)}" if rows[0].queue_paused else ""
+    print(f"queue {name!r}: {counted(len(rows), 'group')}{paused}")
     print(f"  {'group':<30} {'items':>9} {'ready':>9} {'held':>7} {'delayed':>9}  next due")
     for row in rows[:SHOWN]:
         label = "(no group)" if row.group is None else row.group
@@ -93,6 +97,8 @@ def _due_text(row: GroupRow, now: float) -> str:
     paused = "" if row.paused_until is None else f" (paused {age_text(row.paused_until - now)})"
     if row.next_due is None:
         return "-" + paused
+    if row.queue_paused:
+        return "when the queue is resumed" + paused
     if row.next_due <= now:
         return "now" + paused
     return f"in {age_text(row.next_due - now)}{paused}"

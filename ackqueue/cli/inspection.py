@@ -38,9 +38,11 @@ from ackqueue.queue.status import read_status
 from ackqueue.records import QueueRecord, queues_of
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
+from ackqueue.storage import zeo
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.engine import as_path, is_uri, shown
 from ackqueue.storage.filestorage import open_file_storage
+from ackqueue.storage.keys import shown_key
 from ackqueue.storage.store import open_db
 
 Progress = Callable[[int, int], None]
@@ -91,6 +93,25 @@ def live_owner(path: str) -> int | None:
         os.close(fd)
 
 
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, killed but not yet waited for by
+    its parent, does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal said it exists
+    return state not in (b"Z", b"X")
+
+
 class QueueFile:
     """A queue storage file opened read-only. Use as a context manager."""
 
@@ -104,12 +125,16 @@ class QueueFile:
                 raise StorageError(f"{path} is a directory, not a queue file")
             self.path = os.path.realpath(path)
             self.live_pid = live_owner(self.path)
+            # A live owner with a server listening for the file is that server: the processes
+            # that use the queue are its sessions.
+            self.served = self.live_pid is not None and zeo.served_by(self.path)
             self._status = self._fresh_status()
             self._storage = open_file_storage(self.path, read_only=True)
         else:  # a shared storage: every live process keeps its holds in it
             reachable(path)
             self.path = shown(path)  # what is printed: never a password
             self.live_pid = None
+            self.served = False
             self._status = None
         try:
             self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
@@ -184,6 +209,7 @@ class QueueFile:
         if self._sessions is None:
             return []
         now = time.time()
+        this_host = socket.gethostname()  # as sessions record it (shared/sessions.py)
         found = []
         for sid, record in self._sessions.items():
             record._p_activate()
@@ -192,10 +218,11 @@ class QueueFile:
             age = None if renewed is None else max(0.0, now - renewed)
             lease = float(getattr(record, "lease", 0.0))
             mine = self._stored_holds.get(sid) if self._stored_holds is not None else None
+            host, pid = str(getattr(record, "host", "")), int(getattr(record, "pid", 0))
             found.append(SessionInfo(
-                id=str(sid), host=str(getattr(record, "host", "")),
-                pid=int(getattr(record, "pid", 0)), lease=lease, renewed_age=age,
+                id=str(sid), host=host, pid=pid, lease=lease, renewed_age=age,
                 lapsed=age is not None and age > lease, held=len(mine) if mine is not None else 0,
+                process_gone=host == this_host and not process_running(pid),
             ))
         return found
 
@@ -255,7 +282,12 @@ class QueueFile:
             oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
             oldest_ready_exact=scanned >= stored,
             held_items=held_items,
+            paused=self.paused(name),
         )
+
+    def paused(self, name: str) -> bool:
+        """Whether queue ``name`` is paused (stored, so every process and reader sees it)."""
+        return bool(getattr(self.record(name), "paused", False))
 
     def _delayed_keys(self, record: QueueRecord, now: float) -> set[str]:
         """The reprs of the keys not yet due: a PriorityAckQueue's keys hold its items, which
@@ -280,19 +312,24 @@ class QueueFile:
         record = self.record(name)
         now = time.time()
         held_keys = self.held_keys(name) or set()
+        paused = self.paused(name)
         found: list[StoredItem] = []
         if count <= 0:
             return found
         for key, entry in self.entries(record, progress, min(count, stored_count(record))):
+            due = _due_time(entry)
             state = (
-                "delayed" if _due_time(entry) > now
+                "delayed" if due > now
                 else "held" if repr(key) in held_keys else "ready"
             )
-            item, is_repr = shown_item(entry.data, limit, for_json)
+            item, is_repr, truncated = shown_item(entry.data, limit, for_json)
             found.append(StoredItem(
-                key=repr(key), item=item, item_is_repr=is_repr,
+                position=repr(key), item=item, item_is_repr=is_repr,
                 put_age=max(0.0, now - entry.put_at),
-                attempts=getattr(entry, "attempts", 0), state=state,
+                attempts=getattr(entry, "attempts", 0), state=state, queue_paused=paused,
+                key=_user_key(entry), group=getattr(entry, "group", None),
+                due_in=due - now if due > now else None, size=len(entry.data),
+                item_truncated=truncated,
             ))
             if len(found) >= count:
                 break
@@ -371,6 +408,15 @@ class QueueFile:
 def _due_time(entry: Any) -> float:
     """When a stored entry may be delivered (0 for at once)."""
     return float(getattr(entry, "not_before", 0) or 0)
+
+
+def _user_key(entry: Any) -> str | None:
+    """The key an entry was put with (put(key=)), as given; a bytes key as its repr."""
+    indexed = getattr(entry, "item_key", None)
+    if indexed is None:
+        return None
+    key = shown_key(indexed)
+    return key if isinstance(key, str) else repr(key)
 
 
 def _delay_index(record: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +30,17 @@ class SessionInfo:
     renewed_age: float | None  # seconds since its last renewal, by this host's clock
     lapsed: bool  # not renewed for longer than its lease: the next reaper ends it
     held: int
+    process_gone: bool = False  # its pid, on this host, runs no more (killed, or ended)
+
+
+def session_state(s: SessionInfo) -> str:
+    """A session's state for people: a process that is gone is said so before its lease ends."""
+    if s.lapsed:
+        return "LAPSED (reaped by the next live process)"
+    if s.process_gone:
+        return (f"GONE (process {s.pid} is no longer running; what it holds goes back when its "
+                "lease lapses)")
+    return "live"
 
 
 @dataclass
@@ -43,16 +55,23 @@ class QueueStats:
     oldest_ready_age: float | None
     oldest_ready_exact: bool = True
     held_items: list[HeldItem] = field(default_factory=list)
+    paused: bool = False  # q.pause() / `ackqueue pause`: ready items are not handed out
 
 
 @dataclass
 class StoredItem:
-    key: str
+    position: str  # where it stands in the queue's order (the repr of its entry's key)
     item: Any  # the item as JSON shows it (see shown_item); its repr for text
     put_age: float
     attempts: int
     state: str  # ready, held or delayed
     item_is_repr: bool = False  # item is a repr string: the item itself has no JSON form
+    queue_paused: bool = False  # the queue is paused: not even a ready item is handed out
+    key: str | None = None  # the key it was put with (put(key=)); a bytes key as its repr
+    group: str | None = None  # the group it was put with (put(group=))
+    due_in: float | None = None  # a delayed item: seconds until it may be delivered
+    size: int = 0  # bytes of its stored pickle
+    item_truncated: bool = False  # item is its repr cut short (peek --whole shows it all)
 
 
 @dataclass
@@ -63,6 +82,14 @@ class DeadItem:
     reason: str | None
     when: float | None
     item_is_repr: bool = False
+    item_truncated: bool = False
+
+
+def paused_text(path: str, name: str) -> str:
+    """What a paused queue's listing says, once, beside its name: what to type to resume."""
+    named = "" if name == "default" else f" --name {shlex.quote(name)}"
+    resume = f"ackqueue resume {shlex.quote(path)}{named}"
+    return f"PAUSED: nothing is handed out until resumed ({resume})"
 
 
 def age_text(seconds: float | None) -> str:
@@ -81,27 +108,29 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
-def shown_item(item_data: bytes, limit: int | None, as_json: bool) -> tuple[Any, bool]:
-    """An item for display, and whether it is a repr string standing in for it.
+def shown_item(item_data: bytes, limit: int | None, as_json: bool) -> tuple[Any, bool, bool]:
+    """An item for display, whether it is a repr string standing in for it, and whether that
+    repr was cut to ``limit`` characters (None: never).
 
     For JSON (``as_json``), an item that JSON carries unchanged (it reads back equal: no
-    tuples, no non-string keys, no NaN) is given as itself; any other item as its repr.
-    For text, always its repr, cut to ``limit`` characters.
+    tuples, no non-string keys, no NaN) and whose JSON fits in ``limit`` is given as itself;
+    any other item as its repr. For text, always its repr.
     """
     try:
         item = pickle.loads(item_data)
     except Exception as exc:
-        return f"<cannot load: {type(exc).__name__}: {exc}>", True
+        return f"<cannot load: {type(exc).__name__}: {exc}>", True, False
     if as_json:
         try:
-            if json.loads(json.dumps(item, allow_nan=False)) == item:
-                return item, False
+            text = json.dumps(item, allow_nan=False)
+            if (limit is None or len(text) <= limit) and json.loads(text) == item:
+                return item, False, False
         except (TypeError, ValueError, RecursionError):
             pass
     text = repr(item)
     if limit is not None and len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text, True
+        return text[: limit - 3] + "...", True, True
+    return text, True, False
 
 
 def as_json(value: Any) -> Any:
@@ -116,11 +145,12 @@ def dead_item(key: Any, letter: Any, limit: int | None, for_json: bool = False) 
     data = getattr(letter, "data", None)
     if not isinstance(data, bytes):
         data = pickle.dumps(getattr(letter, "item", letter))
-    item, is_repr = shown_item(data, limit, for_json)
+    item, is_repr, truncated = shown_item(data, limit, for_json)
     return DeadItem(
         id=repr(key),
         item=item,
         item_is_repr=is_repr,
+        item_truncated=truncated,
         attempts=int(getattr(letter, "attempts", 0)),
         reason=getattr(letter, "reason", None),
         when=getattr(letter, "when", getattr(letter, "dead_at", None)),

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.cli.reports import QueueStats, age_text, counted
+from ackqueue.cli.reports import QueueStats, age_text, counted, paused_text
 
 RATED = ("stored", "ready", "held", "delayed", "dead")
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: redraw in place on a terminal
@@ -28,8 +28,9 @@ def snapshot(path: str, name: str | None) -> dict[str, Any]:
         names = [name] if name is not None else qf.names()
         queues = [_queue(qf.stats(n)) for n in names]
         sessions = [{"id": s.id, "host": s.host, "pid": s.pid, "lapsed": s.lapsed,
-                     "held": s.held} for s in qf.sessions()]
+                     "process_gone": s.process_gone, "held": s.held} for s in qf.sessions()]
         return {"at": time.time(), "path": qf.path, "live_pid": qf.live_pid,
+                "live_pid_is_shared_server": qf.served,
                 "holds_known": qf.holds_known, "queues": queues, "sessions": sessions}
 
 
@@ -42,7 +43,8 @@ def _queue(s: QueueStats) -> dict[str, Any]:
             mine["oldest_age"] = h.age
     return {"name": s.name, "kind": s.kind, "stored": s.stored, "ready": s.ready,
             "held": s.held, "delayed": s.delayed, "dead": s.dead,
-            "oldest_ready_age": s.oldest_ready_age, "held_by": owners, "rates": None}
+            "oldest_ready_age": s.oldest_ready_age, "held_by": owners, "rates": None,
+            "paused": s.paused}
 
 
 def add_rates(previous: dict[str, Any] | None, current: dict[str, Any]) -> None:
@@ -64,12 +66,15 @@ def add_rates(previous: dict[str, Any] | None, current: dict[str, Any]) -> None:
 
 def render(view: dict[str, Any]) -> list[str]:
     """The text lines of one refresh."""
-    where = ("not open in any process" if view["live_pid"] is None
-             else f"open in process {view['live_pid']}")
+    pid = view["live_pid"]
+    where = ("not open in any process" if pid is None
+             else f"served by ackqueue's shared server (process {pid})"
+             if view.get("live_pid_is_shared_server") else f"open in process {pid}")
     lines = [f"{view['path']}: {where}; {time.strftime('%H:%M:%S', time.localtime(view['at']))}"]
     for q in view["queues"]:
         rates = q["rates"] or {}
-        lines.append(f"queue {q['name']!r} ({q['kind']})")
+        paused = f": {paused_text(view['path'], q['name'])}" if q.get("paused") else ""
+        lines.append(f"queue {q['name']!r} ({q['kind']}){paused}")
         for count in RATED:
             value = q[count]
             shown = "unknown" if value is None else f"{value:,}"
@@ -83,7 +88,8 @@ def render(view: dict[str, Any]) -> list[str]:
             since = "" if age is None else f", oldest for {age_text(age)}"
             lines.append(f"  held by {owner!r}: {counted(mine['held'], 'item')}{since}")
     for s in view["sessions"]:
-        state = "LAPSED" if s["lapsed"] else "live"
+        state = ("LAPSED" if s["lapsed"] else f"GONE (process {s['pid']} is no longer running)"
+                 if s.get("process_gone") else "live")
         lines.append(f"session {s['id']} (host {s['host']}, pid {s['pid']}): {state}, "
                      f"holding {s['held']:,}")
     return lines

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import sys
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +36,7 @@ class ReadyListeners:
         self._waiting: OrderedDict[int, Callable[[], None]] = OrderedDict()
         self._tokens = itertools.count()
         self.loops = 0  # event loops using the queue now: blocking gets on their thread fail
+        self.warned_blocking = False  # a plain queue's blocking get on a loop's thread: once
 
     def add(self, wake: Callable[[], None]) -> int:
         """Call ``wake()`` at the next item ready; returns a token for :meth:`discard`."""
@@ -64,13 +68,42 @@ class ReadyListeners:
 
     def check_may_block(self, what: str) -> None:
         """Refuse a blocking ``what`` on a thread that runs an event loop using this queue:
-        it would stop every task of that loop, the very ones that could unblock it."""
-        if self.loops and asyncio._get_running_loop() is not None:
+        it would stop every task of that loop, the very ones that could unblock it.
+
+        On a loop that does not use the queue through an AsyncAckQueue (a plain AckQueue got
+        from inside ``async def``), warn once with a RuntimeWarning instead: the get may well
+        return (another thread puts), but every task of the loop stands still meanwhile, and
+        code that did this knowingly goes on working.
+        """
+        if asyncio._get_running_loop() is None:
+            return
+        if self.loops:
             raise AsyncUsageError(
                 f"{what} would block the event loop running in this thread, and every task "
                 "on it; in a coroutine use the AsyncAckQueue's own awaitable (await q.get(), "
                 "await c.get()), or call the blocking method from another thread"
             )
+        if not self.warned_blocking:
+            self.warned_blocking = True
+            warnings.warn(
+                f"{what} on the thread of a running event loop stops every task of that loop "
+                "until an item comes; in async code use AsyncAckQueue (await q.get()), "
+                "get_nowait(), or a thread (await asyncio.to_thread(q.get))",
+                RuntimeWarning,
+                stacklevel=_levels_to_caller(),
+            )
+
+
+def _levels_to_caller() -> int:
+    """The ``stacklevel`` of the first frame outside ackqueue, seen from the caller's caller:
+    a warning names the user's line, however deep inside the package it was raised."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 @dataclass(eq=False)

@@ -7,7 +7,8 @@ the hooks (:mod:`.calls`), deliveries and settling (:mod:`.deliveries`), takes r
 commit (:mod:`.riding`), puts by key (:mod:`.keying`), groups (:mod:`.groupcontrol`), dead
 letters (:mod:`.deadletters`), stopping (:mod:`.closing`), a queue collected unclosed
 (:mod:`.dropping`), ready listeners for front ends that wait without threads
-(:mod:`.listening`), metrics (:mod:`.metrics`) and the status file (:mod:`.status`).
+(:mod:`.listening`), metrics (:mod:`.metrics`), the status file (:mod:`.status`) and the
+command line's requests to a live process (:mod:`.requests`).
 :class:`~ackqueue.queue.consumer.Consumer` (:mod:`.consumer`) is what ``connect()`` returns.
 
 May import :mod:`ackqueue.shared`, :mod:`ackqueue.delivery`, :mod:`ackqueue.storage`,

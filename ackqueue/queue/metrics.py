@@ -31,7 +31,9 @@ class QueueMetrics:
     operations since the queue was opened (a plain get counts once claimed); the rates are
     over the last minute;
     ``ack_latency_p50``/``p99`` are seconds from a consumer's get to its ack over the last
-    1,024 acks.
+    1,024 acks; ``ack_latency_buckets`` counts every ack since the queue was opened by those
+    seconds (cumulative: ``(upper bound, acks within it)``, the last bound infinite) and
+    ``ack_latency_sum`` adds them up. ``paused``: :meth:`AckQueue.pause` is in force.
     """
 
     name: str
@@ -52,6 +54,9 @@ class QueueMetrics:
     ack_latency_p50: float | None
     ack_latency_p99: float | None
     uptime: float
+    paused: bool = False  # q.pause(): ready items are not handed out until q.resume()
+    ack_latency_buckets: tuple[tuple[float, int], ...] = ()
+    ack_latency_sum: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict (for JSON)."""
@@ -59,7 +64,8 @@ class QueueMetrics:
 
 
 def measure_locked(
-    name: str, supply: Supply, holds: Holds, book: Book, meter: Meter, clock: Clock
+    name: str, supply: Supply, holds: Holds, book: Book, meter: Meter, clock: Clock,
+    paused: bool = False,
 ) -> QueueMetrics:
     """The figures of one queue (the caller holds its mutex). Items are stamped by the
     queue's ``clock`` when put, by the wall clock when got."""
@@ -95,6 +101,9 @@ def measure_locked(
         ack_latency_p50=meter.latency_locked(0.5),
         ack_latency_p99=meter.latency_locked(0.99),
         uptime=time.monotonic() - meter.opened,
+        paused=paused,
+        ack_latency_buckets=meter.latency_histogram_locked(),
+        ack_latency_sum=meter.latency_sum,
     )
 
 
@@ -110,6 +119,28 @@ class PrometheusCollector:
         from prometheus_client import REGISTRY, start_http_server
         REGISTRY.register(ackqueue.PrometheusCollector(q))
         start_http_server(8000)
+
+    Each figure is one metric, labelled with the ``queue``'s name, as this process sees it
+    (:class:`QueueMetrics`); counters count since the queue was opened in this process:
+
+    ``ackqueue_items{queue, state}`` (gauge)
+        Items by ``state``: ``ready``, ``delayed``, ``held``, ``dead`` (dead letters).
+    ``ackqueue_paused{queue}`` (gauge)
+        1 while the queue is paused (nothing is handed out), else 0.
+    ``ackqueue_puts_total{queue}`` (counter)
+        Items put.
+    ``ackqueue_gets_total{queue}`` (counter)
+        Items removed for good by a plain ``q.get()`` (no acknowledgement).
+    ``ackqueue_settled_total{queue, outcome}`` (counter)
+        Held items settled, by ``outcome``: ``acked``, ``nacked`` (given back by a consumer),
+        ``dead_lettered`` (rejected, out of attempts, or impossible to load).
+    ``ackqueue_next_ready_age_seconds{queue}`` (gauge)
+        Seconds since the item that would be delivered next was put; absent when none is
+        ready.
+    ``ackqueue_oldest_held_age_seconds{queue}`` (gauge)
+        Seconds since the longest-held item was got; absent when none is held.
+    ``ackqueue_ack_latency_seconds{queue}`` (histogram: ``_bucket{le}``, ``_sum``, ``_count``)
+        Seconds from a consumer's get to its ack, for every ack.
     """
 
     def __init__(self, *queues: Measured) -> None:
@@ -117,32 +148,54 @@ class PrometheusCollector:
 
     def collect(self) -> Iterator[Any]:
         """The metric families of every queue, as ``prometheus_client`` asks for them."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
 
-        items = GaugeMetricFamily(
-            "ackqueue_items", "Items by state", labels=["queue", "state"]
+        items = GaugeMetricFamily("ackqueue_items", "Items by state", labels=["queue", "state"])
+        paused = GaugeMetricFamily(
+            "ackqueue_paused", "1 while the queue is paused (nothing handed out)", labels=["queue"]
         )
-        ops = CounterMetricFamily(
-            "ackqueue_operations", "Operations since the queue was opened", labels=["queue", "op"]
+        puts = CounterMetricFamily("ackqueue_puts", "Items put", labels=["queue"])
+        gets = CounterMetricFamily(
+            "ackqueue_gets", "Items removed by a plain get (no ack)", labels=["queue"]
         )
-        ages = GaugeMetricFamily(
-            "ackqueue_age_seconds", "Age of the next ready and the oldest held item",
-            labels=["queue", "of"],
+        settled = CounterMetricFamily(
+            "ackqueue_settled", "Held items settled, by outcome", labels=["queue", "outcome"]
         )
-        latency = GaugeMetricFamily(
-            "ackqueue_ack_latency_seconds", "Seconds from get to ack over the last acks",
-            labels=["queue", "quantile"],
+        next_ready = GaugeMetricFamily(
+            "ackqueue_next_ready_age_seconds", "Seconds since the next ready item was put",
+            labels=["queue"],
+        )
+        oldest_held = GaugeMetricFamily(
+            "ackqueue_oldest_held_age_seconds", "Seconds since the oldest held item was got",
+            labels=["queue"],
+        )
+        latency = HistogramMetricFamily(
+            "ackqueue_ack_latency_seconds", "Seconds from a consumer's get to its ack",
+            labels=["queue"],
         )
         for q in self._queues:
             m = q.metrics()
             for state in ("ready", "delayed", "held", "dead"):
                 items.add_metric([m.name, state], getattr(m, state))
-            for op in ("puts", "gets", "acks", "nacks", "dead_lettered"):
-                ops.add_metric([m.name, op], getattr(m, op))
-            for of, age in (("next_ready", m.next_ready_age), ("oldest_held", m.oldest_held_age)):
-                if age is not None:
-                    ages.add_metric([m.name, of], age)
-            for quantile, value in (("0.5", m.ack_latency_p50), ("0.99", m.ack_latency_p99)):
-                if value is not None:
-                    latency.add_metric([m.name, quantile], value)
-        yield from (items, ops, ages, latency)
+            paused.add_metric([m.name], 1 if m.paused else 0)
+            puts.add_metric([m.name], m.puts)
+            gets.add_metric([m.name], m.gets)
+            for outcome, count in (("acked", m.acks), ("nacked", m.nacks),
+                                   ("dead_lettered", m.dead_lettered)):
+                settled.add_metric([m.name, outcome], count)
+            if m.next_ready_age is not None:
+                next_ready.add_metric([m.name], m.next_ready_age)
+            if m.oldest_held_age is not None:
+                oldest_held.add_metric([m.name], m.oldest_held_age)
+            buckets = [(_bound(le), count) for le, count in m.ack_latency_buckets]
+            latency.add_metric([m.name], buckets, m.ack_latency_sum)
+        yield from (items, paused, puts, gets, settled, next_ready, oldest_held, latency)
+
+
+def _bound(le: float) -> str:
+    """A bucket's upper bound as Prometheus spells it."""
+    return "+Inf" if le == float("inf") else repr(le)

@@ -11,6 +11,7 @@ differ only in the :mod:`~ackqueue.delivery.ordering` they are given.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import time
@@ -34,6 +35,7 @@ from ackqueue.storage.deadletters import DeadLetter
 from ackqueue.storage.transactions import Transaction, transaction
 
 T = TypeVar("T")
+log = logging.getLogger("ackqueue")
 
 
 class AckQueue(queue.Queue[T], Generic[T]):
@@ -125,6 +127,9 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
         self._keys, self._closing, self._dead = parts.keys, parts.closing, parts.dead
         life.paused = book.paused()
+        if life.paused:  # it would otherwise look empty, and its getters wait without a word
+            log.warning("queue %r opened paused: nothing is handed out until q.resume() (or, "
+                        "in a shell: ackqueue resume PATH); puts go on", name)
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = dropping.watch(
             self, store, name, opened.claim, book.close, self._mode.dropped()
@@ -291,7 +296,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
         with self.mutex:
             self._life.check_open()
             return measure_locked(
-                self.name, self._supply, self._holds, self._book, self._meter, self._clock
+                self.name, self._supply, self._holds, self._book, self._meter, self._clock,
+                paused=self._life.paused,
             )
 
     def pause_group(self, group: str, seconds: float) -> None:

@@ -21,6 +21,8 @@ import time
 import weakref
 from typing import Any, Protocol
 
+from ackqueue.queue import requests
+
 
 class Reporting(Protocol):
     """A queue as its status file sees it."""
@@ -120,6 +122,10 @@ class StatusBeacon:
                 self._write(path, queues)
             except Exception:  # a status file is a courtesy; never let it hurt the queue
                 log.debug("could not write the status file of %s", path, exc_info=True)
+            try:
+                requests.serve(path, queues)
+            except Exception:  # serve answers every failure of a change; this is the rest
+                log.warning("could not take a request for %s", path, exc_info=True)
         return True
 
     def _write(self, path: str, queues: list[Reporting]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 
 import pytest
 from aiohelp import eventually, stored, wait_for_waiters
@@ -120,27 +121,99 @@ def test_blocking_get_on_the_loops_thread_is_refused_and_takes_nothing(qpath):
     asyncio.run(main())
 
 
-def test_a_consumer_gets_only_in_the_task_that_connected_it(qpath):
+CONSUMER_KINDS = [
+    pytest.param({}, {}, id="takes-on-the-loop"),
+    pytest.param({}, {"takes_on_threads": True}, id="takes-on-threads"),
+    pytest.param({"max_attempts": 3}, {}, id="durable-delivery-counts"),
+]
+
+
+@pytest.mark.parametrize(("queue_options", "connect_options"), CONSUMER_KINDS)
+def test_gets_from_tasks_the_owner_starts_are_held_by_the_consumer(
+    qpath, queue_options, connect_options
+):
+    """wait_for (a task of its own on 3.10 and 3.11), ensure_future and gather get with the
+    owner's consumer; what they get goes back when the owning task ends, not theirs."""
+
+    async def owner(q: AsyncAckQueue[str], got: list[str]) -> None:
+        c = q.connect(**connect_options)  # never closed: the owner's end gives back
+        got.append(await asyncio.wait_for(c.get(), 5))
+        got.append(await asyncio.ensure_future(c.get()))
+        got.extend(await asyncio.gather(c.get(), c.get()))
+        got.extend(*await asyncio.gather(c.get_many(2)))
+        acked = got[0]
+        await asyncio.create_task(c.ack(acked))  # acks from any task, as before
+        assert q.unacked_count() == 5
+        assert {task for task, _, _ in q.held()} == {asyncio.current_task().get_name()}
+
+    async def main() -> list[str]:
+        async with AsyncAckQueue(qpath, **queue_options) as q:
+            await q.put_many(list("abcdefg"))
+            got: list[str] = []
+            await asyncio.create_task(owner(q, got), name="the-owner")
+            assert sorted(got) == list("abcdef")
+            await eventually(lambda: q.unacked_count() == 0, what="the owner's give-back")
+            assert q.qsize() == 6
+            async with q.connect() as c:
+                return await c.get_many(6)
+
+    assert asyncio.run(main()) == list("bcdefg")  # given back in their places
+
+
+def test_closing_a_consumer_gives_back_what_its_child_tasks_got(qpath):
     async def main() -> None:
         async with AsyncAckQueue(qpath) as q:
-            await q.put_many(["a", "b"])
+            await q.put_many(["a", "b", "c"])
             c = q.connect()
-            item = await c.get()
 
-            async def intruder() -> None:
-                await c.get()
+            async def child() -> str:
+                return await c.get()  # this task ends holding nothing: the item is c's
 
-            with pytest.raises(AsyncUsageError, match="q.connect\\(\\) in each task"):
-                await asyncio.create_task(intruder())
-
-            async def acker() -> None:
-                await c.ack(item)  # acks may come from any task
-
-            await asyncio.create_task(acker())
-            assert q.qsize() == 1 and q.unacked_count() == 0
+            assert await asyncio.create_task(child()) == "a"
+            assert q.unacked_count() == 1  # the child's end gave nothing back
+            assert await c.get() == "b"
             await c.close()
+            assert q.unacked_count() == 0 and q.qsize() == 3
+            with pytest.raises(ackqueue.QueueClosedError):
+                await asyncio.create_task(child())
 
     asyncio.run(main())
+    assert stored(qpath) == ["a", "b", "c"]
+
+
+def test_a_plain_with_on_async_objects_says_async_with(qpath):
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put("x")
+            for plain_with, spelled in [
+                (q.connect, r"async with q\.connect\(\) as c:"),
+                (q.transaction, r"async with q\.transaction\(\):"),
+                (lambda: q, r"async with AsyncAckQueue\(\.\.\.\) as q:"),
+            ]:
+                with pytest.raises(AsyncUsageError, match=spelled), plain_with():
+                    pass
+            assert q.qsize() == 1 and q.unacked_count() == 0
+
+    asyncio.run(main())
+
+
+def test_a_plain_queues_blocking_get_in_a_coroutine_warns_once_naming_the_callers_line(qpath):
+    async def main() -> list[int]:
+        q: ackqueue.AckQueue[int] = ackqueue.AckQueue(qpath)
+        try:
+            q.put_many([1, 2, 3])
+            with pytest.warns(RuntimeWarning, match="stops every task") as caught:
+                got = [q.get(), q.get(timeout=1)]
+            assert len(caught) == 1
+            assert caught[0].filename == __file__
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got.append(q.get_nowait())  # does not block: no warning
+            return got
+        finally:
+            q.close()
+
+    assert asyncio.run(main()) == [1, 2, 3]
 
 
 def test_a_consumer_used_on_another_loop_raises_and_changes_nothing(qpath):

@@ -106,8 +106,11 @@ def test_stats_on_a_file_a_live_process_holds_shows_its_holds(qpath, capsys):
         assert f"open in process {holder.pid}; reading it read-only" in out
         code, out, _ = run(capsys, "peek", qpath, "--json")
         assert [p["state"] for p in json.loads(out)] == ["held", "held", "ready", "ready", "ready"]
-        code, _, err = run(capsys, "purge", qpath, "--ready", "--yes")
-        assert code == 1 and "open in another process" in err
+        # A change is a request the live process carries out (issue 25), holds untouched.
+        code, out, err = run(capsys, "purge", qpath, "--ready", "--yes")
+        assert code == 0 and "purged 3 ready items" in out, err
+        code, out, _ = run(capsys, "peek", qpath, "--json")
+        assert [p["state"] for p in json.loads(out)] == ["held", "held"]
     finally:
         holder.communicate("", timeout=30)
     assert not os.path.exists(qpath + ".status"), "the status file outlived its queue"
@@ -318,3 +321,33 @@ def test_pause_and_resume_from_the_command_line(qpath, capsys):
     assert "queue 'default' is not paused\n" in capsys.readouterr().out
     with ackqueue.AckQueue(qpath) as q:
         assert not q.paused and q.get_nowait() == "job"
+
+
+def test_a_paused_queue_says_so_in_stats_peek_groups_and_top(qpath, capsys):
+    import io
+
+    from ackqueue.cli.top import run_top
+
+    fill(qpath, ["a", "b"], name="jobs")
+    views = [("stats",), ("peek",), ("groups",)]
+    for view in views:  # not paused: not a word of it
+        assert "PAUSED" not in run(capsys, *view, qpath, "--name", "jobs")[1]
+    with ackqueue.AckQueue(qpath, name="jobs") as q:
+        q.pause()
+    resume = f"ackqueue resume {qpath} --name jobs"
+    for view in views:
+        code, out, _ = run(capsys, *view, qpath, "--name", "jobs")
+        assert code == 0 and f"PAUSED: nothing is handed out until resumed ({resume})" in out
+    assert "when the queue is resumed" in run(capsys, "groups", qpath, "--name", "jobs")[1]
+    code, out, _ = run(capsys, "stats", qpath, "--json")
+    assert [q["paused"] for q in json.loads(out)["queues"]] == [True]
+    code, out, _ = run(capsys, "peek", qpath, "--name", "jobs", "--json")
+    assert [i["queue_paused"] for i in json.loads(out)] == [True, True]
+    code, out, _ = run(capsys, "groups", qpath, "--name", "jobs", "--json")
+    assert [g["queue_paused"] for g in json.loads(out)] == [True]
+    shown = io.StringIO()
+    run_top(qpath, "jobs", True, 1, 0.0, out=shown)
+    assert json.loads(shown.getvalue())["queues"][0]["paused"] is True
+    shown = io.StringIO()
+    run_top(qpath, "jobs", False, 1, 0.0, out=shown)
+    assert "queue 'jobs' (fifo): PAUSED" in shown.getvalue()

@@ -5,6 +5,7 @@ import tempfile
 
 import ackqueue
 from ackqueue.cli.commands import main
+from ackqueue.cli.common import Progress
 
 
 def bench(capsys, *argv):
@@ -81,3 +82,19 @@ def test_bench_json_gives_the_figures_as_json_numbers_and_progress_on_stderr(tmp
                                           "get_to_ack_p50", "get_to_ack_p99"}
     assert figures["machine"][0].startswith("machine: ")
     assert "draining with 2 threads: 200/200" in err
+
+
+def test_bench_says_what_it_will_run_and_its_progress_says_the_time_left(tmp_path, capsys):
+    code, out, err = bench(capsys, tmp_path / "bench.fs", "-n", 300, "--threads", 2,
+                           "--latency-n", 20)
+    assert code == 0, err
+    assert "runs: fill 300, drain 300, then latency on 20 items" in out and "-n for a" in out
+    now = [0.0]
+    lines: list[str] = []
+    progress = Progress("filling", clock=lambda: now[0], out=lines.append, rate=True)
+    now[0] = 2.0
+    progress(250, 1000)  # 125/s: 750 more take 6 s
+    now[0] = 10.0
+    progress(1000, 1000, final=True)
+    assert lines == ["  filling: 250/1,000 (125/s, about 6.0 s left)",
+                     "  filling: 1,000/1,000 (100/s)"]

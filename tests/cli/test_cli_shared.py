@@ -7,6 +7,7 @@ even after that process was killed.
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
 from ackqueue.cli import commands as cli
+from ackqueue.cli.top import run_top
 
 
 def stats(capsys, target: str, *extra: str) -> dict:
@@ -81,6 +83,41 @@ def test_stats_of_a_shared_file_shows_the_holds_of_a_killed_process(qpath, capsy
     assert (session["id"], session["pid"], session["held"]) == (sid, child.pid, 1)
 
 
+def test_stats_of_a_shared_file_names_its_server_and_a_killed_sessions_process_as_gone(
+    qpath, capsys
+):
+    """The file's lock is held by the private server, not by a user's process; a session whose
+    pid on this host runs no more is said to be gone before its 60 s lease lapses."""
+    child = spawn_child(HOLD_AND_WAIT, qpath)
+    try:
+        assert child.stdout is not None
+        sid = child.stdout.readline().strip()
+        assert sid, "the child did not take its hold"
+        report = stats(capsys, qpath)
+        [session] = report["sessions"]
+        assert report["live_pid_is_shared_server"] and report["live_pid"] != child.pid
+        assert (session["pid"], session["process_gone"], session["lapsed"]) == (
+            child.pid, False, False)
+        assert cli.main(["stats", qpath]) == 0
+        text = capsys.readouterr().out
+        assert f"served by ackqueue's shared server (process {report['live_pid']})" in text
+        assert "open in process" not in text and f"pid {child.pid}): live," in text
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    report = stats(capsys, qpath)
+    [session] = report["sessions"]
+    assert (session["pid"], session["process_gone"], session["lapsed"]) == (
+        child.pid, True, False)
+    assert cli.main(["stats", qpath]) == 0
+    text = capsys.readouterr().out
+    assert f"pid {child.pid}): GONE (process {child.pid} is no longer running" in text
+    shown = io.StringIO()
+    run_top(qpath, None, False, 1, 0.0, out=shown)
+    assert "served by ackqueue's shared server" in shown.getvalue()
+    assert f"pid {child.pid}): GONE" in shown.getvalue()
+
+
 
 def test_changing_commands_work_on_a_file_processes_share(tmp_path):
     """requeue, pause, resume, purge and pack on a file that another process has open with
@@ -112,3 +149,16 @@ def test_changing_commands_work_on_a_file_processes_share(tmp_path):
         command("purge", "--dead", "--yes")
         wait_until(lambda: q.dead_count() == 0, 10, "the purge to reach this process")
         wait_until(lambda: q.qsize() == 4 and not q.paused, 10, "4 ready, not paused")
+
+
+def test_drop_on_a_file_processes_share_says_what_to_stop_and_what_to_type(tmp_path, capsys):
+    path = str(tmp_path / "jobs.fs")
+    with ackqueue.AckQueue(path, name="old") as q:
+        q.put("x")
+    with ackqueue.AckQueue(path, name="jobs", shared=True):
+        assert cli.main(["drop", path, "--name", "old", "--yes"]) == 1
+        err = capsys.readouterr().err
+        assert "is in use by processes that share it" in err
+        assert f"then run: ackqueue drop {path} --name old --yes" in err
+    with ackqueue.AckQueue(path, name="old", shared=True) as q:
+        assert q.qsize() == 1  # nothing dropped

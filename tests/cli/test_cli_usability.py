@@ -115,11 +115,14 @@ def test_drop_deletes_one_named_queue_after_yes_and_keeps_the_others(qpath, caps
         cli.main(["drop", qpath, "--yes"])
 
 
-def test_drop_refuses_a_file_a_live_process_has_open(qpath, capsys):
+def test_drop_refuses_a_file_a_live_process_has_open_saying_what_to_type(qpath, capsys):
     fill(qpath, range(1), name="other")
     with ackqueue.AckQueue(qpath, name="jobs"):
         code, _, err = run(capsys, "drop", qpath, "--name", "other", "--yes")
-    assert code == 1 and "is open in another process" in err
+    assert code == 1 and f"is open in process {os.getpid()}" in err
+    assert f"Stop process {os.getpid()}, then run: ackqueue drop {qpath} --name other --yes" in err
+    with ackqueue.AckQueue(qpath, name="other") as q:
+        assert q.qsize() == 1  # nothing dropped
 
 
 def test_stats_on_an_unreachable_zeo_server_fails_fast_naming_it(capsys):
@@ -159,3 +162,47 @@ def test_pack_progress_reports_the_growing_pack_file(tmp_path):
 
     changing._with_file_progress(work, str(growing), 5000, progress)
     assert (1234, 5000) in reported
+
+
+def test_peek_shows_the_users_key_group_and_due_time_not_the_internal_position(qpath, capsys):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put({"url": "u1"}, key="u1", group="example.org")
+        q.put("later", delay=600)
+        q.put("plain")
+    code, out, _ = run(capsys, "peek", qpath, "--json")
+    assert code == 0
+    first, later, plain = json.loads(out)
+    assert (first["key"], first["group"], first["due_in"]) == ("u1", "example.org", None)
+    assert (later["key"], later["group"], later["state"]) == (None, None, "delayed")
+    assert 590 < later["due_in"] <= 600
+    assert [i["position"] for i in (first, later, plain)] == ["0", "1", "2"]
+    code, out, _ = run(capsys, "peek", qpath)
+    assert "[ready, key 'u1', group 'example.org', put " in out
+    assert "'later'  [delayed, due in 10.0 min, put " in out or "due in 9.9 min" in out
+
+
+def test_peek_json_cuts_a_huge_item_short_and_says_so_unless_whole(qpath, capsys):
+    huge = "x" * 1_000_000
+    with ackqueue.AckQueue(qpath) as q:
+        q.put(huge)
+        q.put("small")
+    code, out, _ = run(capsys, "peek", qpath, "--json")
+    assert code == 0 and len(out) < 20_000
+    big, small = json.loads(out)
+    assert big["item_truncated"] and big["item_is_repr"] and big["item"].endswith("...")
+    assert big["size"] > 1_000_000
+    assert small["item"] == "small" and not small["item_truncated"]
+    code, out, _ = run(capsys, "peek", qpath)
+    assert "--whole shows them whole" in out
+    code, out, _ = run(capsys, "peek", qpath, "--json", "--whole")
+    assert json.loads(out)[0]["item"] == huge and not json.loads(out)[0]["item_truncated"]
+
+
+def test_pack_and_drop_help_say_what_their_options_mean(capsys):
+    for command, says in (("pack", ["a pack is file-wide", "zeopack"]),
+                          ("drop", ["the queue to delete", "no default", "not a storage URI"])):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(s in text for s in says), text
+        assert "(default: 'default'" not in text

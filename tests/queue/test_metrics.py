@@ -62,16 +62,66 @@ def test_metrics_of_a_closed_queue_is_an_error(qpath):
         q.metrics()
 
 
-def test_prometheus_collector_exposes_items_and_operations(qpath):
+def test_prometheus_collector_follows_prometheus_conventions(qpath):
+    """Counters end in _total, one metric per meaning with queue/state/outcome labels, ages
+    are gauges in seconds, the ack latency a histogram in seconds; each metric has help."""
     prometheus_client = pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
     registry = prometheus_client.CollectorRegistry()
-    with ackqueue.AckQueue(qpath, name="jobs") as q:
+    with ackqueue.AckQueue(qpath, name="jobs", max_attempts=5) as q:
         registry.register(ackqueue.PrometheusCollector(q))
-        q.put_many([1, 2, 3])
+        q.put_many([1, 2, 3, 4, 5])
+        assert q.get() == 1
         with q.connect() as c:
             c.ack(c.get())
+            c.nack(c.get())
+            c.reject(c.get(), reason="bad")
+            held = c.get()
+            q.pause()
             text = prometheus_client.generate_latest(registry).decode()
-            assert 'ackqueue_items{queue="jobs",state="ready"} 2.0' in text
-            assert 'ackqueue_items{queue="jobs",state="held"} 0.0' in text
-            assert 'ackqueue_operations_total{op="acks",queue="jobs"} 1.0' in text
-            assert "ackqueue_ack_latency_seconds" in text
+            c.ack(held)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) == {
+        "ackqueue_items", "ackqueue_paused", "ackqueue_puts", "ackqueue_gets",
+        "ackqueue_settled", "ackqueue_next_ready_age_seconds",
+        "ackqueue_oldest_held_age_seconds", "ackqueue_ack_latency_seconds",
+    }
+    kinds = {name: f.type for name, f in families.items()}
+    assert kinds["ackqueue_puts"] == kinds["ackqueue_gets"] == kinds["ackqueue_settled"] == (
+        "counter")
+    assert kinds["ackqueue_ack_latency_seconds"] == "histogram"
+    assert all(kinds[n] == "gauge" for n in families if n.endswith("_age_seconds"))
+    assert all(f.documentation for f in families.values())
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in families.values() for s in f.samples}
+    jobs = (("queue", "jobs"),)
+    assert samples[("ackqueue_items", (("queue", "jobs"), ("state", "held")))] == 1
+    assert samples[("ackqueue_items", (("queue", "jobs"), ("state", "dead")))] == 1
+    assert samples[("ackqueue_paused", jobs)] == 1
+    assert samples[("ackqueue_puts_total", jobs)] == 5
+    assert samples[("ackqueue_gets_total", jobs)] == 1
+    for outcome in ("acked", "nacked", "dead_lettered"):
+        assert samples[("ackqueue_settled_total", (("outcome", outcome), ("queue", "jobs")))] == 1
+    assert samples[("ackqueue_oldest_held_age_seconds", jobs)] >= 0
+    assert samples[("ackqueue_next_ready_age_seconds", jobs)] >= 0
+    assert samples[("ackqueue_ack_latency_seconds_count", jobs)] == 1
+    assert samples[("ackqueue_ack_latency_seconds_bucket", (("le", "+Inf"), ("queue", "jobs")))
+                   ] == 1
+    assert samples[("ackqueue_ack_latency_seconds_sum", jobs)] >= 0
+    assert not any("quantile" in dict(labels) or "op" in dict(labels) for _, labels in samples)
+
+
+def test_ack_latency_histogram_counts_every_ack_in_its_bucket(qpath):
+    clock = ackqueue.ManualClock(1_000_000.0)
+    with ackqueue.AckQueue(qpath, clock=clock) as q:
+        q.put_many(range(3))
+        with q.connect() as c:
+            for _ in range(3):
+                c.ack(c.get())
+        m = q.metrics()
+    buckets = dict(m.ack_latency_buckets)
+    assert buckets[float("inf")] == 3 == m.acks
+    counts = [count for _, count in m.ack_latency_buckets]
+    assert counts == sorted(counts)  # cumulative
+    assert buckets[60.0] == 3 and 0 <= m.ack_latency_sum < 60

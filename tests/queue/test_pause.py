@@ -70,3 +70,21 @@ def test_a_pause_in_one_process_stops_deliveries_in_another(zeo_server: ZEOServe
             assert there.get(timeout=10) == "job"
     finally:
         db.close()
+
+
+def test_a_paused_queue_says_so_in_its_metrics_and_once_in_the_log_when_opened(qpath, caplog):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("job")
+        assert not q.metrics().paused
+        q.pause()
+        assert q.metrics().paused and q.metrics().as_dict()["paused"]
+    with caplog.at_level("WARNING", logger="ackqueue"):
+        with ackqueue.AckQueue(qpath) as q:
+            assert q.metrics().paused
+            q.resume()
+            assert not q.metrics().paused
+        with ackqueue.AckQueue(qpath):
+            pass  # resumed: nothing more to say
+    said = [r.getMessage() for r in caplog.records if "paused" in r.getMessage()]
+    assert len(said) == 1
+    assert "'default' opened paused" in said[0] and "ackqueue resume" in said[0]
