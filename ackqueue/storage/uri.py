@@ -32,15 +32,31 @@ def is_uri(path: Any) -> bool:
 
 
 def as_path(path: Any) -> Any:
-    """A ``file://`` URI as the path it names; anything else unchanged."""
-    if is_uri(path) and path.startswith("file://"):
+    """The file path (or storage URI) ``path`` names, as a str: a ``file://`` URI as its path,
+    ``~`` expanded as a shell would, bytes (and ``os.PathLike`` of bytes) decoded as ``open()``
+    does (``os.fsdecode``); None unchanged. Anything else is a ``TypeError`` saying what to
+    give, and an empty path a ``ValueError``."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"path must be a file path (str or os.PathLike), a storage URI, or None for a "
+            f"queue in memory; not {type(path).__name__} {path!r}"
+        )
+    path = os.fsdecode(path)
+    if not path:
+        raise ValueError("path must not be empty: a file path, a storage URI, or None for a "
+                         "queue in memory")
+    if is_uri(path):
+        if not path.startswith("file://"):
+            return path
         parts = urlsplit(path)
         if parts.query:
             raise StorageError(
                 f"{path}: ackqueue opens file:// storages itself; query options are not supported"
             )
-        return unquote(parts.netloc + parts.path)
-    return os.fspath(path) if path is not None else None
+        path = unquote(parts.netloc + parts.path)
+    return os.path.expanduser(path)
 
 
 def open_db(uri: str) -> ZODB.DB:
