@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import ZODB
+from ZODB.POSException import ReadOnlyError
 
 from ackqueue.cli.reports import (
     DeadItem,
@@ -101,6 +102,11 @@ class QueueFile:
                 raise StorageError(f"no such queue file: {path}")
             if os.path.isdir(path):
                 raise StorageError(f"{path} is a directory, not a queue file")
+            if os.path.getsize(path) == 0:
+                raise NotAQueueFileError(
+                    f"{path} is empty (0 bytes), not a queue file: no queue was ever stored in "
+                    "it (AckQueue(path) would start a new one there)"
+                )
             self.path = os.path.realpath(path)
             self.live_pid = live_owner(self.path)
             self._status = self._fresh_status()
@@ -111,7 +117,14 @@ class QueueFile:
             self.live_pid = None
             self._status = None
         try:
-            self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+            try:
+                self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+            except ReadOnlyError:
+                # Read-only, ZODB cannot add the root a storage that never committed lacks.
+                raise NotAQueueFileError(
+                    f"{path} is a ZODB storage that was never written to: no queue is stored "
+                    "in it"
+                ) from None
             self._storage = self._db.storage
             self._conn = self._db.open()
             root = self._conn.root()
