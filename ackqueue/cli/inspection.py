@@ -16,11 +16,9 @@ import ast
 import fcntl
 import os
 import random
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import ZODB
 from ZODB.POSException import ReadOnlyError
@@ -41,32 +39,20 @@ from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.files import open_file_storage
-from ackqueue.storage.uri import as_path, is_uri, open_db, shown
+from ackqueue.storage.uri import as_path, is_uri, open_db, shown, zeo_address, zeo_unreachable
 
 Progress = Callable[[int, int], None]
 
 # Bounds that keep `stats` quick on a queue of millions (see QueueFile.stats and live_size).
 OLDEST_SCAN = 20_000
 LIVE_SAMPLE = 20_000
-CONNECT_TIMEOUT = 3.0  # seconds to reach a ZEO server before saying it is not there
-
-
-def reachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """Fail at once, naming the address, if the ZEO server ``uri`` names accepts no connection.
-
-    ZEO's client would otherwise wait 30 seconds in silence before giving up; a TCP connect
-    answers in milliseconds (refused) or ``timeout`` seconds (nobody there)."""
-    parts = urlsplit(uri)
-    if parts.scheme != "zeo" or not parts.hostname or parts.port is None:
-        return  # a unix socket, or not a ZEO URI: the storage's own opening reports it
-    try:
-        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
-            pass
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__  # socket.timeout has no strerror
-        raise StorageError(
-            f"cannot reach the ZEO server at {parts.hostname}:{parts.port}: {why}"
-        ) from None
+def reachable(uri: str) -> None:
+    """Fail at once, naming the address, if the ZEO server ``uri`` names accepts no connection
+    (ZEO's client would wait for one: a command answers now)."""
+    why = zeo_unreachable(uri)
+    address = zeo_address(uri)
+    if why is not None and address is not None:
+        raise StorageError(f"cannot reach the ZEO server at {address[0]}:{address[1]}: {why}")
 
 
 def live_owner(path: str) -> int | None:

@@ -9,18 +9,27 @@ PostgreSQL, with the defaults and error messages of ``postgres.py``.
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import ZODB
 from ZODB.POSException import ConflictError
 
 from ackqueue.errors import StorageError
 from ackqueue.storage import postgres
+from ackqueue.storage.failures import connection_lost
+
+log = logging.getLogger("ackqueue")
 
 OPEN_RETRIES = 5
+# How long ZEO's client waits for its server at open unless the URI's ``?wait_timeout=`` says
+# (ZEO's own default), and how long a TCP connect may take before the server counts as absent.
+ZEO_WAIT = 30.0
+CONNECT_TIMEOUT = 3.0
 
 
 shown = postgres.shown  # a URI as messages print it: its password, if any, as ***
@@ -72,9 +81,18 @@ def open_db(uri: str) -> ZODB.DB:
         ) from None
     resolved = postgres.for_zodburi(uri) if on_postgresql else uri
 
+    zeo_wait = announce_zeo_wait(uri)
+
     def failed(exc: BaseException) -> StorageError:
         if on_postgresql:
             return postgres.open_error(uri, exc)
+        if zeo_wait is not None and connection_lost(exc):
+            host, port = zeo_address(uri) or ("?", 0)
+            return StorageError(
+                f"cannot reach the ZEO server at {host}:{port}: none answered within "
+                f"{zeo_wait:g} s (is it running? ?wait_timeout=SECONDS in the URI sets how long "
+                f"to wait)"
+            )
         return StorageError(f"cannot open storage {postgres.shown(uri)}: {exc!r}")
 
     try:
@@ -91,6 +109,52 @@ def open_db(uri: str) -> ZODB.DB:
             raise failed(exc) from exc
 
     return db_on(opened, **dbkw)
+
+
+def zeo_address(uri: str) -> tuple[str, int] | None:
+    """The host and port of a ``zeo://host:port`` URI; None for anything else (a unix socket
+    included)."""
+    parts = urlsplit(uri)
+    if parts.scheme != "zeo" or not parts.hostname or parts.port is None:
+        return None
+    return parts.hostname, parts.port
+
+
+def zeo_unreachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why nothing accepts a TCP connection at the ZEO server ``uri`` names (refused at once,
+    or no answer within ``timeout`` seconds), or None if something does (or ``uri`` names no
+    TCP address)."""
+    address = zeo_address(uri)
+    if address is None:
+        return None
+    try:
+        with socket.create_connection(address, timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__  # socket.timeout has no strerror
+
+
+def announce_zeo_wait(uri: str) -> float | None:
+    """For a ``zeo://host:port`` URI, the seconds ZEO's client will wait for its server; if
+    nothing answers there now, say so at once, with how long it waits and how to change that
+    (ZEO waits in silence, for a server that may be starting). None for other URIs."""
+    address = zeo_address(uri)
+    if address is None:
+        return None
+    query = parse_qs(urlsplit(uri).query)
+    try:
+        wait = float(query.get("wait_timeout", [""])[0] or 0) or ZEO_WAIT  # ZEO: 0 is 30
+    except ValueError:
+        return None  # zodburi refuses the URI, saying why
+    if query.get("wait", ["1"])[0].strip().lower() in ("0", "false", "no", "off"):
+        return wait  # ZEO does not wait: its own error comes at once
+    why = zeo_unreachable(uri, min(CONNECT_TIMEOUT, wait))
+    if why is not None:
+        log.warning(
+            "no ZEO server answers at %s:%d yet (%s); waiting up to %g s for one to start "
+            "(?wait_timeout=SECONDS in the URI sets how long)", *address, why, wait,
+        )
+    return wait
 
 
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:
