@@ -315,8 +315,8 @@ def connect(path: str, durability: str = "strict") -> ZODB.DB:
         storage_class = _client_storage_class()
     except ImportError:
         raise StorageError(
-            f"opening {path} with shared=True needs ZEO: pip install '.[zeo]' in a checkout "
-            "of ackqueue"
+            f"opening {path} with shared=True needs ZEO, which ackqueue requires: this "
+            "environment lacks it (pip install ZEO)"
         ) from None
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):

@@ -2,7 +2,7 @@
 
 ``AckQueue("zeo://127.0.0.1:8100")`` shares one queue database between processes through a ZEO
 server. ``file://`` is the same as giving the path (and shares its one-opener-per-file
-registry); every other scheme is handed to ``zodburi`` (installed with the ``[zeo]`` extra), so
+registry); every other scheme is handed to ``zodburi`` (a requirement, as ZEO is), so
 any storage it knows opens the same way. ``postgresql://`` (and ``postgres://``) is RelStorage on
 PostgreSQL, with the defaults and error messages of ``postgres.py``.
 """
@@ -74,10 +74,12 @@ def open_db(uri: str) -> ZODB.DB:
     try:
         import zodburi
     except ImportError:
-        extra = "postgresql" if on_postgresql else "zeo"
+        install = ("pip install zodburi relstorage psycopg2-binary, or pip install "
+                   "'.[postgresql]' in a checkout of ackqueue" if on_postgresql
+                   else "pip install zodburi")
         raise StorageError(
-            f"opening {postgres.shown(uri)} needs the zodburi package: "
-            f"pip install '.[{extra}]' in a checkout of ackqueue"
+            f"opening {postgres.shown(uri)} needs the zodburi package, which ackqueue requires: "
+            f"this environment lacks it ({install})"
         ) from None
     resolved = postgres.for_zodburi(uri) if on_postgresql else uri
 
