@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO_ROOT, child_env
 
 EXAMPLES = os.path.join(REPO_ROOT, "examples")
@@ -91,3 +92,26 @@ def test_a_shared_worker_stopped_by_ctrl_c_says_so_in_its_exit_status(tmp_path):
             worker.kill()
     assert worker.returncode == 130, out + err
     assert out.endswith("did 0 jobs; interrupted\n")
+
+
+ALL_EXAMPLES = sorted(name for name in os.listdir(EXAMPLES) if name.endswith(".py"))
+
+
+def test_every_example_is_here():
+    assert len(ALL_EXAMPLES) >= 9 and "process_pool.py" in ALL_EXAMPLES, ALL_EXAMPLES
+
+
+@pytest.mark.parametrize("name", ALL_EXAMPLES)
+def test_help_says_how_to_run_an_example_and_leaves_nothing_behind(tmp_path, name):
+    # ``process_pool.py --help`` once took ``--help`` for its file: it ran the whole example
+    # and left ``--help.fs`` and a server behind.
+    helped = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), "--help"],
+                            cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+                            timeout=60)
+    assert helped.returncode == 0, helped.stdout + helped.stderr
+    assert helped.stdout.startswith(f"usage: {name}"), helped.stdout
+    wrong = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), "q", "--no-such-option"],
+                           cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+                           timeout=60)
+    assert wrong.returncode == 2 and "unrecognized arguments: --no-such-option" in wrong.stderr
+    assert os.listdir(tmp_path) == []
