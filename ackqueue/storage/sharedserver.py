@@ -150,13 +150,50 @@ def listening(sock: str) -> bool:
 
 @contextlib.contextmanager
 def _flocked(lock_path: str) -> Iterator[int]:
+    """Hold ``lock_path`` (in a private directory) exclusively. A stopping server removes its
+    directory, lock files included (:func:`remove_private_dir`): a lock taken on a file that is
+    no longer the one at the path is taken again, on the file there now."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            make_private_dir(os.path.dirname(lock_path))  # removed by a server that stopped
+            continue
+        except OSError as exc:
+            raise StorageError(f"cannot open {lock_path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                    break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise StorageError(f"cannot open {lock_path}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
+    finally:
+        os.close(fd)
+
+
+def remove_private_dir(directory: str) -> None:
+    """Remove a stopped server's directory (its socket is gone, its storage closed), so that
+    nothing but the queue file and its index and lock stays beside the file; unless a process
+    is starting a server in it right now (it holds ``start.lock``), which then uses it."""
+    try:
+        fd = os.open(os.path.join(directory, START_LOCK), os.O_RDWR)
+    except OSError:
+        return  # not ours to tidy (gone already, or never made by a starter)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # a starter is using it: its new server needs it
+        for name in (SOCKET, SERVER_LOG, SERVER_LOCK, START_LOCK):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+        with contextlib.suppress(OSError):  # not empty: something else of someone's is there
+            os.rmdir(directory)
     finally:
         os.close(fd)
 

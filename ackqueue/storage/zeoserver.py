@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.errors import QueueLockedError, StorageError
+from ackqueue.storage import leftovers
 from ackqueue.storage.files import open_file_storage
 from ackqueue.storage.sharedserver import (
     EXIT_FILE_LOCKED,
@@ -37,6 +38,7 @@ from ackqueue.storage.sharedserver import (
     SERVER_LOCK,
     SOCKET,
     listening,
+    remove_private_dir,
 )
 
 log = logging.getLogger("ackqueue")
@@ -146,6 +148,14 @@ def serve(path: str, directory: str, idle: float, durability: str) -> int:
         else:
             storage.close()
         log.info("stopped serving %s", path)
+        if mine is not None:  # it served; a server that failed to start leaves its log
+            # Beside the file stays what a queue in one process leaves once closed: the file,
+            # its index and its lock. A new server opens the file only once this one has
+            # exited (it waits for server.lock) or in a directory made anew after this
+            # removal: neither finds its scratch file removed.
+            leftovers.remove_commit_scratch(path)
+            logging.shutdown()  # the log file goes with the directory
+            remove_private_dir(directory)
     return 0
 
 
