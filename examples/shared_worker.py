@@ -12,6 +12,7 @@ shell reports it), so a script can tell a finished run from a stopped one.
 
 import argparse
 import os
+import signal
 import sys
 
 import ackqueue
@@ -35,10 +36,16 @@ try:
                 job = c.get(timeout=2 if until_empty else None)
             except ackqueue.Empty:
                 break
-            with c.transaction():  # both or neither
-                results.put({"n": job["n"], "square": job["n"] ** 2, "by": os.getpid()})
-                c.ack(job)
-            done += 1
+            # A Ctrl-C waits until the job is settled and counted (it comes right after): else
+            # one landing between the commit and the count leaves the count one short.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                with c.transaction():  # both or neither
+                    results.put({"n": job["n"], "square": job["n"] ** 2, "by": os.getpid()})
+                    c.ack(job)
+                done += 1
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 except KeyboardInterrupt:  # what this worker held goes back to the queue on close
     interrupted = True
 finally:
