@@ -10,6 +10,7 @@ and squares them, and none of the first five again.
 
 import argparse
 import os
+import sys
 import threading
 
 import ackqueue
@@ -35,6 +36,9 @@ def consumer():
         results.append(item * item)
         q.task_done()
         if len(results) == args.crash_after:
+            print(f"crashing on purpose after squaring {len(results)} numbers (--crash-after), "
+                  "as kill -9 would: run again without it to finish the rest", file=sys.stderr,
+                  flush=True)
             os._exit(1)  # no cleanup at all: what is on disk is all the next run gets
 
 

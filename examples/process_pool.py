@@ -9,6 +9,7 @@ It puts 200 "pages" (stand-ins for downloaded HTML), parses them in the pool unt
 is empty, and says how many were parsed. Ctrl-C stops it gracefully (a second one at once).
 """
 
+import argparse
 import hashlib
 import sys
 
@@ -24,8 +25,11 @@ def parse(page):
 
 
 if __name__ == "__main__":  # worker processes import this file: only the parent runs this
-    path = sys.argv[1] if len(sys.argv) > 1 else "pages.fs"
-    processes = int(sys.argv[sys.argv.index("--processes") + 1]) if "--processes" in sys.argv else 2
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("path", nargs="?", default="pages.fs", help="the queue file")
+    parser.add_argument("--processes", type=int, default=2, help="worker processes (2)")
+    args = parser.parse_args()
+    path, processes = args.path, args.processes
     with ackqueue.AckQueue(path, name="pages", shared=True) as pages:
         pages.put_many([{"url": f"https://example.org/{n}", "html": f"<p>page {n}</p>"}
                         for n in range(200)])

@@ -7,13 +7,16 @@ can be read, requeued or purged (``ackqueue dead PATH``), instead of looping for
     python examples/retry_with_backoff.py /tmp/retry.fs
 """
 
+import argparse
 import logging
 import sys
 import threading
 
 import ackqueue
 
-path = sys.argv[1] if len(sys.argv) > 1 else "retry.fs"
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("path", nargs="?", default="retry.fs", help="the queue file")
+path = parser.parse_args().path
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 q = ackqueue.AckQueue(path, max_attempts=4)
 jobs = ["ok-1", "flaky-1", "ok-2", "flaky-2", "ok-3", "poison"]

@@ -9,12 +9,15 @@ small server for it (a process of its own, reachable only by you), the others fi
 stops by itself once nobody uses the file.
 """
 
-import sys
+import argparse
 
 import ackqueue
 
-path = sys.argv[1] if len(sys.argv) > 1 else "jobs.fs"
-count = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("path", nargs="?", default="jobs.fs", help="the queue file")
+parser.add_argument("count", nargs="?", type=int, default=100, help="how many jobs (100)")
+args = parser.parse_args()
+path, count = args.path, args.count
 
 with ackqueue.AckQueue(path, name="jobs", shared=True) as jobs:
     jobs.put_many([{"n": n} for n in range(count)])

@@ -4,12 +4,14 @@
     python3 examples/shared_results.py jobs.fs
 """
 
+import argparse
 import collections
-import sys
 
 import ackqueue
 
-path = sys.argv[1] if len(sys.argv) > 1 else "jobs.fs"
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("path", nargs="?", default="jobs.fs", help="the queue file")
+path = parser.parse_args().path
 
 by_worker: collections.Counter[int] = collections.Counter()
 squares = 0

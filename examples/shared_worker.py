@@ -10,13 +10,19 @@ until Ctrl-C. Its exit status says which: 0 when it ran out of jobs, 130 after C
 shell reports it), so a script can tell a finished run from a stopped one.
 """
 
+import argparse
 import os
+import signal
 import sys
 
 import ackqueue
 
-path = sys.argv[1] if len(sys.argv) > 1 else "jobs.fs"
-until_empty = "--until-empty" in sys.argv
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("path", nargs="?", default="jobs.fs", help="the queue file")
+parser.add_argument("--until-empty", action="store_true",
+                    help="stop once no job came for 2 seconds (else wait until Ctrl-C)")
+args = parser.parse_args()
+path, until_empty = args.path, args.until_empty
 
 jobs = ackqueue.AckQueue(path, name="jobs", shared=True, session_timeout=5)
 results = ackqueue.AckQueue(path, name="results", shared=True, session_timeout=5)
@@ -30,10 +36,16 @@ try:
                 job = c.get(timeout=2 if until_empty else None)
             except ackqueue.Empty:
                 break
-            with c.transaction():  # both or neither
-                results.put({"n": job["n"], "square": job["n"] ** 2, "by": os.getpid()})
-                c.ack(job)
-            done += 1
+            # A Ctrl-C waits until the job is settled and counted (it comes right after): else
+            # one landing between the commit and the count leaves the count one short.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                with c.transaction():  # both or neither
+                    results.put({"n": job["n"], "square": job["n"] ** 2, "by": os.getpid()})
+                    c.ack(job)
+                done += 1
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 except KeyboardInterrupt:  # what this worker held goes back to the queue on close
     interrupted = True
 finally:

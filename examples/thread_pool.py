@@ -7,12 +7,15 @@ batches). A handler that raises is retried with backoff; here one goes further a
 worker thread while it holds job 42: the job goes back to the queue and another worker does it.
 """
 
+import argparse
 import sys
 import threading
 
 import ackqueue
 
-path = sys.argv[1] if len(sys.argv) > 1 else "pool.fs"
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("path", nargs="?", default="pool.fs", help="the queue file")
+path = parser.parse_args().path
 q = ackqueue.AckQueue(path)
 for n in range(100):
     q.put({"job": n})

@@ -28,7 +28,7 @@ from ackqueue.aio.feeders import FEEDERS, SETTLERS, Feeder
 from ackqueue.aio.queues import AsyncAckQueue
 from ackqueue.aio.signals import handle_stop_signals
 from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
-from ackqueue.workers.options import check_pool_options, default_prefetch
+from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
 
 log = logging.getLogger("ackqueue")
@@ -66,11 +66,13 @@ class AsyncWorkerPool:
         poll: float = 0.2,
         prefetch: int | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("a pool needs a concurrency of at least 1")
+        if not isinstance(queue, AsyncAckQueue):
+            raise TypeError(f"queue must be an open AsyncAckQueue, not {queue!r}: "
+                            "AsyncWorkerPool(AsyncAckQueue(path), handler)")
+        if not callable(handler):
+            raise TypeError(f"handler must be an async function taking one item, not {handler!r}")
+        check_pool_arguments(handler, "concurrency", concurrency, "task", retry)
         check_pool_options(prefetch, stop_timeout, poll, log_interval)
-        if not asyncio.iscoroutinefunction(handler) and not callable(handler):
-            raise TypeError("handler must be an async function taking one item")
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency

@@ -20,9 +20,9 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import ZODB
+from ZODB.POSException import ReadOnlyError
 
 from ackqueue.cli.reports import (
     DeadItem,
@@ -44,31 +44,20 @@ from ackqueue.storage.engine import as_path, is_uri, shown
 from ackqueue.storage.filestorage import open_file_storage
 from ackqueue.storage.keys import shown_key
 from ackqueue.storage.store import open_db
+from ackqueue.storage.zeo import zeo_address, zeo_unreachable
 
 Progress = Callable[[int, int], None]
 
 # Bounds that keep `stats` quick on a queue of millions (see QueueFile.stats and live_size).
 OLDEST_SCAN = 20_000
 LIVE_SAMPLE = 20_000
-CONNECT_TIMEOUT = 3.0  # seconds to reach a ZEO server before saying it is not there
-
-
-def reachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """Fail at once, naming the address, if the ZEO server ``uri`` names accepts no connection.
-
-    ZEO's client would otherwise wait 30 seconds in silence before giving up; a TCP connect
-    answers in milliseconds (refused) or ``timeout`` seconds (nobody there)."""
-    parts = urlsplit(uri)
-    if parts.scheme != "zeo" or not parts.hostname or parts.port is None:
-        return  # a unix socket, or not a ZEO URI: the storage's own opening reports it
-    try:
-        with socket.create_connection((parts.hostname, parts.port), timeout=timeout):
-            pass
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__  # socket.timeout has no strerror
-        raise StorageError(
-            f"cannot reach the ZEO server at {parts.hostname}:{parts.port}: {why}"
-        ) from None
+def reachable(uri: str) -> None:
+    """Fail at once, naming the address, if the ZEO server ``uri`` names accepts no connection
+    (ZEO's client would wait for one: a command answers now)."""
+    why = zeo_unreachable(uri)
+    address = zeo_address(uri)
+    if why is not None and address is not None:
+        raise StorageError(f"cannot reach the ZEO server at {address[0]}:{address[1]}: {why}")
 
 
 def live_owner(path: str) -> int | None:
@@ -123,6 +112,11 @@ class QueueFile:
                 raise StorageError(f"no such queue file: {path}")
             if os.path.isdir(path):
                 raise StorageError(f"{path} is a directory, not a queue file")
+            if os.path.getsize(path) == 0:
+                raise NotAQueueFileError(
+                    f"{path} is empty (0 bytes), not a queue file: no queue was ever stored in "
+                    "it (AckQueue(path) would start a new one there)"
+                )
             self.path = os.path.realpath(path)
             self.live_pid = live_owner(self.path)
             # A live owner with a server listening for the file is that server: the processes
@@ -137,7 +131,14 @@ class QueueFile:
             self.served = False
             self._status = None
         try:
-            self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+            try:
+                self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+            except ReadOnlyError:
+                # Read-only, ZODB cannot add the root a storage that never committed lacks.
+                raise NotAQueueFileError(
+                    f"{path} is a ZODB storage that was never written to: no queue is stored "
+                    "in it"
+                ) from None
             self._storage = self._db.storage
             self._conn = self._db.open()
             root = self._conn.root()

@@ -1,7 +1,7 @@
 """A queue's live figures (:meth:`AckQueue.metrics`), and a Prometheus collector for them.
 
-``prometheus_client`` is optional (``pip install '.[metrics]'``): the collector imports it only
-when it is asked to collect.
+``prometheus_client`` is optional (``pip install prometheus_client``, or ackqueue's ``[metrics]``
+extra): a collector made without it fails at once, saying so, not when Prometheus first scrapes.
 """
 
 from __future__ import annotations
@@ -144,6 +144,13 @@ class PrometheusCollector:
     """
 
     def __init__(self, *queues: Measured) -> None:
+        try:
+            import prometheus_client  # noqa: F401 - what collect() needs, checked here
+        except ImportError:
+            raise ImportError(
+                "PrometheusCollector needs the prometheus_client package: "
+                "pip install prometheus_client (or install ackqueue with its [metrics] extra)"
+            ) from None
         self._queues = queues
 
     def collect(self) -> Iterator[Any]:

@@ -112,19 +112,57 @@ class Parts:
     dead: DeadLetters
 
 
+def check_arguments(
+    path: object, maxsize: object, name: object, db: object, shared: object, autopack: object,
+    clock: object,
+) -> None:
+    """A clear error for a constructor argument of the wrong kind, before anything is opened
+    (a ``TypeError`` for the wrong type, a ``ValueError`` for a wrong value of the right one);
+    the path is checked and converted where the storage opens it (``storage/engine.py``)."""
+    if isinstance(maxsize, bool) or not isinstance(maxsize, int):
+        hint = (f"; a queue's name is given by keyword: name={maxsize!r}"
+                if isinstance(maxsize, str) and not maxsize.strip().isdigit() else "")
+        raise TypeError(f"maxsize must be an int (0 for no limit), not {maxsize!r}{hint}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__} {name!r}")
+    if not name:
+        raise ValueError("name must not be empty (the default queue is name='default')")
+    if db is not None and not isinstance(db, ZODB.DB):
+        raise TypeError(f"db must be a ZODB.DB or None, not {type(db).__name__} {db!r}")
+    if db is not None and path is not None:
+        raise ValueError(f"give a path or db=, not both (path {path!r}, db {db!r})")
+    if shared is not None and not isinstance(shared, bool):
+        raise TypeError(f"shared must be True, False or None (decide from the storage), "
+                        f"not {shared!r}")
+    if not isinstance(autopack, bool):
+        raise TypeError(f"autopack must be True or False, not {autopack!r}")
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be a function returning seconds (like time.time) or None, "
+                        f"not {clock!r}")
+
+
 def check_options(
     max_attempts: int | None, ack_timeout: float | None, session_timeout: float, unique: object,
     max_held_per_group: int | None, group_interval: float,
 ) -> GroupRules:
     """A clear error for a bad queue option, before anything is opened; the group rules."""
-    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
         raise ValueError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
-    if ack_timeout is not None and not ack_timeout > 0:
-        raise ValueError("ack_timeout must be a positive number of seconds or None")
-    if not session_timeout > 0:
-        raise ValueError("session_timeout must be a positive number of seconds")
+    if ack_timeout is not None and not _positive_seconds(ack_timeout):
+        raise ValueError(f"ack_timeout must be a positive number of seconds or None, "
+                         f"not {ack_timeout!r}")
+    if not _positive_seconds(session_timeout):
+        raise ValueError(f"session_timeout must be a positive number of seconds, "
+                         f"not {session_timeout!r}")
     remember_seconds(unique)
     return group_rules(max_held_per_group, group_interval)  # see docs/howto/crawler.rst
+
+
+def _positive_seconds(value: object) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and value > 0  # type: ignore[operator]
 
 
 def open_mode(

@@ -30,7 +30,14 @@ from ackqueue.queue import dropping, status
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
-from ackqueue.queue.opening import Options, assemble, check_options, open_book, signals_of
+from ackqueue.queue.opening import (
+    Options,
+    assemble,
+    check_arguments,
+    check_options,
+    open_book,
+    signals_of,
+)
 from ackqueue.storage.deadletters import DeadLetter
 from ackqueue.storage.transactions import Transaction, transaction
 
@@ -41,7 +48,8 @@ log = logging.getLogger("ackqueue")
 class AckQueue(queue.Queue[T], Generic[T]):
     """A FIFO ``queue.Queue`` whose items live in a ZODB FileStorage and survive crashes.
 
-    ``path`` is the storage file (created if missing); ``None`` keeps the queue in memory;
+    ``path`` is the storage file (created if missing; ``~`` is expanded, and a ``bytes`` or
+    ``os.PathLike`` path is taken as ``open()`` takes it); ``None`` keeps the queue in memory;
     a URI (``zeo://host:port``, ``postgresql://...``, ``file://``, ``memory://``) opens that
     storage. ``db`` is an open ``ZODB.DB`` to use instead; ``name`` tells apart several
     queues of one database. ``maxsize`` bounds the queue as for ``queue.Queue`` (0: no bound).
@@ -92,6 +100,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         max_held_per_group: int | None = None, group_interval: float = 0.0,
         unique: Unique = None,
     ) -> None:
+        check_arguments(path, maxsize, name, db, shared, autopack, clock)
         rules = check_options(
             max_attempts, ack_timeout, session_timeout, unique, max_held_per_group, group_interval
         )

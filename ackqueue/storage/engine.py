@@ -10,8 +10,8 @@ the contract tests (``tests/storage/test_engines.py``).
 
 URIs are spelled as the ``zodburi`` package spells them: ``zeo://``, ``file://``, ``memory://``,
 ``postgresql://``. ``file://`` is the same as giving the path (and shares its one-opener-per-file
-registry); a scheme no engine registers is handed to ``zodburi`` (installed with the ``[zeo]``
-extra) by :class:`OtherStorages`, so any storage it knows opens the same way.
+registry); a scheme no engine registers is handed to ``zodburi`` (a requirement, as ZEO is)
+by :class:`OtherStorages`, so any storage it knows opens the same way.
 """
 
 from __future__ import annotations
@@ -169,15 +169,31 @@ def scheme_of(uri: str) -> str:
 
 
 def as_path(path: Any) -> Any:
-    """A ``file://`` URI as the path it names; anything else unchanged."""
-    if is_uri(path) and path.startswith("file://"):
+    """The file path (or storage URI) ``path`` names, as a str: a ``file://`` URI as its path,
+    ``~`` expanded as a shell would, bytes (and ``os.PathLike`` of bytes) decoded as ``open()``
+    does (``os.fsdecode``); None unchanged. Anything else is a ``TypeError`` saying what to
+    give, and an empty path a ``ValueError``."""
+    if path is None:
+        return None
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"path must be a file path (str or os.PathLike), a storage URI, or None for a "
+            f"queue in memory; not {type(path).__name__} {path!r}"
+        )
+    path = os.fsdecode(path)
+    if not path:
+        raise ValueError("path must not be empty: a file path, a storage URI, or None for a "
+                         "queue in memory")
+    if is_uri(path):
+        if not path.startswith("file://"):
+            return path
         parts = urlsplit(path)
         if parts.query:
             raise StorageError(
                 f"{path}: ackqueue opens file:// storages itself; query options are not supported"
             )
-        return unquote(parts.netloc + parts.path)
-    return os.fspath(path) if path is not None else None
+        path = unquote(parts.netloc + parts.path)
+    return os.path.expanduser(path)
 
 
 def shown(uri: str) -> str:
@@ -209,9 +225,12 @@ def open_through_zodburi(
     try:
         import zodburi
     except ImportError:
+        install = ("pip install zodburi relstorage psycopg2-binary, or pip install "
+                   "'.[postgresql]' in a checkout of ackqueue" if extra == "postgresql"
+                   else "pip install zodburi")
         raise StorageError(
-            f"opening {shown(uri)} needs the zodburi package: "
-            f"pip install '.[{extra}]' in a checkout of ackqueue"
+            f"opening {shown(uri)} needs the zodburi package, which ackqueue requires: "
+            f"this environment lacks it ({install})"
         ) from None
     try:
         factory, dbkw = zodburi.resolve_uri(resolved if resolved is not None else uri)

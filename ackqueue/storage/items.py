@@ -2,18 +2,33 @@
 
 A pickle that cannot be made is an :class:`~ackqueue.UnpicklableItemError` at ``put`` (nothing
 is stored); one that cannot be loaded any more (its class is gone) is an
-:class:`~ackqueue.ItemLoadError` that names the missing class.
+:class:`~ackqueue.ItemLoadError` that names the missing class. A pickle naming a class of
+``__main__`` (the script being run) loads in no other program: ``put`` logs a warning, once a
+class, and the load error says what to do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import pickle
+import pickletools
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from ackqueue.errors import ItemLoadError, UnpicklableItemError
+
+log = logging.getLogger("ackqueue")
+
+MAIN = "__main__"
+_MAIN_HINT = (
+    "define the class in a module that the putting program and every getting program import, "
+    "not in the script run as __main__"
+)
+_warned_main: set[str] = set()  # the __main__ classes a put has warned about, once each
+_warned_lock = threading.Lock()
 
 
 @dataclass
@@ -29,11 +44,54 @@ class Staged:
 
 def pickle_item(item: Any) -> bytes:
     try:
-        return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         raise UnpicklableItemError(
             f"cannot store an item of type {type(item).__qualname__}: it cannot be pickled ({exc})"
         ) from exc
+    if MAIN.encode() in data:  # cheap: almost no pickle holds the name at all
+        _warn_of_main_classes(data)
+    return data
+
+
+def _warn_of_main_classes(data: bytes) -> None:
+    for name in _main_classes(data):
+        with _warned_lock:
+            if name in _warned_main:
+                continue
+            _warned_main.add(name)
+        log.warning(
+            "an item put refers to class %s.%s, defined in the script being run: another "
+            "program (a worker process, the ackqueue command line) cannot load it, and each of "
+            "its gets there moves such an item to the dead letters. To fix it, %s",
+            MAIN, name, _MAIN_HINT,
+        )
+
+
+def _main_classes(data: bytes) -> list[str]:
+    """The names of ``__main__`` the pickle loads (classes, functions): the strings it pushes
+    just before each ``STACK_GLOBAL`` (fetched from its memo after their first use), or the
+    argument of each ``GLOBAL`` (protocols below 4)."""
+    found: list[str] = []
+    memo: dict[Any, str | None] = {}  # index -> the string stored there, if one
+    strings: list[str] = []  # the strings on top of the stack, the last pushed last
+    with contextlib.suppress(Exception):  # a pickle it cannot walk warns of nothing
+        for opcode, arg, _ in pickletools.genops(data):
+            op = opcode.name
+            if op == "MEMOIZE":
+                memo[len(memo)] = strings[-1] if strings else None
+                continue
+            if op in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[arg] = strings[-1] if strings else None
+                continue
+            if op == "STACK_GLOBAL" and strings[-2:-1] == [MAIN]:
+                found.append(strings[-1])
+            elif op == "GLOBAL" and isinstance(arg, str) and arg.startswith(MAIN + " "):
+                found.append(arg.partition(" ")[2])
+            pushed = memo.get(arg) if op in ("GET", "BINGET", "LONG_BINGET") else arg
+            is_string = "UNICODE" in op or op in ("GET", "BINGET", "LONG_BINGET")
+            strings = [*strings[-1:], pushed] if is_string and isinstance(pushed, str) else []
+    return found
 
 
 def unpickle_item(data: bytes, what: str) -> Any:
@@ -61,6 +119,15 @@ def _describe(data: bytes, exc: Exception) -> str:
     unpickler = _NamingUnpickler(io.BytesIO(data))
     with contextlib.suppress(Exception):
         unpickler.load()
+    if unpickler.missing and unpickler.missing.startswith(MAIN + "."):
+        name = unpickler.missing[len(MAIN) + 1:]
+        return (
+            f"class {unpickler.missing} cannot be found: it was defined in the script that put "
+            f"the item, which this program is not ({type(exc).__name__}: {exc}). To fix it, "
+            f"{_MAIN_HINT}; the items stored already name {unpickler.missing}: put them back from "
+            f"the dead letters (ackqueue requeue PATH --dead, or q.requeue_dead()) and get them "
+            f"in a program that first sets __main__.{name} = yourmodule.{name}"
+        )
     if unpickler.missing:
         return f"class {unpickler.missing} cannot be found ({type(exc).__name__}: {exc})"
     return f"{type(exc).__name__}: {exc}"

@@ -82,8 +82,8 @@ def open_error(uri: str, exc: BaseException) -> StorageError:
     detail = scrubbed(" ".join(str(exc).split()) or repr(exc), uri)
     lowered = detail.lower()
     if isinstance(exc, ImportError) or "driver" in lowered and "available" in lowered:
-        advice = ("install the driver (psycopg2): pip install '.[postgresql]' in a checkout of "
-                  "ackqueue")
+        advice = ("install RelStorage and the driver: pip install relstorage psycopg2-binary (from "
+                  "a checkout of ackqueue: pip install '.[postgresql]')")
     elif "does not exist" in lowered and "database" in lowered:
         advice = "create the database first (createdb NAME, or CREATE DATABASE as its owner)"
     elif "authentication" in lowered or "role" in lowered or "password" in lowered:

@@ -64,11 +64,13 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import ZODB
 
 from ackqueue.errors import QueueLockedError, StorageError
-from ackqueue.storage.engine import Engine, db_on, is_uri, open_through_zodburi
+from ackqueue.storage.engine import Engine, db_on, is_uri, open_through_zodburi, shown
+from ackqueue.storage.failures import connection_lost
 
 log = logging.getLogger("ackqueue")
 
@@ -168,13 +170,50 @@ def listening(sock: str) -> bool:
 
 @contextlib.contextmanager
 def _flocked(lock_path: str) -> Iterator[int]:
+    """Hold ``lock_path`` (in a private directory) exclusively. A stopping server removes its
+    directory, lock files included (:func:`remove_private_dir`): a lock taken on a file that is
+    no longer the one at the path is taken again, on the file there now."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            make_private_dir(os.path.dirname(lock_path))  # removed by a server that stopped
+            continue
+        except OSError as exc:
+            raise StorageError(f"cannot open {lock_path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                    break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise StorageError(f"cannot open {lock_path}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
+    finally:
+        os.close(fd)
+
+
+def remove_private_dir(directory: str) -> None:
+    """Remove a stopped server's directory (its socket is gone, its storage closed), so that
+    nothing but the queue file and its index and lock stays beside the file; unless a process
+    is starting a server in it right now (it holds ``start.lock``), which then uses it."""
+    try:
+        fd = os.open(os.path.join(directory, START_LOCK), os.O_RDWR)
+    except OSError:
+        return  # not ours to tidy (gone already, or never made by a starter)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # a starter is using it: its new server needs it
+        for name in (SOCKET, SERVER_LOG, SERVER_LOCK, START_LOCK):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+        with contextlib.suppress(OSError):  # not empty: something else of someone's is there
+            os.rmdir(directory)
     finally:
         os.close(fd)
 
@@ -334,8 +373,8 @@ def connect(path: str, durability: str = "strict") -> ZODB.DB:
         storage_class = _client_storage_class()
     except ImportError:
         raise StorageError(
-            f"opening {path} with shared=True needs ZEO: pip install '.[zeo]' in a checkout "
-            "of ackqueue"
+            f"opening {path} with shared=True needs ZEO, which ackqueue requires: this "
+            "environment lacks it (pip install ZEO)"
         ) from None
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
@@ -404,6 +443,60 @@ def forget_ids_on_reconnect(storage: Any) -> None:
     setattr(storage, FORGETS_IDS, True)
 
 
+# -- reaching a server by address ---------------------------------------------------------------
+
+# How long ZEO's client waits for its server at open unless the URI's ``?wait_timeout=`` says
+# (ZEO's own default), and how long a TCP connect may take before the server counts as absent.
+ZEO_WAIT = 30.0
+CONNECT_TIMEOUT = 3.0
+
+
+def zeo_address(uri: str) -> tuple[str, int] | None:
+    """The host and port of a ``zeo://host:port`` URI; None for anything else (a unix socket
+    included)."""
+    parts = urlsplit(uri)
+    if parts.scheme != "zeo" or not parts.hostname or parts.port is None:
+        return None
+    return parts.hostname, parts.port
+
+
+def zeo_unreachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why nothing accepts a TCP connection at the ZEO server ``uri`` names (refused at once,
+    or no answer within ``timeout`` seconds), or None if something does (or ``uri`` names no
+    TCP address)."""
+    address = zeo_address(uri)
+    if address is None:
+        return None
+    try:
+        with socket.create_connection(address, timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__  # socket.timeout has no strerror
+
+
+def announce_zeo_wait(uri: str) -> float | None:
+    """For a ``zeo://host:port`` URI, the seconds ZEO's client will wait for its server; if
+    nothing answers there now, say so at once, with how long it waits and how to change that
+    (ZEO waits in silence, for a server that may be starting). None for other URIs."""
+    address = zeo_address(uri)
+    if address is None:
+        return None
+    query = parse_qs(urlsplit(uri).query)
+    try:
+        wait = float(query.get("wait_timeout", [""])[0] or 0) or ZEO_WAIT  # ZEO: 0 is 30
+    except ValueError:
+        return None  # zodburi refuses the URI, saying why
+    if query.get("wait", ["1"])[0].strip().lower() in ("0", "false", "no", "off"):
+        return wait  # ZEO does not wait: its own error comes at once
+    why = zeo_unreachable(uri, min(CONNECT_TIMEOUT, wait))
+    if why is not None:
+        log.warning(
+            "no ZEO server answers at %s:%d yet (%s); waiting up to %g s for one to start "
+            "(?wait_timeout=SECONDS in the URI sets how long)", *address, why, wait,
+        )
+    return wait
+
+
 # -- the engine -----------------------------------------------------------------------------------
 
 
@@ -421,9 +514,21 @@ class ZEOEngine(Engine):
         return any(kind.__module__.startswith("ZEO.") for kind in type(storage).__mro__)
 
     def open(self, where: str, durability: str) -> ZODB.DB:
-        if is_uri(where):
-            return open_through_zodburi(where)
-        return connect(where, durability)
+        if not is_uri(where):
+            return connect(where, durability)
+        wait = announce_zeo_wait(where)
+
+        def failed(exc: BaseException) -> StorageError:
+            if wait is not None and connection_lost(exc):
+                host, port = zeo_address(where) or ("?", 0)
+                return StorageError(
+                    f"cannot reach the ZEO server at {host}:{port}: none answered within "
+                    f"{wait:g} s (is it running? ?wait_timeout=SECONDS in the URI sets how "
+                    f"long to wait)"
+                )
+            return StorageError(f"cannot open storage {shown(where)}: {exc!r}")
+
+        return open_through_zodburi(where, failed=failed)
 
     def adopt(self, storage: Any) -> None:
         if is_zeo_client(storage):

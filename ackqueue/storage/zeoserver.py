@@ -30,13 +30,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.errors import QueueLockedError, StorageError
-from ackqueue.storage.filestorage import open_file_storage
+from ackqueue.storage.filestorage import open_file_storage, remove_commit_scratch
 from ackqueue.storage.zeo import (
     EXIT_FILE_LOCKED,
     IDLE_EXIT_SECONDS,
     SERVER_LOCK,
     SOCKET,
     listening,
+    remove_private_dir,
 )
 
 log = logging.getLogger("ackqueue")
@@ -146,6 +147,14 @@ def serve(path: str, directory: str, idle: float, durability: str) -> int:
         else:
             storage.close()
         log.info("stopped serving %s", path)
+        if mine is not None:  # it served; a server that failed to start leaves its log
+            # Beside the file stays what a queue in one process leaves once closed: the file,
+            # its index and its lock. A new server opens the file only once this one has
+            # exited (it waits for server.lock) or in a directory made anew after this
+            # removal: neither finds its scratch file removed.
+            remove_commit_scratch(path)
+            logging.shutdown()  # the log file goes with the directory
+            remove_private_dir(directory)
     return 0
 
 

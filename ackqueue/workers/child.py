@@ -86,7 +86,7 @@ def main(job: Job, counts: MutableSequence[int], parent: int) -> None:
         queue.close()
 
 
-def _watch(pool: WorkerPool, counts: MutableSequence[int], parent: int,
+def _watch(pool: WorkerPool[Any], counts: MutableSequence[int], parent: int,
            finished: threading.Event) -> None:
     """Copy the counts for the parent; stop the pool if the parent is gone (its items then go
     back to the queue, rather than a worker running on with nobody to stop it)."""

@@ -10,6 +10,9 @@ fail on it).
 from __future__ import annotations
 
 import math
+from typing import Any
+
+from ackqueue.workers.retry import Retry
 
 
 def check_pool_options(
@@ -21,6 +24,26 @@ def check_pool_options(
     _check_seconds("stop_timeout", stop_timeout, zero=True)
     _check_seconds("poll", poll, zero=False)
     _check_seconds("log_interval", log_interval, zero=True)
+
+
+def check_pool_arguments(
+    handler: object, count_name: str, count: object, unit: str, retry: object
+) -> None:
+    """The positional arguments every pool takes: a callable handler (a ``TypeError``), a
+    whole number of at least 1 of threads, tasks or processes, and a :class:`Retry` or None.
+    A pool given a ``None`` handler or a negative backoff would otherwise run and retry for
+    ever."""
+    if not callable(handler):
+        raise TypeError(f"handler must be a function taking one item, not {handler!r}")
+    check_count(count_name, count, unit)
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"retry must be a Retry (ackqueue.Retry(base=..., factor=...)) or None, "
+                        f"not {retry!r}")
+
+
+def check_count(name: str, value: Any, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number, at least one {unit}; not {value!r}")
 
 
 def default_prefetch(prefetch: int | None, workers: int, leased: bool) -> int:

@@ -23,11 +23,12 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from ackqueue.queue.queues import AckQueue
 from ackqueue.workers.board import MOST_PREFETCH, UNSTARTED, Board
 from ackqueue.workers.feeder import Feeder
-from ackqueue.workers.options import check_pool_options, default_prefetch
+from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.retry import Retry
 from ackqueue.workers.stats import PoolStats
 
@@ -36,14 +37,17 @@ __all__ = ["Handler", "PoolStats", "Retry", "WorkerPool"]
 log = logging.getLogger("ackqueue")
 
 Handler = Callable[[Any], object]
+T = TypeVar("T")
 
 # Feeder threads (each with its consumer): while one waits for its commit's fsync, which
 # releases the GIL, the other gets and settles.
 FEEDERS = 2
 
 
-class WorkerPool:
-    """``threads`` worker threads calling ``handler(item)`` for each item of ``queue``.
+class WorkerPool(Generic[T]):
+    """``threads`` worker threads calling ``handler(item)`` for each item of ``queue``, an open
+    :class:`~ackqueue.AckQueue` (a path is a ``TypeError``: open it first, or give it to a
+    :class:`~ackqueue.ProcessPool`).
 
     ``queue`` is an :class:`~ackqueue.AckQueue` (or a subclass). When ``handler`` returns,
     the item is acked; when it raises, the item is nacked with the delay ``retry`` gives (a
@@ -71,8 +75,8 @@ class WorkerPool:
 
     def __init__(
         self,
-        queue: Any,
-        handler: Handler,
+        queue: AckQueue[T],
+        handler: Callable[[T], object],
         threads: int = 8,
         retry: Retry | None = None,
         *,
@@ -81,8 +85,12 @@ class WorkerPool:
         poll: float = 0.2,
         prefetch: int | None = None,
     ) -> None:
-        if threads < 1:
-            raise ValueError("a pool needs at least one thread")
+        if not isinstance(queue, AckQueue):
+            raise TypeError(
+                f"queue must be an open AckQueue, not {queue!r}: WorkerPool(AckQueue(path), "
+                "handler) (or ProcessPool(path, handler), whose processes each open the path)"
+            )
+        check_pool_arguments(handler, "threads", threads, "thread", retry)
         check_pool_options(prefetch, stop_timeout, poll, log_interval)
         self.queue = queue
         self.handler = handler

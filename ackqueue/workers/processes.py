@@ -30,7 +30,7 @@ from typing import Any
 from ackqueue.errors import WorkerProcessError
 from ackqueue.queue.queues import AckQueue
 from ackqueue.workers import child
-from ackqueue.workers.options import check_pool_options
+from ackqueue.workers.options import check_count, check_pool_arguments, check_pool_options
 from ackqueue.workers.pool import Handler, PoolStats, Retry
 
 log = logging.getLogger("ackqueue")
@@ -96,10 +96,10 @@ class ProcessPool:
                 "one process: use WorkerPool there)"
             )
         processes = (os.cpu_count() or 1) if processes is None else processes
-        if processes < 1:
-            raise ValueError("a process pool needs at least one process")
-        if threads < 1:
-            raise ValueError("each worker process needs at least one thread")
+        check_pool_arguments(handler, "processes", processes, "process", retry)
+        check_count("threads", threads, "thread a process")
+        if not (isinstance(kind, type) and issubclass(kind, AckQueue)):
+            raise TypeError(f"kind must be AckQueue or a subclass of it, not {kind!r}")
         check_pool_options(prefetch, stop_timeout, poll, log_interval)
         options = dict(queue_options or {})
         for reserved in ("shared", "name", "db"):

@@ -241,3 +241,76 @@ def test_a_queue_dropped_without_close_can_be_opened_again(qpath):
     assert session("second") == 2
     with ackqueue.AckQueue(qpath) as q:
         assert [q.get_nowait(), q.get_nowait()] == ["first", "second"]
+
+
+# -- constructor arguments: each a clear error at construction, or the documented conversion --
+
+BAD_ARGUMENTS = [
+    pytest.param((), {"maxsize": "10"}, TypeError, "maxsize must be an int", id="maxsize-str"),
+    pytest.param(("jobs",), {}, TypeError, "name is given by keyword: name='jobs'",
+                 id="name-as-maxsize"),
+    pytest.param((), {"maxsize": True}, TypeError, "maxsize must be an int", id="maxsize-bool"),
+    pytest.param((), {"name": 5}, TypeError, "name must be a str", id="name-int"),
+    pytest.param((), {"name": ""}, ValueError, "name must not be empty", id="name-empty"),
+    pytest.param((), {"shared": "yes"}, TypeError, "shared must be True, False or None",
+                 id="shared-str"),
+    pytest.param((), {"autopack": "no"}, TypeError, "autopack must be True or False",
+                 id="autopack-str"),
+    pytest.param((), {"clock": 5}, TypeError, "clock must be a function", id="clock-int"),
+    pytest.param((), {"db": "q.fs"}, TypeError, "db must be a ZODB.DB", id="db-str"),
+    pytest.param((), {"max_attempts": True}, ValueError, "max_attempts", id="attempts-bool"),
+    pytest.param((), {"ack_timeout": "5"}, ValueError, "ack_timeout must be", id="lease-str"),
+    pytest.param((), {"session_timeout": "5"}, ValueError, "session_timeout must be",
+                 id="session-str"),
+]
+
+
+@pytest.mark.parametrize(("args", "options", "error", "says"), BAD_ARGUMENTS)
+@pytest.mark.parametrize("cls", [ackqueue.AckQueue, ackqueue.PriorityAckQueue])
+def test_a_bad_constructor_argument_is_refused_before_anything_opens(
+    cls, qpath, args, options, error, says
+):
+    with pytest.raises(error, match=says):
+        cls(qpath, *args, **options)
+    assert not os.path.exists(qpath)
+    with cls(qpath) as q:  # nothing was left claimed or locked
+        q.put(1)
+
+
+def test_an_async_queue_refuses_a_bad_argument_the_same_way(qpath):
+    from ackqueue.aio import AsyncAckQueue
+
+    before = threading.active_count()
+    with pytest.raises(TypeError, match="name is given by keyword"):
+        AsyncAckQueue(qpath, "jobs")
+    assert threading.active_count() == before and not os.path.exists(qpath)
+
+
+@pytest.mark.parametrize(("path", "error", "says"), [
+    (5, TypeError, "path must be a file path"),
+    ("", ValueError, "path must not be empty"),
+])
+def test_a_path_of_the_wrong_kind_is_refused_saying_what_to_give(path, error, says):
+    with pytest.raises(error, match=says):
+        ackqueue.AckQueue(path)
+
+
+def test_a_path_and_a_db_together_are_refused(qpath):
+    db = ZODB.DB(None)
+    try:
+        with pytest.raises(ValueError, match="not both"):
+            ackqueue.AckQueue(qpath, db=db)
+    finally:
+        db.close()
+
+
+def test_tilde_is_expanded_and_bytes_and_pathlike_paths_name_the_same_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with ackqueue.AckQueue("~/jobs.fs") as q:
+        q.put("by tilde")
+    assert (tmp_path / "jobs.fs").exists() and not (tmp_path / "~").exists()
+    with ackqueue.AckQueue(os.fsencode(tmp_path / "jobs.fs")) as q:  # type: ignore[arg-type]
+        q.put("by bytes")
+    with ackqueue.AckQueue(tmp_path / "jobs.fs") as q:
+        assert [q.get_nowait(), q.get_nowait()] == ["by tilde", "by bytes"]

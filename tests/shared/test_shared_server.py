@@ -408,3 +408,23 @@ def test_packs_under_live_clients_keep_their_server_and_let_new_clients_in(qpath
     assert sorted(map(str, _plain_items(qpath, pid))) == [
         "from the other process", "kept 0", "kept 1", "kept 2"
     ]
+
+
+def test_a_server_that_stopped_leaves_only_what_a_closed_queue_leaves(
+    qpath, tmp_path_factory
+) -> None:
+    # Its .tmp (FileStorage's commit scratch file) and its private directory once stayed.
+    plain = str(tmp_path_factory.mktemp("plain") / "q.fs")
+    with ackqueue.AckQueue(plain) as q:
+        q.put("kept")
+    closed = sorted(name.replace("q.fs", "FILE") for name in os.listdir(os.path.dirname(plain)))
+    name = os.path.basename(qpath)
+    for round_ in range(2):  # and a directory removed is made again by the next opener
+        with ackqueue.AckQueue(qpath, shared=True, session_timeout=5) as q:
+            q.put(f"kept {round_}")
+            pid = server_pid(qpath)
+            assert os.path.isdir(sharedserver.private_dir(qpath))
+        wait_gone(pid)
+        left = sorted(n.replace(name, "FILE") for n in os.listdir(os.path.dirname(qpath)))
+        assert left == closed == ["FILE", "FILE.index", "FILE.lock"], left
+    assert stored_items(qpath) == ["kept 0", "kept 1"]

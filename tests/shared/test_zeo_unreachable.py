@@ -1,0 +1,56 @@
+"""``zeo://`` with no server there: the open says at once what it waits for and how long, and
+fails with a StorageError naming the address once that wait is over (``?wait_timeout=SECONDS``
+sets it). ZEO's client once waited 30 s in silence, then raised its own ClientDisconnected."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+from polling import wait_until
+from zeo_server import ZEOServer, free_port
+
+import ackqueue
+
+
+def test_nothing_listening_is_a_storage_error_naming_the_address_after_the_wait_given(caplog):
+    port = free_port()  # bound and let go: nothing listens there
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+    started = time.monotonic()
+    with pytest.raises(ackqueue.StorageError) as raised:
+        ackqueue.AckQueue(f"zeo://127.0.0.1:{port}?wait_timeout=1")
+    took = time.monotonic() - started
+    said = str(raised.value)
+    assert f"cannot reach the ZEO server at 127.0.0.1:{port}: none answered within 1 s" in said
+    assert "?wait_timeout=SECONDS" in said
+    assert took < 15, took  # the wait asked for, not ZEO's 30 s
+    told = [r.getMessage() for r in caplog.records if f"127.0.0.1:{port}" in r.getMessage()]
+    assert len(told) == 1 and "waiting up to 1 s for one to start" in told[0], told
+
+
+def test_an_open_that_waits_for_a_server_says_so_at_once_and_goes_on_when_it_starts(
+    tmp_path, caplog
+):
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+    server = ZEOServer(str(tmp_path))  # its port chosen, the server not started yet
+    opened: list[ackqueue.AckQueue[str]] = []
+    opener = threading.Thread(target=lambda: opened.append(ackqueue.AckQueue(server.uri)))
+    try:
+        opener.start()
+        wait_until(lambda: any(f"127.0.0.1:{server.port} yet" in r.getMessage()
+                               for r in caplog.records),
+                   timeout=10, what="the log line saying what the open waits for")
+        (said,) = [r.getMessage() for r in caplog.records if "ZEO server" in r.getMessage()]
+        assert "waiting up to 30 s" in said and "?wait_timeout=SECONDS" in said
+        assert opener.is_alive() and not opened  # it waits; it did not fail
+        server.start()
+        opener.join(timeout=60)
+        (q,) = opened
+        with q:
+            q.put("after the server came up")
+            assert q.get(timeout=10) == "after the server came up"
+    finally:
+        opener.join(timeout=60)
+        server.close()
