@@ -12,17 +12,37 @@ per turn like any other. A group that may deliver again later is woken by a time
 
 ``len`` is what may be delivered now: keys of a group that is waiting count like delayed keys.
 Every method runs with the queue's mutex held.
+
+Groups of items (``put(item, group=g)``: a host name, say): the rules a queue applies to them.
+
+``max_held_per_group`` caps how many items of one group are out at once (claimed or held, by
+every consumer); ``group_interval`` is the least time between two deliveries of one group. Gets
+go round-robin across the groups that may deliver now. Items put without a group form one
+group of their own (``None``), under the same rules. The rules are checked here, once, so that
+bad input is refused before anything is stored.
+
+
+When the ready index of a queue in one process must know groups, and how it is made then.
+
+A queue with group rules, or whose file holds grouped entries, opens with a
+:class:`~ackqueue.delivery.grouped.GroupedReadyIndex`: every grouped entry is read once at open
+(its group is not in its key), and the ungrouped ones stay in the plain index's lazy backlog. A
+queue opened without either switches on its first grouped put, keeping its plain index as the
+lane of ungrouped keys. Shared mode reads groups from the stored tree instead (no Grouping).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ackqueue.base.clock import Clock
-from ackqueue.delivery.groups import Group, GroupRules
-from ackqueue.delivery.ready import Key, ReadyIndex, ReadyKeys
+from ackqueue.delivery.ready import Key, ReadyIndex, ReadyKeys, ScanAfter
+from ackqueue.storage import groupbook
+from ackqueue.storage.book import Book
 
 # ``schedule(when, wake)``: call ``wake()`` (mutex held) once the clock reaches ``when``; if it
 # returns True, a group became ready and waiting gets must be told.
@@ -266,3 +286,112 @@ class GroupedReadyIndex:
 
         self._waking[group] = when
         self._schedule(when, wake)
+
+
+Group = str | None
+
+
+@dataclass(frozen=True)
+class GroupRules:
+    """A queue's group options (``max_held`` None: no cap; ``interval`` 0: no spacing)."""
+
+    max_held: int | None = None
+    interval: float = 0.0
+
+    @property
+    def limited(self) -> bool:
+        return self.max_held is not None or self.interval > 0
+
+    def at_cap(self, held: int) -> bool:
+        return self.max_held is not None and held >= self.max_held
+
+
+def group_rules(max_held_per_group: object, group_interval: object) -> GroupRules:
+    """The checked rules (ValueError/TypeError saying what is wrong and what to give)."""
+    max_held: int | None = None
+    if max_held_per_group is not None:
+        if not isinstance(max_held_per_group, int) or isinstance(max_held_per_group, bool):
+            raise TypeError(
+                f"max_held_per_group must be a positive int or None, not "
+                f"{type(max_held_per_group).__name__} {max_held_per_group!r}"
+            )
+        if max_held_per_group < 1:
+            raise ValueError(
+                f"max_held_per_group must be at least 1 (or None for no cap), not "
+                f"{max_held_per_group!r}"
+            )
+        max_held = max_held_per_group
+    return GroupRules(max_held, checked_seconds("group_interval", group_interval))
+
+
+def checked_seconds(what: str, seconds: object) -> float:
+    """``seconds`` as a float >= 0 (None counts as 0), or a clear error naming ``what``."""
+    if seconds is None:
+        return 0.0
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        raise TypeError(
+            f"{what} must be a number of seconds, not {type(seconds).__name__} {seconds!r}"
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {seconds!r}")
+    return float(seconds)
+
+
+def check_group(group: object) -> None:
+    """A group is a str (a host name, a tenant id), or None for no group."""
+    if group is not None and not isinstance(group, str):
+        raise TypeError(
+            f"group must be a str (a host name, say) or None, not "
+            f"{type(group).__name__} {group!r}; convert it with str() if that is what you mean"
+        )
+
+
+def check_named_group(group: object) -> str:
+    """A group named by a call that acts on one group (pause, remove): a str."""
+    if not isinstance(group, str):
+        raise TypeError(
+            f"name the group as the str given to put(group=), not "
+            f"{type(group).__name__} {group!r}"
+        )
+    return group
+
+
+@dataclass(frozen=True)
+class Grouping:
+    rules: GroupRules
+    key_id: KeyId
+    clock: Clock
+
+    def wanted(self, book: Book) -> bool:
+        return self.rules.limited or groupbook.has_groups(book)
+
+    def open_index(
+        self, book: Book, backlog: int, scan_after: ScanAfter, new_plain: Any, schedule: Schedule
+    ) -> GroupedReadyIndex:
+        """The index at open: ``backlog`` stored keys are ready (0 after a drain: none)."""
+        key_id = self.key_id
+        entries = groupbook.grouped_entries(book)
+        group_of = {key_id(key): group for key, group, _delayed in entries}
+        ready = [key for key, _group, delayed in entries if not delayed] if backlog > 0 else []
+
+        def ungrouped_after(cursor: Any) -> list[Key]:
+            while True:
+                keys = scan_after(cursor)
+                if not keys:
+                    return []
+                mine = [key for key in keys if key_id(key) not in group_of]
+                if mine:
+                    return mine
+                cursor = keys[-1]
+
+        plain: ReadyKeys = new_plain(max(0, backlog - len(ready)), ungrouped_after)
+        index = GroupedReadyIndex(
+            plain, self.rules, self.clock, key_id, schedule, group_of, groupbook.group_pauses(book)
+        )
+        for key in ready:
+            index.offer(key)
+        return index
+
+    def around(self, plain: ReadyKeys, schedule: Schedule) -> GroupedReadyIndex:
+        """A grouped index whose ungrouped lane is the plain index the queue had so far."""
+        return GroupedReadyIndex(plain, self.rules, self.clock, self.key_id, schedule)

@@ -1,6 +1,6 @@
 """The holds of every consumer of one queue: who holds what, how many, and their leases.
 
-Each consumer has a :class:`~ackqueue.delivery.holds.HoldTable`; this object keeps the set of
+Each consumer has a :class:`~ackqueue.delivery.holding.HoldTable`; this object keeps the set of
 them and the count of held items, gives a table's holds back to the supply when its consumer
 goes away, and runs the leases of ``ack_timeout``: a hold whose deadline passes is taken back
 and its item is ready again in its place; the late holder is fenced (its ack raises
@@ -8,21 +8,37 @@ and its item is ready again in its place; the late holder is fenced (its ack rai
 never taken back; if that settling fails, the lease is checked again at once.
 
 Every ``*_locked`` method runs with the queue's mutex held.
+
+What one consumer holds: delivered items awaiting their ack, found by identity or by id.
+
+
+Giving held items back when their holder goes away.
+
+Three ways a holder goes away, each handled here or by storage layout:
+
+* its consumer is closed, or garbage-collected while still holding items;
+* the thread that connected it ends, normally or by an exception: a sentinel kept in a
+  ``threading.local`` is freed when the thread's state is torn down, and its finalizer hands
+  the holds back at once, with no polling and no call on the queue needed;
+* the process dies: holds are never written to the database, so everything still stored is
+  ready again the next time the queue is opened.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.claims import Claim
-from ackqueue.delivery.holds import Delivery, Hold, HoldTable
-from ackqueue.delivery.supply import Supply
+from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.errors import LeaseExpiredError
 
 log = logging.getLogger("ackqueue")
@@ -200,3 +216,127 @@ class Holds:
                 "to the queue"
             )
         self.arm_lease_locked(table, hold, seconds)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One hand-out of an item to a consumer.
+
+    ``id`` names this delivery for :meth:`Consumer.ack_id`; ``attempts`` counts the deliveries
+    of the item so far, this one included; ``got_at`` is a ``time.time()`` stamp.
+    """
+
+    id: int
+    item: Any
+    attempts: int
+    got_at: float
+
+
+@dataclass(eq=False)
+class Hold:
+    key: Any
+    delivery: Delivery
+    settling: bool = False
+    deadline: float | None = None  # when the lease runs out (ack_timeout), epoch seconds
+    lease_timer: Any = None  # the timers entry of that deadline, cancelled when settled
+
+
+# Holds taken back by a lease are remembered, so the late holder's ack can say what happened.
+EXPIRED_MEMORY = 1024
+
+
+@dataclass(eq=False)
+class HoldTable:
+    """The holds of one consumer. Guarded by its queue's mutex."""
+
+    owner: str = field(default_factory=lambda: threading.current_thread().name)
+    owner_kind: str = "thread"  # or "task": an AsyncConsumer's holds are its task's
+
+    @property
+    def holder(self) -> str:
+        """Who holds this table's items, as messages say it: ``thread 'worker-1'``."""
+        return f"{self.owner_kind} {self.owner!r}"
+    watched: set[int] = field(default_factory=set)  # threads whose end closes it
+    by_id: dict[int, Hold] = field(default_factory=dict)
+    by_object: dict[int, list[Hold]] = field(default_factory=dict)
+    closed: bool = False
+    closed_because: str = "it was closed"  # why, for the error of a later call
+    expired: deque[Hold] = field(default_factory=lambda: deque(maxlen=EXPIRED_MEMORY))
+
+    def add(self, key: Any, delivery: Delivery) -> Hold:
+        hold = Hold(key, delivery)
+        self.by_id[delivery.id] = hold
+        self.by_object.setdefault(id(delivery.item), []).append(hold)
+        return hold
+
+    def find(self, item: Any) -> Hold | None:
+        """The oldest unsettled hold of this very object."""
+        for hold in self.by_object.get(id(item), ()):
+            if not hold.settling:
+                return hold
+        return None
+
+    def remove(self, hold: Hold) -> None:
+        del self.by_id[hold.delivery.id]
+        same = self.by_object[id(hold.delivery.item)]
+        same.remove(hold)
+        if not same:
+            del self.by_object[id(hold.delivery.item)]
+
+    def find_expired(self, item: Any) -> Hold | None:
+        """A hold of this very object that its lease took back, forgotten once reported."""
+        for hold in self.expired:
+            if hold.delivery.item is item:
+                self.expired.remove(hold)
+                return hold
+        return None
+
+    def take_all_unsettled(self) -> list[Hold]:
+        """Remove and return every hold not being settled right now."""
+        taken = [hold for hold in self.by_id.values() if not hold.settling]
+        for hold in taken:
+            self.remove(hold)
+        return taken
+
+    def ages(self) -> list[tuple[Delivery, float]]:
+        now = time.time()
+        return [(h.delivery, now - h.delivery.got_at) for h in self.by_id.values()]
+
+
+Release = Callable[[HoldTable, str], None]  # (table, name of the thread that ended)
+
+
+class _ThreadSentinel:
+    """Lives exactly as long as the thread that created it."""
+
+    def __init__(self) -> None:
+        self.tables: list[HoldTable] = []
+
+
+def _release_all(
+    release_ref: weakref.ReferenceType[Release], tables: list[HoldTable], thread: str
+) -> None:
+    release = release_ref()
+    if release is not None:
+        for table in tables:
+            release(table, thread)
+
+
+class ThreadExitWatch:
+    """Calls ``release(table, thread name)`` for each watched table when a thread that
+    watches it ends."""
+
+    def __init__(self, release: Release) -> None:
+        # A weak reference to a bound method: the watch must not keep its queue alive.
+        self._release = weakref.WeakMethod(release)
+        self._local = threading.local()
+
+    def watch(self, table: HoldTable) -> None:
+        """Watch ``table`` on behalf of the calling thread."""
+        sentinel = getattr(self._local, "sentinel", None)
+        if sentinel is None:
+            sentinel = self._local.sentinel = _ThreadSentinel()
+            thread = threading.current_thread().name
+            weakref.finalize(sentinel, _release_all, self._release, sentinel.tables, thread)
+        sentinel.tables[:] = [t for t in sentinel.tables if not t.closed]
+        sentinel.tables.append(table)

@@ -12,13 +12,11 @@ import threading
 from typing import Any
 
 from ackqueue.base.clock import Clock
-from ackqueue.delivery.claims import Claim
-from ackqueue.delivery.holds import Hold
+from ackqueue.delivery.holding import Hold
 from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
-from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.ready import ReadyIndex, ReadyKeys, ScanAfter
-from ackqueue.delivery.seqs import checked_seq
-from ackqueue.delivery.supply import Supply
+from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.storage.book import Book
 from ackqueue.storage.transactions import current
 

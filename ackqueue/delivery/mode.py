@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ackqueue.delivery.claims import Claim
-from ackqueue.delivery.holds import Hold
+from ackqueue.delivery.holding import Hold
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
-from ackqueue.delivery.supply import Supply
+from ackqueue.delivery.supply import Claim, Supply
 
 Edit = Callable[[], None]
 Load = Callable[[Any], tuple[bytes, int]]

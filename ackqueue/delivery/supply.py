@@ -7,11 +7,14 @@ lands, a delay falls due, or a key comes back (nack, release, a failed get). Aft
 shutdown (``drained``) nothing becomes ready any more: storage keeps it for the next start.
 
 Every method runs with the queue's mutex held, which also serialises the book's reads.
+
+Small records that travel between the queue's hooks on their way to a caller.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ZODB.POSException import ReadConflictError
@@ -19,9 +22,7 @@ from ZODB.POSException import ReadConflictError
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.delays import Delays
-from ackqueue.delivery.grouped import GroupedReadyIndex
-from ackqueue.delivery.grouping import Grouping
-from ackqueue.delivery.groups import Group
+from ackqueue.delivery.grouped import Group, GroupedReadyIndex, Grouping
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.prefetch import READ_AHEAD, ItemCache
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
@@ -287,3 +288,18 @@ class Supply:
         if self._withdrawn and self._order.key_id(key) in self._withdrawn:
             return False
         return not self.delays.delayed_at_open(key)
+
+
+class GetAgain(Exception):
+    """Nothing could be claimed after all (every staged put that a get waited for failed, or
+    another process took the item first): wait again for a real item."""
+
+
+@dataclass
+class Claim:
+    """An item taken out of the ready index, on its way to a caller."""
+
+    key: Any
+    item: Any
+    attempts: int
+    delivery_id: int | None = None  # chosen before the hold is stored (shared mode)

@@ -16,11 +16,9 @@ import time
 from typing import Any, Literal
 
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.claims import Claim
-from ackqueue.delivery.holding import Holds
-from ackqueue.delivery.holds import Hold, HoldTable
+from ackqueue.delivery.holding import Hold, Holds, HoldTable, ThreadExitWatch
 from ackqueue.delivery.mode import exhausted_reason
-from ackqueue.delivery.recovery import ThreadExitWatch
+from ackqueue.delivery.supply import Claim
 from ackqueue.errors import QueueClosedError
 from ackqueue.queue.calls import check_timeout
 from ackqueue.queue.claiming import Claimer

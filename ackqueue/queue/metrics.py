@@ -12,10 +12,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from ackqueue.base.clock import Clock
-from ackqueue.delivery.claims import GetAgain
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.metering import Meter
-from ackqueue.delivery.supply import Supply
+from ackqueue.delivery.supply import GetAgain, Supply
 from ackqueue.storage.book import Book
 
 

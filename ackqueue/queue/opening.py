@@ -17,8 +17,7 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.grouping import Grouping
-from ackqueue.delivery.groups import GroupRules, group_rules
+from ackqueue.delivery.grouped import Grouping, GroupRules, group_rules
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.metering import Meter

@@ -22,7 +22,7 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.holds import Delivery
+from ackqueue.delivery.holding import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status

@@ -20,8 +20,8 @@ from ZODB.POSException import StorageError as ZODBStorageError
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeySet
-from ackqueue.delivery.claims import GetAgain
 from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
 from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import holder

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ackqueue.delivery.seqs import checked_seq
+from ackqueue.delivery.ordering import checked_seq
 from ackqueue.storage.book import Book
 
 SEQ_BLOCK = 64

@@ -10,13 +10,12 @@ import pytest
 
 import ackqueue
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.claims import Claim
 from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.ready import ReadyIndex
 from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
-from ackqueue.delivery.supply import Supply
+from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.storage.book import Book
 from ackqueue.storage.items import Staged, pickle_item
 from ackqueue.storage.store import Store
