@@ -18,7 +18,7 @@ from ackqueue.aio import (
 )
 from ackqueue.aio.pool import AsyncWorkerPool
 from ackqueue.base.clock import ManualClock
-from ackqueue.delivery.holding import Delivery
+from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import (
     AckQueueError,
     AsyncUsageError,

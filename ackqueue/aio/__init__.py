@@ -3,7 +3,7 @@
 queues of :mod:`ackqueue.queue`.
 
 No thread waits for an item on a task's behalf: the core tells its ready listeners
-(:mod:`ackqueue.delivery.signals`) when items become ready, and a waiting coroutine is a
+(:mod:`ackqueue.delivery.conditions`) when items become ready, and a waiting coroutine is a
 future (:mod:`.waiting`). Only commits (fsync) run on threads, a bounded pool owned by each
 queue (:mod:`.running`). The queues (:mod:`.queues`), the consumer of one task
 (:mod:`.consumer`), transactions on a lane of their own (:mod:`.transactions`), which loop and

@@ -19,7 +19,7 @@ from ackqueue.aio.consumer import AsyncConsumer
 from ackqueue.aio.running import Runner, current_lane, shielded
 from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
-from ackqueue.delivery.holding import Delivery
+from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import Empty
 from ackqueue.queue.listening import ready_listeners
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue

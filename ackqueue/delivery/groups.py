@@ -25,7 +25,7 @@ bad input is refused before anything is stored.
 When the ready index of a queue in one process must know groups, and how it is made then.
 
 A queue with group rules, or whose file holds grouped entries, opens with a
-:class:`~ackqueue.delivery.grouped.GroupedReadyIndex`: every grouped entry is read once at open
+:class:`~ackqueue.delivery.groups.GroupedReadyIndex`: every grouped entry is read once at open
 (its group is not in its key), and the ungrouped ones stay in the plain index's lazy backlog. A
 queue opened without either switches on its first grouped put, keeping its plain index as the
 lane of ungrouped keys. Shared mode reads groups from the stored tree instead (no Grouping).

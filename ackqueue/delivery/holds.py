@@ -1,6 +1,6 @@
 """The holds of every consumer of one queue: who holds what, how many, and their leases.
 
-Each consumer has a :class:`~ackqueue.delivery.holding.HoldTable`; this object keeps the set of
+Each consumer has a :class:`~ackqueue.delivery.holds.HoldTable`; this object keeps the set of
 them and the count of held items, gives a table's holds back to the supply when its consumer
 goes away, and runs the leases of ``ack_timeout``: a hold whose deadline passes is taken back
 and its item is ready again in its place; the late holder is fenced (its ack raises

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from ackqueue.base.clock import Clock
-from ackqueue.delivery.holding import Hold
+from ackqueue.delivery.holds import Hold
 from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.ready import ReadyIndex, ReadyKeys, ScanAfter

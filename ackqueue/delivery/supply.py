@@ -21,12 +21,12 @@ from ZODB.POSException import ReadConflictError
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
 from ackqueue.delivery.delays import Delays
-from ackqueue.delivery.grouped import Group, GroupedReadyIndex, Grouping
+from ackqueue.delivery.groups import Group, GroupedReadyIndex, Grouping
+from ackqueue.delivery.itemcache import READ_AHEAD, ItemCache
 from ackqueue.delivery.ordering import Ordering
-from ackqueue.delivery.prefetch import READ_AHEAD, ItemCache
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.records import QueueRecord
 from ackqueue.storage import groupbook
 from ackqueue.storage.book import Book

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ackqueue.delivery.holding import HoldTable
+from ackqueue.delivery.holds import HoldTable
 from ackqueue.delivery.supply import Claim
 from ackqueue.errors import ItemLoadError, ShutDown
 from ackqueue.storage.items import Staged

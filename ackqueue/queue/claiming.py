@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.base.interrupts import checkpoint, hold_back
-from ackqueue.delivery.holding import HoldTable
+from ackqueue.delivery.holds import HoldTable
 from ackqueue.delivery.supply import Claim, GetAgain
 from ackqueue.errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
 from ackqueue.queue.calls import calling_stdlib

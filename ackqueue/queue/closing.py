@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.holding import Holds
+from ackqueue.delivery.holds import Holds
 from ackqueue.queue.core import Core
 
 

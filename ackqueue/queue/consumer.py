@@ -8,8 +8,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.grouped import checked_seconds
-from ackqueue.delivery.holding import Delivery, Hold, HoldTable
+from ackqueue.delivery.groups import checked_seconds
+from ackqueue.delivery.holds import Delivery, Hold, HoldTable
 from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError
 from ackqueue.queue.deliveries import Deliveries, Outcome
 from ackqueue.storage.transactions import Transaction, transaction

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ackqueue.base.clock import Clock
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
 from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Supply
 from ackqueue.queue.calls import Calls
 from ackqueue.storage.book import Book

@@ -16,7 +16,7 @@ import time
 from typing import Any, Literal
 
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.holding import Hold, Holds, HoldTable, ThreadExitWatch
+from ackqueue.delivery.holds import Hold, Holds, HoldTable, ThreadExitWatch
 from ackqueue.delivery.mode import exhausted_reason
 from ackqueue.delivery.supply import Claim
 from ackqueue.errors import QueueClosedError

@@ -9,7 +9,7 @@ settled, or pause the group first, to be rid of them).
 
 from __future__ import annotations
 
-from ackqueue.delivery.grouped import GroupRules, check_named_group, checked_seconds
+from ackqueue.delivery.groups import GroupRules, check_named_group, checked_seconds
 from ackqueue.queue.core import Core
 from ackqueue.storage import groupbook
 

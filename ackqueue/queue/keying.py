@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ackqueue.delivery.grouped import check_group
+from ackqueue.delivery.groups import check_group
 from ackqueue.errors import ItemLoadError, KeyHeldError, UnknownKeyError
 from ackqueue.queue.core import Core
 from ackqueue.queue.putting import Puts

@@ -1,11 +1,11 @@
 """What a front end that does not wait in threads (:mod:`ackqueue.aio`) needs of a queue: its
-:class:`~ackqueue.delivery.signals.ReadyListeners`, told whenever items become ready."""
+:class:`~ackqueue.delivery.conditions.ReadyListeners`, told whenever items become ready."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ackqueue.delivery.signals import ReadyListeners
+from ackqueue.delivery.conditions import ReadyListeners
 from ackqueue.queue.queues import AckQueue
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from ackqueue.base.clock import Clock
-from ackqueue.delivery.holding import Holds
+from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.supply import GetAgain, Supply
 from ackqueue.storage.book import Book

@@ -17,13 +17,13 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.grouped import Grouping, GroupRules, group_rules
-from ackqueue.delivery.holding import Holds
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.groups import Grouping, GroupRules, group_rules
+from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Supply
 from ackqueue.queue.calls import Calls
 from ackqueue.queue.claiming import Claimer, StdlibGet

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.base.interrupts import checkpoint, hold_back
-from ackqueue.delivery.grouped import check_group
+from ackqueue.delivery.groups import check_group
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.errors import Full
 from ackqueue.queue.calls import calling_stdlib, check_timeout

@@ -22,9 +22,9 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.holding import Delivery
+from ackqueue.delivery.conditions import Lifecycle, Tasks
+from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
-from ackqueue.delivery.signals import Lifecycle, Tasks
 from ackqueue.queue import dropping, status
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.keying import Unique

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackqueue.base.timers import Timer, Timers
-from ackqueue.delivery.holding import HoldTable
+from ackqueue.delivery.holds import HoldTable
 from ackqueue.delivery.mode import Ride
 from ackqueue.delivery.supply import Claim
 from ackqueue.queue.claiming import Claimer

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ackqueue.delivery.grouped import GroupRules
+from ackqueue.delivery.groups import GroupRules
 from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import HOLDS_KEY, entry_of
 

@@ -30,12 +30,12 @@ from typing import Any, Literal
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeyMap, KeySet
-from ackqueue.delivery.grouped import GroupRules
-from ackqueue.delivery.holding import Hold
+from ackqueue.delivery.conditions import Lifecycle, Signals
+from ackqueue.delivery.groups import GroupRules
+from ackqueue.delivery.holds import Hold
 from ackqueue.delivery.mode import Edit, Load, Ride, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
-from ackqueue.delivery.signals import Lifecycle, Signals
 from ackqueue.delivery.supply import Claim, GetAgain, Supply
 from ackqueue.errors import StorageError
 from ackqueue.shared import sessions

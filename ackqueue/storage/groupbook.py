@@ -13,7 +13,7 @@ from ackqueue.storage.book import Book
 
 
 def has_groups(book: Book) -> bool:
-    """Whether an entry was ever put with a group (see :mod:`ackqueue.delivery.grouped`)."""
+    """Whether an entry was ever put with a group (see :mod:`ackqueue.delivery.groups`)."""
     return book.read(lambda record: bool(record.grouped))
 
 

@@ -10,11 +10,11 @@ import pytest
 
 import ackqueue
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.holding import Holds
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.ready import ReadyIndex
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.storage.book import Book
 from ackqueue.storage.items import Staged, pickle_item
