@@ -21,8 +21,7 @@ from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
 from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import Empty
-from ackqueue.queue.listening import ready_listeners
-from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue, ready_listeners
 
 T = TypeVar("T")
 

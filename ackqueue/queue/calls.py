@@ -4,6 +4,11 @@
 ``_put`` and ``_get`` with the mutex held; what a hook needs beyond the item (the priority of
 a put, the deadline and consumer of a get) and what it hands back (the staged put, the claim)
 travel in a :class:`Calls`, one per thread.
+
+What the queue's operations (puts, claims, deliveries) work with: one queue's state objects.
+
+Each of them owns its own state; this only hands the same ones to every operation, once, when
+the queue opens (:mod:`.opening`).
 """
 
 from __future__ import annotations
@@ -12,11 +17,17 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from ackqueue.base.clock import Clock
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
 from ackqueue.delivery.holds import HoldTable
-from ackqueue.delivery.supply import Claim
+from ackqueue.delivery.metering import Meter
+from ackqueue.delivery.mode import Mode
+from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.errors import ItemLoadError, ShutDown
+from ackqueue.storage.book import Book
 from ackqueue.storage.items import Staged
 
 _StdShutDown = getattr(queue, "ShutDown", None)
@@ -69,3 +80,16 @@ def calling_stdlib(calls: Calls, op: str, undo: Callable[[], None]) -> Iterator[
         raise
     finally:
         calls.op = None
+
+
+@dataclass(frozen=True)
+class Core:
+    signals: Signals  # the lock and conditions
+    life: Lifecycle  # open, shut down, drained, paused
+    tasks: Tasks  # the join() count
+    book: Book  # the stored queue
+    supply: Supply  # what can be handed out
+    mode: Mode  # single-process or shared
+    meter: Meter  # counts and timings
+    calls: Calls  # what one thread's stdlib put or get carries to the hooks
+    clock: Clock  # the queue's time

@@ -20,9 +20,8 @@ from ackqueue.delivery.holds import Hold, Holds, HoldTable, ThreadExitWatch
 from ackqueue.delivery.mode import exhausted_reason
 from ackqueue.delivery.supply import Claim
 from ackqueue.errors import QueueClosedError
-from ackqueue.queue.calls import check_timeout
+from ackqueue.queue.calls import Core, check_timeout
 from ackqueue.queue.claiming import Claimer
-from ackqueue.queue.core import Core
 from ackqueue.queue.riding import Rides
 from ackqueue.storage.book import Settlement
 from ackqueue.storage.transactions import current

@@ -25,13 +25,10 @@ from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import Supply
-from ackqueue.queue.calls import Calls
+from ackqueue.queue.calls import Calls, Core
 from ackqueue.queue.claiming import Claimer, StdlibGet
-from ackqueue.queue.closing import Closing
-from ackqueue.queue.core import Core
-from ackqueue.queue.deadletters import DeadLetters
 from ackqueue.queue.deliveries import Deliveries
-from ackqueue.queue.groupcontrol import GroupControl
+from ackqueue.queue.dropping import Closing
 from ackqueue.queue.keying import Keys
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.queue.riding import Rides
@@ -105,10 +102,8 @@ class Parts:
     claimer: Claimer
     puts: Puts
     deliveries: Deliveries
-    groups: GroupControl
     keys: Keys
     closing: Closing
-    dead: DeadLetters
 
 
 def check_options(
@@ -174,10 +169,9 @@ def assemble(
     puts = Puts(core, stdlib_put, order, opts.maxsize)
     rides = Rides(core, claimer, timers, holds.next_delivery_id, opts.max_attempts)
     deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides=rides)
-    groups = GroupControl(core, opts.groups)
     keys = Keys(core, puts, opts.unique)
-    closing, dead = Closing(core, holds, timers), DeadLetters(core, puts)
-    return Parts(core, timers, holds, claimer, puts, deliveries, groups, keys, closing, dead)
+    closing = Closing(core, holds, timers)
+    return Parts(core, timers, holds, claimer, puts, deliveries, keys, closing)
 
 
 def signals_of(
