@@ -150,7 +150,7 @@ class Supply:
             self.offer_locked(key)
 
     def land_staged_locked(self, staged: Staged, cache: bool = True) -> None:
-        """A put committed: ready (its pickle kept for the get, see prefetch.py, unless not
+        """A put committed: ready (its pickle kept for the get, see itemcache.py, unless not
         ``cache``) or delayed."""
         if staged.group is not None:
             self._note_group(staged.key, staged.group)
@@ -238,7 +238,7 @@ class Supply:
 
     def load(self, key: Any) -> tuple[bytes, int]:
         """The stored pickle and attempts of ``key``, from the item cache when it has them
-        (see prefetch.py), else read, with the next few backlog entries read ahead."""
+        (see ackqueue.delivery.itemcache), else read, with the next few backlog entries read ahead."""
         known = self.items.take(self._order.key_seq(key))
         if known is not None:
             return known

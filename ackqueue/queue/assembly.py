@@ -25,11 +25,11 @@ from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import Supply
-from ackqueue.queue.calls import Calls, Core
 from ackqueue.queue.claiming import Claimer, StdlibGet
+from ackqueue.queue.core import Calls, Core
 from ackqueue.queue.deliveries import Deliveries
-from ackqueue.queue.dropping import Closing
 from ackqueue.queue.keying import Keys
+from ackqueue.queue.lifecycle import Closing
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.queue.riding import Rides
 from ackqueue.shared import wants_shared

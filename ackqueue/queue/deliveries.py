@@ -20,8 +20,8 @@ from ackqueue.delivery.holds import Hold, Holds, HoldTable, ThreadExitWatch
 from ackqueue.delivery.mode import exhausted_reason
 from ackqueue.delivery.supply import Claim
 from ackqueue.errors import QueueClosedError
-from ackqueue.queue.calls import Core, check_timeout
 from ackqueue.queue.claiming import Claimer
+from ackqueue.queue.core import Core, check_timeout
 from ackqueue.queue.riding import Rides
 from ackqueue.storage.book import Settlement
 from ackqueue.storage.transactions import current
@@ -269,7 +269,7 @@ class Deliveries:
             self.holds.extend_locked(table, hold, seconds)
         self._mode.check_extend(hold)
 
-    # -- giving holds back when their holder goes away (see recovery.py) ---------------
+    # -- giving holds back when their holder goes away (see ackqueue.delivery.holds) ---------------
 
     def new_table(self, task: str | None = None) -> HoldTable:
         """A consumer's table for the calling thread, given back when that thread ends;

@@ -26,7 +26,7 @@ from typing import Any
 
 from ackqueue.delivery.groups import check_group
 from ackqueue.errors import ItemLoadError, KeyHeldError, UnknownKeyError
-from ackqueue.queue.calls import Core
+from ackqueue.queue.core import Core
 from ackqueue.queue.putting import Puts
 from ackqueue.shared.holdmarks import holder
 from ackqueue.storage.items import Staged, pickle_item, unpickle_item

@@ -33,7 +33,7 @@ from ackqueue.base.interrupts import Shield
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.holds import Holds
 from ackqueue.queue import status
-from ackqueue.queue.calls import Core
+from ackqueue.queue.core import Core
 from ackqueue.storage.store import Store
 
 INTERNAL_THREADS = "ackqueue-"  # the prefix of every thread ackqueue starts

@@ -43,12 +43,12 @@ from ackqueue.delivery.conditions import Lifecycle, ReadyListeners, Tasks
 from ackqueue.delivery.groups import GroupRules, check_named_group, checked_seconds
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
-from ackqueue.queue import dropping, status
-from ackqueue.queue.calls import Core
+from ackqueue.queue import lifecycle, status
+from ackqueue.queue.assembly import Options, assemble, check_options, open_book, signals_of
 from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.core import Core
 from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
-from ackqueue.queue.opening import Options, assemble, check_options, open_book, signals_of
 from ackqueue.queue.putting import Puts
 from ackqueue.storage import groupbook
 from ackqueue.storage.deadletters import DeadLetter
@@ -137,7 +137,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._groups, self._dead = GroupControl(core, rules), DeadLetters(core, parts.puts)
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
-        self._dropped = dropping.watch(
+        self._dropped = lifecycle.watch(
             self, store, name, opened.claim, book.close, self._mode.dropped()
         )
 

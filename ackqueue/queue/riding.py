@@ -26,8 +26,8 @@ from ackqueue.base.timers import Timer, Timers
 from ackqueue.delivery.holds import HoldTable
 from ackqueue.delivery.mode import Ride
 from ackqueue.delivery.supply import Claim
-from ackqueue.queue.calls import Core
 from ackqueue.queue.claiming import Claimer
+from ackqueue.queue.core import Core
 
 log = logging.getLogger("ackqueue")
 
