@@ -238,7 +238,7 @@ class Supply:
 
     def load(self, key: Any) -> tuple[bytes, int]:
         """The stored pickle and attempts of ``key``, from the item cache when it has them
-        (see ackqueue.delivery.itemcache), else read, with the next few backlog entries read ahead."""
+        (see itemcache.py), else read, with the next few backlog entries read ahead."""
         known = self.items.take(self._order.key_seq(key))
         if known is not None:
             return known

@@ -171,7 +171,7 @@ class SharedReadyIndex:
 
     @property
     def cursor(self) -> None:
-        """No backlog read-ahead in shared mode (see ackqueue.delivery.itemcache): other processes take
+        """No backlog read-ahead in shared mode (see delivery.itemcache): other processes take
         entries ahead of us. Pickles of our own puts are still served from the item cache;
         a take re-reads the attempts from the store anyway."""
         return None

@@ -190,7 +190,7 @@ class Store:
         return True
 
     def release_dropped(self, name: str, claim: object) -> None:
-        """Release the reference of a queue collected without ``close()`` (see ackqueue.queue.lifecycle),
+        """Release the reference of a queue collected without ``close()`` (see dropping.py),
         unless a new queue took its name over (and with it that reference) meanwhile."""
         with _registry_lock:
             if self._names.get(name) is not claim or not self._release_locked(name):
