@@ -17,11 +17,35 @@ from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.ready import ReadyIndex, ReadyKeys, ScanAfter
 from ackqueue.delivery.supply import Claim, Supply
-from ackqueue.storage.book import Book
+from ackqueue.records import QueueRecord
+from ackqueue.storage.book import Book, Keeping
+from ackqueue.storage.counts import settle
+from ackqueue.storage.sweeping import sweep_done
 from ackqueue.storage.transactions import current
 
 
+class OneWriter:
+    """How a book is kept when one process writes it: the count is kept in transaction
+    metadata (see :mod:`ackqueue.storage.counts`) and an acked entry is deleted at once.
+    Entries that shared-mode acks only marked done are deleted at open: nobody else sweeps."""
+
+    def opened(self, book: Book, record: QueueRecord) -> None:
+        store = book.store
+        if store.counts is not None:
+            store.counts.start(record, book.name)
+        else:
+            settle(record, store.db.storage)
+        if record.done_marks:
+            store.note_dropped(sweep_done(record, None))
+            record.done_marks = False
+
+    def retire(self, book: Book, key: Any) -> None:
+        book.remove_entry(key)
+
+
 class LocalMode:
+    keeping: Keeping = OneWriter()
+
     def __init__(
         self,
         book: Book,

@@ -84,8 +84,7 @@ def open_book(
         raise
     try:
         is_shared = wants_shared(store, shared)
-        # A shared queue's count is read by other processes: keep it in its Length.
-        book = Book(store, name, kind, class_name, not is_shared)
+        book = Book(store, name, kind, class_name, mode_class(is_shared).keeping)
     except BaseException:
         store.release(name)
         raise
@@ -119,6 +118,11 @@ def check_options(
         raise ValueError("session_timeout must be a positive number of seconds")
     remember_seconds(unique)
     return group_rules(max_held_per_group, group_interval)  # see README, "Groups"
+
+
+def mode_class(shared: bool) -> type[LocalMode] | type[SharedMode]:
+    """The mode of a queue: the one place that tells one process from several."""
+    return SharedMode if shared else LocalMode
 
 
 def open_mode(

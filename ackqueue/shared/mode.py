@@ -38,6 +38,7 @@ from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.supply import Claim, GetAgain, Supply
 from ackqueue.errors import StorageError
+from ackqueue.records import QueueRecord
 from ackqueue.shared import sessions
 from ackqueue.shared.groupgate import GroupGate
 from ackqueue.shared.holdmarks import (
@@ -52,7 +53,9 @@ from ackqueue.shared.holdmarks import (
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.seqblocks import SeqBlocks
 from ackqueue.shared.sessions import SessionLost
-from ackqueue.storage.book import Book
+from ackqueue.storage.book import Book, Keeping
+from ackqueue.storage.counts import count_change, settle
+from ackqueue.storage.keyindex import release
 from ackqueue.storage.transactions import current
 
 log = logging.getLogger("ackqueue")
@@ -62,8 +65,36 @@ log = logging.getLogger("ackqueue")
 TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped"] | None
 
 
+class ManyWriters:
+    """How a book is kept when several processes write it: the count lives in the record's
+    ``Length`` (other processes read it), and an acked entry is only marked done; the sweeper
+    (:mod:`ackqueue.shared.sweeping`) deletes done entries in batches.
+
+    Deleting the first key of a bucket conflicts with every concurrent change to that bucket,
+    and emptying a bucket with every change below the same tree node: with several processes
+    acking at the head, most acks did one or the other. Marking writes only the entry, which no
+    other process changes at the same time.
+    """
+
+    def opened(self, book: Book, record: QueueRecord) -> None:
+        settle(record, book.store.db.storage)
+        if not record.done_marks:  # unchanged records are not written
+            record.done_marks = True
+
+    def retire(self, book: Book, key: Any) -> None:
+        record = book.record
+        entry = record.entries[key]
+        if record.keyed is not None:
+            release(record, key, entry, book.clock())
+        entry.done = True
+        entry.data = b""  # the item itself is garbage now; keep the record small
+        count_change(record, -1)
+
+
 class SharedMode:
     """The shared-mode state of one queue in this process."""
+
+    keeping: Keeping = ManyWriters()
 
     def __init__(
         self,

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from ackqueue.base.clock import Clock
 from ackqueue.errors import AckQueueError, NotAQueueFileError
 from ackqueue.records import Entry, QueueRecord, queues_of
-from ackqueue.storage.counts import count_change, settle, stored_count
+from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.items import Staged
 from ackqueue.storage.keyindex import release
@@ -34,25 +34,35 @@ T = TypeVar("T")
 Settlement = Literal["delete", "bury", "delay", "snooze"]
 
 
+class Keeping(Protocol):
+    """How a book keeps its count and retires acked entries: one writer process does it one
+    way, several another, so the queue's mode supplies it (each mode module has its own)."""
+
+    def opened(self, book: Book, record: QueueRecord) -> None:
+        """The record was found or made (inside the opening change): start keeping it."""
+        ...
+
+    def retire(self, book: Book, key: Any) -> None:
+        """An acked entry leaves the queue (inside a change); its count drops at once."""
+        ...
+
+
 class Book:
     """The stored state of queue ``name`` in ``store``'s database.
 
     ``kind`` is the queue kind the record must have (``fifo``, ``lifo``, ``priority``);
-    ``defer_count`` keeps its count in transaction metadata (one writer process: counts.py).
+    ``keeping`` is how the queue's mode keeps its count and retires acked entries.
     """
 
     def __init__(
-        self, store: Store, name: str, kind: str, class_name: str, defer_count: bool
+        self, store: Store, name: str, kind: str, class_name: str, keeping: Keeping
     ) -> None:
         self.store = store
         self.name = name
         self._kind = kind
         self._class_name = class_name
-        self._defer_count = defer_count
+        self._keeping = keeping
         self.clock: Clock = time.time  # the queue's (set at open): when a key was seen
-        # Shared mode (several writer processes): an ack marks its entry done instead of
-        # deleting it, and a sweeper deletes done entries in batches (see retire_entry).
-        self.marks_done = not defer_count
         # The writer connection's record: read and changed only inside a change.
         self.record: QueueRecord = store.run(self._find_or_create)
         self._reader = Reader(store, name)
@@ -75,15 +85,7 @@ class Book:
                 f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "
                 f"class, not {self._class_name}"
             )
-        if store.counts is not None and self._defer_count:
-            store.counts.start(record, self.name)  # see counts.py
-        else:
-            settle(record, store.db.storage)
-        if self._defer_count and record.done_marks:
-            store.note_dropped(sweep_done(record, None))  # one process now: nobody else sweeps
-            record.done_marks = False
-        elif not self._defer_count and not record.done_marks:
-            record.done_marks = True
+        self._keeping.opened(self, record)
         return record
 
     def close(self) -> None:
@@ -234,24 +236,8 @@ class Book:
             del record.delayed[key]
 
     def retire_entry(self, key: Any) -> None:
-        """An acked entry leaves the queue (inside a change): deleted at once in one process;
-        in shared mode only marked done, for the sweeper to delete in a batch later.
-
-        Deleting the first key of a bucket conflicts with every concurrent change to that
-        bucket, and emptying a bucket with every change below the same tree node: with several
-        processes acking at the head, most acks did one or the other. Marking writes only the
-        entry, which no other process changes at the same time. The count drops at once.
-        """
-        if not self.marks_done:
-            self.remove_entry(key)
-            return
-        record = self.record
-        entry = record.entries[key]
-        if record.keyed is not None:
-            release(record, key, entry, self.clock())
-        entry.done = True
-        entry.data = b""  # the item itself is garbage now; keep the record small
-        count_change(record, -1)
+        """An acked entry leaves the queue (inside a change), the way the mode keeps entries."""
+        self._keeping.retire(self, key)
 
     def sweeper(self, scan: int | None) -> Callable[[], int]:
         """The edit deleting entries marked done among the first ``scan`` keys (all with

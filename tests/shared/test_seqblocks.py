@@ -3,6 +3,7 @@ two processes' blocks over one stored record never number two puts alike, and ea
 
 from __future__ import annotations
 
+from ackqueue.shared.mode import SharedMode
 from ackqueue.shared.seqblocks import SEQ_BLOCK, SeqBlocks
 from ackqueue.storage.book import Book
 from ackqueue.storage.store import Store
@@ -10,7 +11,7 @@ from ackqueue.storage.store import Store
 
 def test_two_block_holders_draw_disjoint_increasing_numbers(qpath):
     store = Store.acquire(qpath, None)
-    book = Book(store, "q", "fifo", "AckQueue", defer_count=False)
+    book = Book(store, "q", "fifo", "AckQueue", SharedMode.keeping)
     try:
         first, second = SeqBlocks(book), SeqBlocks(book)  # as two processes would
         a = [first.next_locked() for _ in range(SEQ_BLOCK + 3)]  # past one block
