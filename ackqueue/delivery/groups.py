@@ -37,7 +37,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ackqueue.base.clock import Clock
 from ackqueue.delivery.ready import Key, ReadyIndex, ReadyKeys, ScanAfter
@@ -356,8 +356,29 @@ def check_named_group(group: object) -> str:
     return group
 
 
+class Indexing(Protocol):
+    """How a queue's mode makes its ready index, and whether that index learns groups in
+    memory (one process) or reads them from the stored tree (shared mode)."""
+
+    def open_index(
+        self, book: Book, backlog: int, scan_after: ScanAfter, schedule: Schedule
+    ) -> tuple[ReadyKeys, GroupedReadyIndex | None]:
+        """The ready index at open (``backlog`` stored keys ready, 0 after a drain: none), and
+        the same index if it knows groups (else None)."""
+        ...
+
+    def group_index(self, plain: ReadyKeys, schedule: Schedule) -> GroupedReadyIndex | None:
+        """A grouped index around ``plain`` for a first grouped key, or None: the ready index
+        learns no groups in memory."""
+        ...
+
+
 @dataclass(frozen=True)
 class Grouping:
+    """The indexing of a queue in one process: a queue with group rules, or whose file holds
+    grouped entries, opens with a :class:`GroupedReadyIndex`; one opened without either
+    switches on its first grouped put, keeping its plain index as the lane of ungrouped keys."""
+
     rules: GroupRules
     key_id: KeyId
     clock: Clock
@@ -366,9 +387,18 @@ class Grouping:
         return self.rules.limited or groupbook.has_groups(book)
 
     def open_index(
-        self, book: Book, backlog: int, scan_after: ScanAfter, new_plain: Any, schedule: Schedule
+        self, book: Book, backlog: int, scan_after: ScanAfter, schedule: Schedule
+    ) -> tuple[ReadyKeys, GroupedReadyIndex | None]:
+        if not self.wanted(book):
+            return ReadyIndex(backlog=backlog, scan_after=scan_after), None
+        index = self._grouped_at_open(book, backlog, scan_after, schedule)
+        return index, index
+
+    def _grouped_at_open(
+        self, book: Book, backlog: int, scan_after: ScanAfter, schedule: Schedule
     ) -> GroupedReadyIndex:
-        """The index at open: ``backlog`` stored keys are ready (0 after a drain: none)."""
+        """Every grouped entry is read once at open (its group is not in its key); the
+        ungrouped ones stay in the plain lane's lazy backlog."""
         key_id = self.key_id
         entries = groupbook.grouped_entries(book)
         group_of = {key_id(key): group for key, group, _delayed in entries}
@@ -384,7 +414,7 @@ class Grouping:
                     return mine
                 cursor = keys[-1]
 
-        plain: ReadyKeys = new_plain(max(0, backlog - len(ready)), ungrouped_after)
+        plain = ReadyIndex(backlog=max(0, backlog - len(ready)), scan_after=ungrouped_after)
         index = GroupedReadyIndex(
             plain, self.rules, self.clock, key_id, schedule, group_of, groupbook.group_pauses(book)
         )
@@ -392,6 +422,6 @@ class Grouping:
             index.offer(key)
         return index
 
-    def around(self, plain: ReadyKeys, schedule: Schedule) -> GroupedReadyIndex:
+    def group_index(self, plain: ReadyKeys, schedule: Schedule) -> GroupedReadyIndex:
         """A grouped index whose ungrouped lane is the plain index the queue had so far."""
         return GroupedReadyIndex(plain, self.rules, self.clock, self.key_id, schedule)

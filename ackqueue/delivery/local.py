@@ -12,10 +12,10 @@ import threading
 from typing import Any
 
 from ackqueue.base.clock import Clock
+from ackqueue.delivery.groups import Grouping, GroupRules
 from ackqueue.delivery.holds import Hold
 from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering, checked_seq
-from ackqueue.delivery.ready import ReadyIndex, ReadyKeys, ScanAfter
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.records import QueueRecord
 from ackqueue.storage.book import Book, Keeping
@@ -53,6 +53,7 @@ class LocalMode:
         mutex: threading.Lock,
         clock: Clock,
         max_attempts: int | None,
+        rules: GroupRules | None = None,
     ) -> None:
         self._book = book
         self._store = book.store
@@ -62,6 +63,7 @@ class LocalMode:
         self._max_attempts = max_attempts
         self._next_seq = book.seq_reserved()
         self._attempts: dict[Any, int] = {}  # deliveries this session, without max_attempts
+        self._grouping = Grouping(rules or GroupRules(), ordering.key_id, clock)
 
     @property
     def shared(self) -> bool:
@@ -72,8 +74,26 @@ class LocalMode:
         self._next_seq += 1
         return checked_seq(seq, self._book.name)
 
-    def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
-        return ReadyIndex(backlog=backlog, scan_after=scan_after)
+    @property
+    def indexing(self) -> Grouping:
+        return self._grouping
+
+    def remove_group(self, group: str, supply: Supply) -> int:
+        with self._mutex:
+            taken = supply.take_group_locked(group)
+        if not taken:
+            return 0
+        keys = [key for key, _due in taken]
+        try:
+            self._store.run(self._book.deleter(keys))
+        except BaseException:
+            with self._mutex:
+                for key, due in taken:
+                    supply.land_locked(key, due)
+            raise
+        with self._mutex:
+            supply.removed_locked(keys)
+        return len(keys)
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         return load(key)

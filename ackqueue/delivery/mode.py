@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ackqueue.delivery.groups import Indexing
 from ackqueue.delivery.holds import Hold
-from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.supply import Claim, Supply
 
 Edit = Callable[[], None]
@@ -52,8 +52,13 @@ class Mode(Protocol):
         """The next sequence number for a put."""
         ...
 
-    def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
-        """The ready index; ``backlog`` entries stored before this session are ready."""
+    @property
+    def indexing(self) -> Indexing:
+        """How the ready index is made, and whether it learns groups in memory."""
+        ...
+
+    def remove_group(self, group: str, supply: Supply) -> int:
+        """Remove every waiting item of ``group`` (held ones stay held); return how many."""
         ...
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:

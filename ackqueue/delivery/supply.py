@@ -23,10 +23,10 @@ from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
 from ackqueue.delivery.delays import Delays
-from ackqueue.delivery.groups import Group, GroupedReadyIndex, Grouping
+from ackqueue.delivery.groups import Group, GroupedReadyIndex, Indexing
 from ackqueue.delivery.itemcache import READ_AHEAD, ItemCache
 from ackqueue.delivery.ordering import Ordering
-from ackqueue.delivery.ready import ReadyKeys, ScanAfter
+from ackqueue.delivery.ready import ReadyKeys
 from ackqueue.records import QueueRecord
 from ackqueue.storage import groupbook
 from ackqueue.storage.book import Book
@@ -34,12 +34,8 @@ from ackqueue.storage.items import Staged
 
 SCAN_AHEAD = 64  # backlog keys read per look at the stored tree (see ready.py)
 
-NewIndex = Callable[[int, ScanAfter], ReadyKeys]
-
-
 class Supply:
-    """``new_index(backlog, scan_after)`` makes the ready index (each mode has its own);
-    ``grouping`` makes it know groups in one process (None: the mode's index knows them)."""
+    """``indexing`` (the mode's) makes the ready index, and says whether it learns groups."""
 
     def __init__(
         self,
@@ -50,8 +46,7 @@ class Supply:
         ordering: Ordering,
         clock: Clock,
         timers: Timers,
-        new_index: NewIndex,
-        grouping: Grouping | None = None,
+        indexing: Indexing,
     ) -> None:
         self._signals = signals
         self._life = lifecycle
@@ -60,8 +55,7 @@ class Supply:
         self._order = ordering
         self._clock = clock
         self._timers = timers
-        self._new_index = new_index
-        self._grouping = grouping
+        self._indexing = indexing
         self.groups: GroupedReadyIndex | None = None  # the ready index, when it knows groups
         self.items = ItemCache()
         self._withdrawn: set[Any] = set()  # ids of backlog keys taken out by withdraw_locked
@@ -71,7 +65,8 @@ class Supply:
         self.tx_staged = 0  # puts waiting for their transaction to commit
         with signals.mutex:
             backlog = book.count() - len(self.delays.at_open)
-            self.ready: ReadyKeys = self._make_index(backlog)
+            self.ready: ReadyKeys
+            self.ready, self.groups = self._open_index(backlog)
             for key in self.delays.due_at_open:
                 self.ready.offer(key)
             for key, when in self.delays.pending.values():
@@ -80,14 +75,8 @@ class Supply:
             # book as soon as the index exists.
             tasks.unfinished = self.ready_total() + len(self.delays)
 
-    def _make_index(self, backlog: int) -> ReadyKeys:
-        grouping = self._grouping
-        if grouping is None or not grouping.wanted(self._book):
-            return self._new_index(backlog, self._scan_after)
-        self.groups = grouping.open_index(
-            self._book, backlog, self._scan_after, self._new_index, self._schedule
-        )
-        return self.groups
+    def _open_index(self, backlog: int) -> tuple[ReadyKeys, GroupedReadyIndex | None]:
+        return self._indexing.open_index(self._book, backlog, self._scan_after, self._schedule)
 
     def _schedule(self, when: float, wake: Callable[[], bool]) -> None:
         def fire() -> None:
@@ -166,11 +155,12 @@ class Supply:
     def _grouped(self) -> GroupedReadyIndex | None:
         """The grouped index, switched to now if need be (None: the mode's own index reads
         groups from the store)."""
-        if self.groups is None and self._grouping is not None:
-            self.groups = self._grouping.around(self.ready, self._schedule)
-            for group, until in groupbook.group_pauses(self._book).items():
-                self.groups.pause(group, until)
-            self.ready = self.groups
+        if self.groups is None:
+            groups = self._indexing.group_index(self.ready, self._schedule)
+            if groups is not None:
+                for group, until in groupbook.group_pauses(self._book).items():
+                    groups.pause(group, until)
+                self.ready = self.groups = groups
         return self.groups
 
     # -- acting on whole groups ----------------------------------------------------------------
@@ -180,18 +170,25 @@ class Supply:
         if groups is not None and groups.pause(group, until):
             self._signals.not_empty.notify_all()
 
-    def take_group_locked(self, group: str) -> list[tuple[Any, float]] | None:
+    def take_group_locked(self, group: str) -> list[tuple[Any, float]]:
         """Take the waiting keys of ``group`` out, ready ones with due time 0 (to remove them;
-        :meth:`land_locked` puts one back). None: the index reads the store, look there."""
+        :meth:`land_locked` puts one back, :meth:`removed_locked` forgets them)."""
         groups = self.groups
         if groups is None:
-            return None if self._grouping is None else []
+            return []
         taken: list[tuple[Any, float]] = [(key, 0.0) for key in groups.take_lane(group)]
         for key_id, (key, when) in list(self.delays.pending.items()):
             if groups.group_of(key) == group:
                 del self.delays.pending[key_id]
                 taken.append((key, when))
         return taken
+
+    def removed_locked(self, keys: list[Any]) -> None:
+        """Keys taken out by :meth:`take_group_locked` were deleted from the store."""
+        for key in keys:
+            self.gone_locked(key)
+        self._tasks.finished_locked(len(keys))
+        self._signals.not_full.notify(len(keys))
 
     # -- keys out no longer (for the hold counts of groups) ----------------------------------
 
@@ -230,7 +227,7 @@ class Supply:
     def drain_locked(self) -> int:
         """Forget what is ready or delayed (storage keeps it); return how many were."""
         forgotten = self.ready_total() + len(self.delays)
-        self.ready = self._make_index(0)
+        self.ready, self.groups = self._open_index(0)
         self.delays.pending.clear()
         return forgotten
 

@@ -18,7 +18,7 @@ import ZODB
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
-from ackqueue.delivery.groups import Grouping, GroupRules, group_rules
+from ackqueue.delivery.groups import GroupRules, group_rules
 from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.metering import Meter
@@ -133,13 +133,7 @@ def open_mode(
             book, order, signals, life, opts.clock, opts.max_attempts, opts.session_timeout,
             opts.groups,
         )
-    return LocalMode(book, order, signals.mutex, opts.clock, opts.max_attempts)
-
-
-def grouping_for(order: Ordering, opts: Options) -> Grouping | None:
-    """How the ready index of a queue in one process learns groups; shared mode's index reads
-    them from the stored tree (None)."""
-    return None if opts.shared else Grouping(opts.groups, order.key_id, opts.clock)
+    return LocalMode(book, order, signals.mutex, opts.clock, opts.max_attempts, opts.groups)
 
 
 def assemble(
@@ -163,8 +157,7 @@ def assemble(
         book.close()
         raise
     supply = Supply(
-        signals, life, tasks, book, order, clock, timers, mode.new_index,
-        grouping_for(order, opts),
+        signals, life, tasks, book, order, clock, timers, mode.indexing
     )
     holds = Holds(supply, timers, clock, opts.name, opts.ack_timeout)
     mode.on_session_lost(holds.void_locked)

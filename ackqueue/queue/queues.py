@@ -442,7 +442,7 @@ class GroupControl:
     def __init__(self, core: Core, rules: GroupRules) -> None:
         self._signals, self._life, self._tasks = core.signals, core.life, core.tasks
         self._book, self._supply, self._clock = core.book, core.supply, core.clock
-        self._store = core.book.store
+        self._store, self._mode = core.book.store, core.mode
         self.rules = rules
 
     def pause(self, group: object, seconds: object) -> None:
@@ -459,27 +459,7 @@ class GroupControl:
         """Remove every waiting item of ``group`` (held ones stay held); return how many."""
         name = check_named_group(group)
         self._life.check_open()
-        supply = self._supply
-        with self._signals.mutex:
-            taken = supply.take_group_locked(name)
-        if taken is None:  # the ready index reads the store: remove what no process holds
-            return int(self._store.run(groupbook.group_remover(self._book, name)))
-        if not taken:
-            return 0
-        keys = [key for key, _due in taken]
-        try:
-            self._store.run(self._book.deleter(keys))
-        except BaseException:
-            with self._signals.mutex:
-                for key, due in taken:
-                    supply.land_locked(key, due)
-            raise
-        with self._signals.mutex:
-            for key in keys:
-                supply.gone_locked(key)
-            self._tasks.finished_locked(len(keys))
-            self._signals.not_full.notify(len(keys))
-        return len(keys)
+        return self._mode.remove_group(name, self._supply)
 
 
 def ready_listeners(queue: AckQueue[Any]) -> ReadyListeners:

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeyMap, KeySet
 from ackqueue.delivery.conditions import Lifecycle, Signals
-from ackqueue.delivery.groups import GroupRules
+from ackqueue.delivery.groups import GroupedReadyIndex, GroupRules, Schedule
 from ackqueue.delivery.holds import Hold
 from ackqueue.delivery.mode import Edit, Load, Ride, Taken, Void, exhausted_reason
 from ackqueue.delivery.ordering import Ordering
@@ -53,6 +53,7 @@ from ackqueue.shared.holdmarks import (
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.seqblocks import SeqBlocks
 from ackqueue.shared.sessions import SessionLost
+from ackqueue.storage import groupbook
 from ackqueue.storage.book import Book, Keeping
 from ackqueue.storage.counts import count_change, settle
 from ackqueue.storage.keyindex import release
@@ -143,11 +144,25 @@ class SharedMode:
     def next_seq_locked(self) -> int:
         return self._seqs.next_locked()
 
-    def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
+    @property
+    def indexing(self) -> SharedMode:
+        return self
+
+    def open_index(
+        self, book: Book, backlog: int, scan_after: ScanAfter, schedule: Schedule
+    ) -> tuple[ReadyKeys, GroupedReadyIndex | None]:
+        """The ready order read from the stored tree, groups included (see groupgate.py)."""
         self._index = SharedReadyIndex(
             self, self._book, self._clock, self._order, self._gate.stopped
         )
-        return self._index
+        return self._index, None
+
+    def group_index(self, plain: ReadyKeys, schedule: Schedule) -> None:
+        return None  # the stored tree says each entry's group: nothing to learn in memory
+
+    def remove_group(self, group: str, supply: Supply) -> int:
+        """Remove what no process holds, in the stored tree the ready index reads."""
+        return int(self._store.run(groupbook.group_remover(self._book, group)))
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         try:

@@ -11,10 +11,10 @@ import pytest
 import ackqueue
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.groups import Grouping, GroupRules
 from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
-from ackqueue.delivery.ready import ReadyIndex
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
@@ -73,7 +73,7 @@ def parts(store, order: Ordering, backlog_items: int = 0):
     timers = Timers(mutex, clock, "q")
     supply = Supply(
         signals, life, tasks, book, order, clock, timers,
-        lambda backlog, scan: ReadyIndex(backlog, scan),
+        Grouping(GroupRules(), order.key_id, clock),
     )
     return book, signals, life, tasks, clock, supply
 
