@@ -12,9 +12,19 @@ import threading
 from typing import Any
 
 from ackqueue.base.clock import Clock
+from ackqueue.base.timers import Timers
 from ackqueue.delivery.groups import Grouping, GroupRules
 from ackqueue.delivery.holds import Hold
-from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
+from ackqueue.delivery.mode import (
+    ClaimReady,
+    Edit,
+    Load,
+    NextId,
+    NoRides,
+    Taken,
+    Void,
+    exhausted_reason,
+)
 from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.records import QueueRecord
@@ -98,8 +108,10 @@ class LocalMode:
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         return load(key)
 
-    def ride(self, claims: list[Claim]) -> None:
-        return None  # a get commits nothing here: there is no commit to save
+    def rides(
+        self, supply: Supply, timers: Timers, claim_ready: ClaimReady, next_id: NextId
+    ) -> NoRides:
+        return NoRides()
 
     def take(self, claims: list[Claim], supply: Supply) -> Taken:
         if self._max_attempts is None:

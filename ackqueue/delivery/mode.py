@@ -14,13 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ackqueue.base.timers import Timers
 from ackqueue.delivery.groups import Indexing
-from ackqueue.delivery.holds import Hold
+from ackqueue.delivery.holds import Hold, HoldTable
 from ackqueue.delivery.supply import Claim, Supply
 
 Edit = Callable[[], None]
 Load = Callable[[Any], tuple[bytes, int]]
 Void = Callable[[Callable[[Any], bool]], None]
+ClaimReady = Callable[[int], list[Claim]]
+NextId = Callable[[], int]
 
 
 @dataclass
@@ -40,6 +43,45 @@ class Ride:
     edit: Callable[[], None]
     landed: Callable[[], Taken]
     failed: Callable[[], None]
+
+
+class Rides(Protocol):
+    """Takes that ride in an ack's commit, for the consumers of one queue in this process
+    (see :mod:`ackqueue.shared.riding`); every ``*_locked`` method runs with the mutex held."""
+
+    def board(self, table: HoldTable, n: int) -> Ride | None:
+        """Before an ack of ``n`` holds commits: the ride that takes the next ready items for
+        ``table`` in the ack's commit, or None. Never raises: the ack must not fail for it."""
+        ...
+
+    def landed(self, table: HoldTable, ride: Ride) -> None:
+        """The ack committed, and the ride with it: keep what it took for ``table``."""
+        ...
+
+    def take_for(self, table: HoldTable, n: int) -> list[Claim]:
+        """Up to ``n`` items already held for ``table``, to hand out without a commit."""
+        ...
+
+    def drop_locked(self, table: HoldTable) -> None:
+        """``table``'s consumer went away: give back what was taken for it."""
+        ...
+
+
+class NoRides:
+    """No take rides an ack's commit: in one process a get commits nothing to save, and where
+    a get counts its delivery durably (``max_attempts``) a ride left unused would waste one."""
+
+    def board(self, table: HoldTable, n: int) -> None:
+        return None
+
+    def landed(self, table: HoldTable, ride: Ride) -> None:
+        pass
+
+    def take_for(self, table: HoldTable, n: int) -> list[Claim]:
+        return []
+
+    def drop_locked(self, table: HoldTable) -> None:
+        pass
 
 
 class Mode(Protocol):
@@ -75,8 +117,11 @@ class Mode(Protocol):
         transaction). Nothing kept: another process got it first, or it was buried."""
         ...
 
-    def ride(self, claims: list[Claim]) -> Ride | None:
-        """Holds on ``claims`` to commit with an ack (None: take them on their own)."""
+    def rides(
+        self, supply: Supply, timers: Timers, claim_ready: ClaimReady, next_id: NextId
+    ) -> Rides:
+        """The rides of this queue's consumers: ``claim_ready(n)`` claims up to ``n`` ready
+        items without waiting, ``next_id()`` names a delivery."""
         ...
 
     def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:

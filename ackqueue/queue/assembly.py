@@ -31,7 +31,6 @@ from ackqueue.queue.deliveries import Deliveries
 from ackqueue.queue.keying import Keys
 from ackqueue.queue.lifecycle import Closing
 from ackqueue.queue.putting import Puts, StdlibPut
-from ackqueue.queue.riding import Rides
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
@@ -164,8 +163,8 @@ def assemble(
     core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
     claimer = Claimer(core, stdlib_get)
     puts = Puts(core, stdlib_put, order, opts.maxsize)
-    rides = Rides(core, claimer, timers, holds.next_delivery_id, opts.max_attempts)
-    deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides=rides)
+    rides = mode.rides(supply, timers, claimer.claim_ready, holds.next_delivery_id)
+    deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides)
     keys = Keys(core, puts, opts.unique)
     closing = Closing(core, holds, timers)
     return Parts(core, timers, holds, claimer, puts, deliveries, keys, closing)

@@ -17,12 +17,11 @@ from typing import Any, Literal
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.holds import Hold, Holds, HoldTable, ThreadExitWatch
-from ackqueue.delivery.mode import exhausted_reason
+from ackqueue.delivery.mode import Rides, exhausted_reason
 from ackqueue.delivery.supply import Claim
 from ackqueue.errors import QueueClosedError
 from ackqueue.queue.claiming import Claimer
 from ackqueue.queue.core import Core, check_timeout
-from ackqueue.queue.riding import Rides
 from ackqueue.storage.book import Settlement
 from ackqueue.storage.transactions import current
 
@@ -38,8 +37,7 @@ class Deliveries:
         claimer: Claimer,
         holds: Holds,
         max_attempts: int | None,
-        *,
-        rides: Rides | None = None,
+        rides: Rides,
     ) -> None:
         self._rides = rides
         self.signals, self.life, self._tasks = core.signals, core.life, core.tasks
@@ -115,8 +113,8 @@ class Deliveries:
                     return self._hold(table, kept)
 
     def _ridden(self, table: HoldTable, n: int) -> list[Claim]:
-        """Items an ack took for ``table`` already (see riding.py)."""
-        return self._rides.take_for(table, n) if self._rides is not None else []
+        """Items an ack took for ``table`` already (see ackqueue.shared.riding)."""
+        return self._rides.take_for(table, n)
 
     def _take(self, claims: list[Claim]) -> list[Claim]:
         """Count this delivery of each claim; drop (dead-letter) those out of attempts."""
@@ -190,7 +188,7 @@ class Deliveries:
             tx.add(edit, check=check, after_commit=finish, undo=undo)
             return
         ride = None
-        if outcome == "ack" and self._rides is not None and edit is not None:
+        if outcome == "ack" and edit is not None:
             ride = self._rides.board(table, len(holds))
         if edit is not None:
             stored_edit = edit
@@ -208,7 +206,7 @@ class Deliveries:
                     ride.failed()
                 undo()
                 raise
-            if ride is not None and self._rides is not None:
+            if ride is not None:
                 self._rides.landed(table, ride)
         finish()
 
@@ -292,9 +290,8 @@ class Deliveries:
             self._release_locked(table)
 
     def _release_locked(self, table: HoldTable, because: str | None = None) -> None:
-        """Give back what ``table`` holds, and what an ack took for it (see riding.py)."""
-        if self._rides is not None:
-            self._rides.drop_locked(table)
+        """Give back what ``table`` holds, and what an ack took for it (shared.riding)."""
+        self._rides.drop_locked(table)
         self.holds.release_locked(table, because=because)
 
     def release_at_thread_end(self, table: HoldTable, thread: str) -> None:

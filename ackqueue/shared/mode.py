@@ -30,10 +30,22 @@ from typing import Any, Literal
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeyMap, KeySet
+from ackqueue.base.timers import Timers
 from ackqueue.delivery.conditions import Lifecycle, Signals
 from ackqueue.delivery.groups import GroupedReadyIndex, GroupRules, Schedule
 from ackqueue.delivery.holds import Hold
-from ackqueue.delivery.mode import Edit, Load, Ride, Taken, Void, exhausted_reason
+from ackqueue.delivery.mode import (
+    ClaimReady,
+    Edit,
+    Load,
+    NextId,
+    NoRides,
+    Ride,
+    Rides,
+    Taken,
+    Void,
+    exhausted_reason,
+)
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.supply import Claim, GetAgain, Supply
@@ -51,6 +63,7 @@ from ackqueue.shared.holdmarks import (
     unholder,
 )
 from ackqueue.shared.ready import SharedReadyIndex, reading
+from ackqueue.shared.riding import AckRides
 from ackqueue.shared.seqblocks import SeqBlocks
 from ackqueue.shared.sessions import SessionLost
 from ackqueue.storage import groupbook
@@ -224,6 +237,18 @@ class SharedMode:
             self._untake(claims)
             raise
         return self._sort_taken(claims, results)
+
+    def rides(
+        self, supply: Supply, timers: Timers, claim_ready: ClaimReady, next_id: NextId
+    ) -> Rides:
+        """Not with ``max_attempts`` (a ride counts a delivery, which an unused ride would
+        waste), nor with a manual clock (whose time moves only when a test moves it)."""
+        if self._max_attempts is not None or getattr(self._clock, "manual", False):
+            return NoRides()
+        return AckRides(
+            self._signals, self._life, supply, self._clock, timers, claim_ready, next_id,
+            self.ride,
+        )
 
     def ride(self, claims: list[Claim]) -> Ride:
         """Holds on ``claims`` committed with someone else's change (an ack): see Ride."""
