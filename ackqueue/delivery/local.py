@@ -53,6 +53,36 @@ class OneWriter:
         book.remove_entry(key)
 
 
+class HeldInMemory:
+    """Holds that live only in this process's memory: no other process sees them, so nothing
+    is fenced, nothing deferred, and a crash gives everything back by itself (the next open
+    finds every unacked entry still stored)."""
+
+    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
+        return edit, check
+
+    def settled_locked(self, keys: list[Any]) -> None:
+        pass
+
+    def check_extend(self, hold: Hold) -> None:
+        pass
+
+    def on_session_lost(self, void: Void) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def dropped(self) -> Edit | None:
+        return None  # the stored entries are ready for the next opener
+
+    def close(self) -> None:
+        pass
+
+
+IN_MEMORY = HeldInMemory()
+
+
 class LocalMode:
     keeping: Keeping = OneWriter()
 
@@ -83,6 +113,14 @@ class LocalMode:
         seq = self._next_seq
         self._next_seq += 1
         return checked_seq(seq, self._book.name)
+
+    @property
+    def takes_commit_nothing(self) -> bool:
+        return self._max_attempts is None  # else a delivery is counted durably first
+
+    @property
+    def stored_holds(self) -> HeldInMemory:
+        return IN_MEMORY
 
     @property
     def indexing(self) -> Grouping:
@@ -171,12 +209,6 @@ class LocalMode:
         forget()
         return Taken(kept=[claim])
 
-    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
-        return edit, check
-
-    def settled_locked(self, keys: list[Any]) -> None:
-        pass
-
     def refund_locked(self, key: Any) -> None:
         key_id = self._order.key_id(key)
         n = self._attempts.get(key_id, 0)
@@ -187,18 +219,3 @@ class LocalMode:
 
     def forget_locked(self, key: Any) -> None:
         self._attempts.pop(self._order.key_id(key), None)
-
-    def check_extend(self, hold: Hold) -> None:
-        pass
-
-    def on_session_lost(self, void: Void) -> None:
-        pass  # a session belongs to shared mode
-
-    def flush(self) -> None:
-        pass  # nothing is deferred: holds live in memory
-
-    def dropped(self) -> Edit | None:
-        return None  # holds live in memory: the stored entries are ready for the next opener
-
-    def close(self) -> None:
-        pass

@@ -84,6 +84,43 @@ class NoRides:
         pass
 
 
+class StoredHolds(Protocol):
+    """What a mode whose holds are stored, for other processes to see, must do beyond taking
+    them: fence a settling against a lapsed session, say when this process's holds became
+    void, commit give-backs it deferred, and give back what it holds when the queue goes.
+    Only shared mode has stored holds; in one process they live in memory
+    (:class:`~ackqueue.delivery.local.HeldInMemory`)."""
+
+    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
+        """Settling ``holds`` with ``edit`` after ``check``: what really commits."""
+        ...
+
+    def settled_locked(self, keys: list[Any]) -> None:
+        """Those holds were settled and committed."""
+        ...
+
+    def check_extend(self, hold: Hold) -> None:
+        """A lease is being extended: fail if the hold is no longer ours."""
+        ...
+
+    def on_session_lost(self, void: Void) -> None:
+        """Call ``void(is_void)`` when this process's holds become void (shared mode only)."""
+        ...
+
+    def flush(self) -> None:
+        """Commit now the give-backs deferred while the mutex was held (a consumer closed)."""
+        ...
+
+    def dropped(self) -> Edit | None:
+        """What gives back this mode's holds if the queue is collected without ``close()``
+        (None: nothing to do). It must not reference the queue, and may commit."""
+        ...
+
+    def close(self) -> None:
+        """Give back what this process holds and stop."""
+        ...
+
+
 class Mode(Protocol):
     @property
     def shared(self) -> bool:
@@ -92,6 +129,17 @@ class Mode(Protocol):
 
     def next_seq_locked(self) -> int:
         """The next sequence number for a put."""
+        ...
+
+    @property
+    def takes_commit_nothing(self) -> bool:
+        """True when taking a hold only touches memory (no stored hold, no durable delivery
+        count), so that a front end may take on its own thread (see :mod:`ackqueue.aio`)."""
+        ...
+
+    @property
+    def stored_holds(self) -> StoredHolds:
+        """What this mode does with holds that other processes see (see StoredHolds)."""
         ...
 
     @property
@@ -124,14 +172,6 @@ class Mode(Protocol):
         items without waiting, ``next_id()`` names a delivery."""
         ...
 
-    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
-        """Settling ``holds`` with ``edit`` after ``check``: what really commits."""
-        ...
-
-    def settled_locked(self, keys: list[Any]) -> None:
-        """Those holds were settled and committed."""
-        ...
-
     def refund_locked(self, key: Any) -> None:
         """A delivery of ``key`` was snoozed: it does not count (the stored count, where
         there is one, was lowered by the settling edit)."""
@@ -139,27 +179,6 @@ class Mode(Protocol):
 
     def forget_locked(self, key: Any) -> None:
         """``key`` left the queue for good, or was handed out by a plain get."""
-        ...
-
-    def check_extend(self, hold: Hold) -> None:
-        """A lease is being extended: fail if the hold is no longer ours."""
-        ...
-
-    def on_session_lost(self, void: Void) -> None:
-        """Call ``void(is_void)`` when this process's holds become void (shared mode only)."""
-        ...
-
-    def flush(self) -> None:
-        """Commit now the give-backs deferred while the mutex was held (a consumer closed)."""
-        ...
-
-    def dropped(self) -> Edit | None:
-        """What gives back this mode's holds if the queue is collected without ``close()``
-        (None: nothing to do). It must not reference the queue, and may commit."""
-        ...
-
-    def close(self) -> None:
-        """Give back what this process holds and stop."""
         ...
 
 

@@ -159,7 +159,7 @@ def assemble(
         signals, life, tasks, book, order, clock, timers, mode.indexing
     )
     holds = Holds(supply, timers, clock, opts.name, opts.ack_timeout)
-    mode.on_session_lost(holds.void_locked)
+    mode.stored_holds.on_session_lost(holds.void_locked)
     core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
     claimer = Claimer(core, stdlib_get)
     puts = Puts(core, stdlib_put, order, opts.maxsize)

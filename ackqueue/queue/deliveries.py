@@ -42,6 +42,7 @@ class Deliveries:
         self._rides = rides
         self.signals, self.life, self._tasks = core.signals, core.life, core.tasks
         self._book, self._supply, self._mode = core.book, core.supply, core.mode
+        self._stored = core.mode.stored_holds
         self.meter, self._clock = core.meter, core.clock
         self.store = core.book.store
         self._claimer = claimer
@@ -175,7 +176,7 @@ class Deliveries:
         ]
         edit = self._book.settler(stored, due, now) if stored else None
         check = self._book.require_stored([key for key, *_ in stored])
-        edit, check = self._mode.fence(holds, edit, check)
+        edit, check = self._stored.fence(holds, edit, check)
 
         def finish() -> None:
             self._finish(table, plan, due)
@@ -228,7 +229,7 @@ class Deliveries:
 
     def _finish(self, table: HoldTable, plan: list[tuple[Hold, Action]], due: float) -> None:
         with self.signals.mutex:
-            self._mode.settled_locked([hold.key for hold, _ in plan])
+            self._stored.settled_locked([hold.key for hold, _ in plan])
             finished = 0
             now = time.time()
             for hold, action in plan:
@@ -265,7 +266,7 @@ class Deliveries:
     def extend(self, table: HoldTable, hold: Hold, seconds: float) -> None:
         with self.signals.mutex:
             self.holds.extend_locked(table, hold, seconds)
-        self._mode.check_extend(hold)
+        self._stored.check_extend(hold)
 
     # -- giving holds back when their holder goes away (see ackqueue.delivery.holds) ---------------
 
@@ -305,7 +306,7 @@ class Deliveries:
             self._release_locked(table)
             self.signals.not_empty.notify_all()
             self.signals.landed.notify_all()
-        self._mode.flush()  # shared mode: ready for every process when close returns
+        self._stored.flush()  # shared mode: ready for every process when close returns
 
     def release_table_from_finalizer(self, table: HoldTable) -> None:
         """Give back a garbage-collected consumer's holds without waiting for the mutex here.

@@ -141,6 +141,6 @@ class Closing:
             detach()
             self._timers.stop()
             core.signals.wake_all_locked()
-        core.mode.close()
+        core.mode.stored_holds.close()
         core.book.close()
         return True

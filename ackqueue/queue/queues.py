@@ -138,7 +138,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         life.paused = book.paused()
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = lifecycle.watch(
-            self, store, name, opened.claim, book.close, self._mode.dropped()
+            self, store, name, opened.claim, book.close, self._mode.stored_holds.dropped()
         )
 
     # -- the standard library's hooks and state ---------------------------------------------
@@ -460,6 +460,12 @@ class GroupControl:
         name = check_named_group(group)
         self._life.check_open()
         return self._mode.remove_group(name, self._supply)
+
+
+def takes_commit_nothing(queue: AckQueue[Any]) -> bool:
+    """Whether a take on ``queue`` only touches memory (no stored hold, no durable delivery
+    count): the queue's mode says."""
+    return queue._mode.takes_commit_nothing
 
 
 def ready_listeners(queue: AckQueue[Any]) -> ReadyListeners:

@@ -158,6 +158,14 @@ class SharedMode:
         return self._seqs.next_locked()
 
     @property
+    def takes_commit_nothing(self) -> bool:
+        return False  # a hold is stored, for every process to see
+
+    @property
+    def stored_holds(self) -> SharedMode:
+        return self
+
+    @property
     def indexing(self) -> SharedMode:
         return self
 
