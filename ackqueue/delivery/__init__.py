@@ -1,9 +1,8 @@
 """The delivery layer: the in-memory state of handing items out, one object per concern.
 
 - :mod:`.ready`: the ready index, keys in the queue's order with a lazily read backlog;
-- :mod:`.supply`: what a queue can hand out (ready, delayed, known without a read) and the
-  :class:`~ackqueue.delivery.supply.Claim` a get takes out of it;
-- :mod:`.delays`: keys waiting for their due time;
+- :mod:`.supply`: what a queue can hand out (ready, delayed until their due time, known
+  without a read) and the :class:`~ackqueue.delivery.supply.Claim` a get takes out of it;
 - :mod:`.itemcache`: pickles a get can hand out without reading the database;
 - :mod:`.groups`: groups of items: their rules, the grouped ready index of one process and
   how the mode makes its ready index (:class:`~ackqueue.delivery.groups.Indexing`);

@@ -6,10 +6,10 @@ entries done instead of deleting them, its ready order is read from the stored t
 (:mod:`.ready`) with group rules read from the store (:mod:`.groupgate`), and it alone has
 stored holds (:class:`~ackqueue.delivery.mode.StoredHolds`): holds marked in the database
 (:mod:`.holdmarks`) under sessions kept alive by lease and reaped when they lapse
-(:mod:`.sessions`). Sequence numbers come from blocks reserved in the stored record
-(:mod:`.seqblocks`); an ack may take the consumer's next items in its own commit
-(:mod:`.riding`); a watcher wakes blocked gets when another process commits (:mod:`.watching`)
-and a sweeper deletes the entries that acks marked done (:mod:`.sweeping`).
+(:mod:`.sessions`). Sequence numbers come from blocks reserved in the stored record; an ack may
+take the consumer's next items in its own commit (:mod:`.riding`); a watcher wakes blocked gets
+when another process commits (:mod:`.watching`) and a sweeper deletes the entries that acks
+marked done (:mod:`.sweeping`).
 
 May import :mod:`ackqueue.delivery`, :mod:`ackqueue.storage`, :mod:`ackqueue.base`,
 :mod:`ackqueue.records` and :mod:`ackqueue.errors`.

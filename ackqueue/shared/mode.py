@@ -16,15 +16,23 @@ the same queue, a hold must be visible to them, so in shared mode:
   whoever reaps its session (:mod:`ackqueue.shared.sessions`);
 * the ready order comes from the stored tree, read after a sync (:class:`SharedReadyIndex`),
   instead of the in-memory index that assumes one process;
-* sequence numbers come from blocks reserved in the shared queue record (:mod:`.seqblocks`).
+* sequence numbers come from blocks reserved in the shared queue record (:class:`SeqBlocks`).
 
 Ordering across processes is documented in README.rst ("Scaling out").
+
+Sequence numbers in shared mode: blocks reserved in the shared queue record.
+
+Several processes put into one queue, so none may count on from a number only it knows: each
+reserves a block of numbers in the stored record (one commit) and numbers its puts from it, for
+at most :data:`SEQ_BLOCK` puts or :data:`SEQ_BLOCK_SECONDS`, whichever ends first, so that items
+put by different processes at about the same time stay close to put order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -46,7 +54,7 @@ from ackqueue.delivery.mode import (
     Void,
     exhausted_reason,
 )
-from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.supply import Claim, GetAgain, Supply
 from ackqueue.errors import StorageError
@@ -64,7 +72,6 @@ from ackqueue.shared.holdmarks import (
 )
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.riding import AckRides
-from ackqueue.shared.seqblocks import SeqBlocks
 from ackqueue.shared.sessions import SessionLost
 from ackqueue.storage import groupbook
 from ackqueue.storage.book import Book, Keeping
@@ -469,3 +476,27 @@ class SharedMode:
                 self._store.run(give_back)
         finally:
             sessions.release(self.session)
+
+
+SEQ_BLOCK = 64
+SEQ_BLOCK_SECONDS = 1.0
+
+
+class SeqBlocks:
+    """The block of sequence numbers this process draws from, for one queue."""
+
+    def __init__(self, book: Book) -> None:
+        self._book = book
+        self._next = 0
+        self._end = 0
+        self._until = 0.0
+
+    def next_locked(self) -> int:
+        """The next number (the caller serialises calls: the queue's mutex)."""
+        if self._next >= self._end or time.monotonic() > self._until:
+            start = self._book.store.run(self._book.seq_reserver(SEQ_BLOCK))
+            self._next, self._end = start, start + SEQ_BLOCK
+            self._until = time.monotonic() + SEQ_BLOCK_SECONDS
+        seq = self._next
+        self._next += 1
+        return checked_seq(seq, self._book.name)

@@ -1,10 +1,9 @@
-"""Shared mode's sequence numbers (:class:`~ackqueue.shared.seqblocks.SeqBlocks`) on their own:
+"""Shared mode's sequence numbers (:class:`~ackqueue.shared.mode.SeqBlocks`) on their own:
 two processes' blocks over one stored record never number two puts alike, and each counts up."""
 
 from __future__ import annotations
 
-from ackqueue.shared.mode import SharedMode
-from ackqueue.shared.seqblocks import SEQ_BLOCK, SeqBlocks
+from ackqueue.shared.mode import SEQ_BLOCK, SeqBlocks, SharedMode
 from ackqueue.storage.book import Book
 from ackqueue.storage.store import Store
 
