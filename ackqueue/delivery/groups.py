@@ -41,8 +41,7 @@ from typing import Any, Protocol
 
 from ackqueue.base.clock import Clock
 from ackqueue.delivery.ready import Key, ReadyIndex, ReadyKeys, ScanAfter
-from ackqueue.storage import groupbook
-from ackqueue.storage.book import Book
+from ackqueue.storage.book import Book, group_pauses, grouped_entries, has_groups
 
 # ``schedule(when, wake)``: call ``wake()`` (mutex held) once the clock reaches ``when``; if it
 # returns True, a group became ready and waiting gets must be told.
@@ -384,7 +383,7 @@ class Grouping:
     clock: Clock
 
     def wanted(self, book: Book) -> bool:
-        return self.rules.limited or groupbook.has_groups(book)
+        return self.rules.limited or has_groups(book)
 
     def open_index(
         self, book: Book, backlog: int, scan_after: ScanAfter, schedule: Schedule
@@ -400,7 +399,7 @@ class Grouping:
         """Every grouped entry is read once at open (its group is not in its key); the
         ungrouped ones stay in the plain lane's lazy backlog."""
         key_id = self.key_id
-        entries = groupbook.grouped_entries(book)
+        entries = grouped_entries(book)
         group_of = {key_id(key): group for key, group, _delayed in entries}
         ready = [key for key, _group, delayed in entries if not delayed] if backlog > 0 else []
 
@@ -416,7 +415,7 @@ class Grouping:
 
         plain = ReadyIndex(backlog=max(0, backlog - len(ready)), scan_after=ungrouped_after)
         index = GroupedReadyIndex(
-            plain, self.rules, self.clock, key_id, schedule, group_of, groupbook.group_pauses(book)
+            plain, self.rules, self.clock, key_id, schedule, group_of, group_pauses(book)
         )
         for key in ready:
             index.offer(key)

@@ -28,9 +28,8 @@ from ackqueue.delivery.mode import (
 from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.records import QueueRecord
-from ackqueue.storage.book import Book, Keeping
+from ackqueue.storage.book import Book, Keeping, sweep_done
 from ackqueue.storage.counts import settle
-from ackqueue.storage.sweeping import sweep_done
 from ackqueue.storage.transactions import current
 
 

@@ -34,8 +34,7 @@ from ackqueue.delivery.itemcache import READ_AHEAD, ItemCache
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys
 from ackqueue.records import QueueRecord
-from ackqueue.storage import groupbook
-from ackqueue.storage.book import Book
+from ackqueue.storage.book import Book, group_pauses
 from ackqueue.storage.items import Staged
 
 SCAN_AHEAD = 64  # backlog keys read per look at the stored tree (see ready.py)
@@ -164,7 +163,7 @@ class Supply:
         if self.groups is None:
             groups = self._indexing.group_index(self.ready, self._schedule)
             if groups is not None:
-                for group, until in groupbook.group_pauses(self._book).items():
+                for group, until in group_pauses(self._book).items():
                     groups.pause(group, until)
                 self.ready = self.groups = groups
         return self.groups

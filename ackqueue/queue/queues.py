@@ -50,7 +50,7 @@ from ackqueue.queue.core import Core
 from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
 from ackqueue.queue.putting import Puts
-from ackqueue.storage import groupbook
+from ackqueue.storage.book import group_pauser
 from ackqueue.storage.deadletters import DeadLetter
 from ackqueue.storage.transactions import Transaction, transaction
 
@@ -451,7 +451,7 @@ class GroupControl:
         span = checked_seconds("pause_group seconds", seconds)
         self._life.check_open()
         until = self._clock() + span if span else 0.0
-        self._store.run(groupbook.group_pauser(self._book, name, until))
+        self._store.run(group_pauser(self._book, name, until))
         with self._signals.mutex:
             self._supply.pause_group_locked(name, until)
 

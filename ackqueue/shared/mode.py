@@ -73,8 +73,7 @@ from ackqueue.shared.holdmarks import (
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.riding import AckRides
 from ackqueue.shared.sessions import SessionLost
-from ackqueue.storage import groupbook
-from ackqueue.storage.book import Book, Keeping
+from ackqueue.storage.book import Book, Keeping, group_remover
 from ackqueue.storage.counts import count_change, settle
 from ackqueue.storage.keyindex import release
 from ackqueue.storage.transactions import current
@@ -190,7 +189,7 @@ class SharedMode:
 
     def remove_group(self, group: str, supply: Supply) -> int:
         """Remove what no process holds, in the stored tree the ready index reads."""
-        return int(self._store.run(groupbook.group_remover(self._book, group)))
+        return int(self._store.run(group_remover(self._book, group)))
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         try:

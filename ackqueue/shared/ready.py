@@ -26,8 +26,7 @@ from ackqueue.errors import StorageError
 from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
-from ackqueue.storage.book import Book
-from ackqueue.storage.sweeping import chunks
+from ackqueue.storage.book import Book, chunks
 
 _UNKNOWN = object()
 # Processes that all take the head item conflict, and all but one retry. After losing such a

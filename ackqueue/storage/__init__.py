@@ -7,10 +7,9 @@ torn files (:mod:`.repair`), the scratch files left beside one (:mod:`.leftovers
 server that ``shared=True`` starts for a file (:mod:`.sharedserver`, :mod:`.zeoserver`), ZEO
 clients that drop object ids fetched before a server restart (:mod:`.zeoclient`), what a
 storage's failures look like (:mod:`.failures`), transactions (:mod:`.transactions`), and the
-stored book of one queue (:mod:`.book`, with its reader connection): its items
-(:mod:`.items`), dead letters (:mod:`.deadletters`), key index and seen-set (:mod:`.keyindex`,
-:mod:`.keys`), groups (:mod:`.groupbook`) and the deletion of entries that shared-mode acks
-marked done (:mod:`.sweeping`).
+stored book of one queue (:mod:`.book`, with its reader connection, its groups and the
+deletion of entries that shared-mode acks marked done): its items (:mod:`.items`), dead
+letters (:mod:`.deadletters`), key index and seen-set (:mod:`.keyindex`, :mod:`.keys`).
 
 May import :mod:`ackqueue.base`, :mod:`ackqueue.records` (the file format) and
 :mod:`ackqueue.errors`; nothing from the layers above.

@@ -10,12 +10,18 @@ The writer connection belongs to the group committer; reads go through the book'
 whose reads are tried again when a pack or a server restart cuts them. Callers serialise
 them (the queue holds its mutex), which is what makes one connection safe to share between
 threads.
+
+The book's groups (``put(item, group=)``) are stored on their entries: functions below read
+every grouped entry, pause a group and remove a group's entries. Entries that shared-mode acks
+marked done are deleted in batches by :func:`sweep_done`, inside a change on any connection
+(the shared sweeper's own, or the writer's when a plain open deletes what shared mode left;
+see :mod:`ackqueue.shared.sweeping`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, Protocol, TypeVar
 
 from ZODB.Connection import Connection
@@ -30,7 +36,6 @@ from ackqueue.storage.failures import abort_quietly, connection_lost, storage_fa
 from ackqueue.storage.items import Staged
 from ackqueue.storage.keyindex import release
 from ackqueue.storage.store import Store
-from ackqueue.storage.sweeping import sweep_done
 
 T = TypeVar("T")
 
@@ -439,3 +444,123 @@ class Reader:
     def root(self) -> Any:
         """The database root as of the last read."""
         return self._conn.root()
+
+
+def has_groups(book: Book) -> bool:
+    """Whether an entry was ever put with a group (see :mod:`ackqueue.delivery.groups`)."""
+    return book.read(lambda record: bool(record.grouped))
+
+
+def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
+    """``(key, group, delayed)`` of every stored entry that has a group (reads them all)."""
+
+    def read(record: QueueRecord) -> list[tuple[Any, str, bool]]:
+        if not record.grouped:
+            return []
+        delayed = record.delayed if record.delayed is not None else {}
+        return [
+            (key, entry.group, key in delayed)
+            for key, entry in record.entries.items()
+            if entry.group is not None and not entry.done
+        ]
+
+    return book.read(read)
+
+
+def group_pauses(book: Book) -> dict[str, float]:
+    """Every paused group with the time its pause ends."""
+
+    def read(record: QueueRecord) -> dict[str, float]:
+        pauses = record.group_pauses
+        return dict(pauses.items()) if pauses is not None else {}
+
+    return book.read(read)
+
+
+def group_pauser(book: Book, group: str, until: float) -> Callable[[], None]:
+    """The edit pausing ``group`` until ``until`` (a time in the past resumes it)."""
+    record = book.record
+
+    def set_pause() -> None:
+        pauses = record.group_pause_index()
+        if until > 0:
+            pauses[group] = until
+        elif group in pauses:
+            del pauses[group]
+
+    return set_pause
+
+
+def group_remover(book: Book, group: str) -> Callable[[], int]:
+    """The edit removing every stored entry of ``group`` that no process holds (shared
+    mode marks holds on the entries); it returns how many."""
+    record = book.record
+
+    def remove() -> int:
+        if not record.grouped:
+            return 0
+        doomed = [
+            key
+            for key, entry in record.entries.items()
+            if entry.group == group and getattr(entry, "holder", None) is None and not entry.done
+        ]
+        for key in doomed:
+            record.entries[key]._p_changed = True  # conflicts with a take racing it
+            book.remove_entry(key, done=False)  # a removed item's key is free, not seen
+        return len(doomed)
+
+    return remove
+
+
+def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) -> int:
+    """Delete the entries marked done among the first ``scan`` keys of ``record`` (all with
+    None), inside a change on any connection; return how many. With ``gap``, stop after that
+    many entries in a row that are not done (acks happen near the head)."""
+    entries, delayed = record.entries, record.delayed
+    doomed = []
+    kept = 0
+    for chunk in chunks(entries.items(), scan):
+        for key, entry in chunk:
+            if entry.done:
+                doomed.append(key)
+                kept = 0
+            else:
+                kept += 1
+        if gap is not None and kept >= gap:
+            break
+    for key in doomed:
+        del entries[key]
+        if delayed is not None and key in delayed:
+            del delayed[key]
+    return len(doomed)
+
+
+PREFETCH = 64
+
+
+def chunks(
+    items: Iterable[tuple[Any, Any]], limit: int | None, size: int = PREFETCH
+) -> Iterator[list[tuple[Any, Any]]]:
+    """``(key, entry)`` pairs in chunks, the entries of each loaded in one go (at most
+    ``limit`` pairs in all; None: every one).
+
+    Each entry is a record of its own, loaded from the server when first touched: one round
+    trip each, one after another. Asking for a chunk at once (``Connection.prefetch``; ZEO
+    sends the loads together, FileStorage ignores it) makes that about one round trip."""
+    chunk: list[tuple[Any, Any]] = []
+    for n, pair in enumerate(items):
+        if limit is not None and n >= limit:
+            break
+        chunk.append(pair)
+        if len(chunk) >= size:
+            yield _loaded(chunk)
+            chunk = []
+    if chunk:
+        yield _loaded(chunk)
+
+
+def _loaded(chunk: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    jar = chunk[0][1]._p_jar
+    if jar is not None:
+        jar.prefetch([entry for _, entry in chunk])
+    return chunk
