@@ -11,7 +11,6 @@
 - :mod:`.conditions`: the queue's lock and conditions, its lifecycle, the ``join()`` count
   and the ready listeners of waiters that are not threads;
 - :mod:`.ordering`: the key scheme of each queue kind, with its sequence numbers;
-- :mod:`.metering`: the counts behind ``metrics()``;
 - :mod:`.mode`: the interface of a queue's mode (one process, or several sharing the
   queue), the one place that knows one from the other, with its capabilities (rides, stored
   holds);

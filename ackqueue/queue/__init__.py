@@ -12,7 +12,8 @@
 - :mod:`.deliveries`: handing items out and settling them (ack, nack, reject, snooze);
 - :mod:`.lifecycle`: stopping (close, shutdown) and the finalizer of a queue collected
   unclosed;
-- :mod:`.metrics`: ``metrics()``; :mod:`.status`: the status file other processes read;
+- :mod:`.metrics`: ``metrics()`` and the counts behind it; :mod:`.status`: the status file
+  other processes read;
 - :mod:`.consumer`: :class:`~ackqueue.queue.consumer.Consumer`, what ``connect()`` returns.
 
 May import :mod:`ackqueue.shared`, :mod:`ackqueue.delivery`, :mod:`ackqueue.storage`,

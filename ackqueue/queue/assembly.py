@@ -21,7 +21,6 @@ from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
 from ackqueue.delivery.groups import GroupRules, group_rules
 from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
-from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import Supply
@@ -30,6 +29,7 @@ from ackqueue.queue.core import Calls, Core
 from ackqueue.queue.deliveries import Deliveries
 from ackqueue.queue.keying import Keys
 from ackqueue.queue.lifecycle import Closing
+from ackqueue.queue.metrics import Meter
 from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode

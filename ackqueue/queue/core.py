@@ -23,10 +23,10 @@ from typing import Any
 from ackqueue.base.clock import Clock
 from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
 from ackqueue.delivery.holds import HoldTable
-from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.errors import ItemLoadError, ShutDown
+from ackqueue.queue.metrics import Meter
 from ackqueue.storage.book import Book
 from ackqueue.storage.items import Staged
 
