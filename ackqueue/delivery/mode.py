@@ -4,8 +4,16 @@ In a single process (:class:`~ackqueue.delivery.local.LocalMode`), holds live in
 consumer get commits nothing unless ``max_attempts`` asks it to count deliveries durably. When
 other processes share the database (:class:`~ackqueue.shared.mode.SharedMode`), a hold must be
 visible to them: a get commits it, settling checks it is still ours, and the ready order is
-read from the stored tree. The queue chooses the mode when it opens and talks to it only
-through this interface.
+read from the stored tree.
+
+The queue chooses the mode once, when it opens (``ackqueue.queue.assembly``), and talks to it
+only through this interface: nothing outside the assembly, the modes and the command line asks
+which mode it has (``tests/project/test_mode_checks.py``). What differs by mode is the mode's
+to say: how the book keeps its count and retires acked entries (its ``keeping``), the
+sequence numbers, the ready index (:class:`~ackqueue.delivery.groups.Indexing`), how a
+delivery is taken, how a group is removed, whether takes ride an ack's commit
+(:class:`Rides`), whether a take commits anything, and what becomes of holds other processes
+see (:class:`StoredHolds`, which only shared mode really has).
 """
 
 from __future__ import annotations
