@@ -13,12 +13,9 @@ On SIGINT or SIGTERM (when run on the main thread's loop) the pool stops taking 
 back what is buffered and lets running handlers finish, for up to ``stop_timeout``; a second
 SIGINT cancels them. Either way what the pool holds and has not acked goes back to the queue.
 
-A feeder of :class:`~ackqueue.aio.pool.AsyncWorkerPool`: a task that owns a consumer, fills
-the pool's buffer from it, and settles on it what the workers hand back for its items.
-
-
-SIGINT and SIGTERM for a pool running on an event loop: the loop's own signal handlers
-(``loop.add_signal_handler``), which run as callbacks between tasks, never inside one.
+A :class:`Feeder` is a task that owns a consumer, fills the pool's buffer from it, and settles
+on it what the workers hand back for its items. SIGINT and SIGTERM are the loop's own signal
+handlers (``loop.add_signal_handler``), which run as callbacks between tasks, never inside one.
 """
 
 from __future__ import annotations

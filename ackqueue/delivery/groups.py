@@ -1,34 +1,30 @@
-"""The ready keys of a queue whose items have groups, in one process: one lane per group, and a
-rotation of the groups that may deliver now.
-
-Each group has its own lane, a :class:`~ackqueue.delivery.ready.ReadyIndex` (so within a group
-the queue's own order holds: FIFO, LIFO or the items' priority). The lane of items put without
-a group is the queue's plain index, with its lazy backlog. A group is in the *rotation* while
-its lane has keys and it may deliver: fewer than ``max_held`` of its keys are out (popped and
-neither back nor settled), its ``interval`` since its last delivery has passed, and it is not
-paused. :meth:`pop` takes the head of the first group in the rotation and moves that group to
-the back, so gets go round-robin across groups and a group with a million items delivers once
-per turn like any other. A group that may deliver again later is woken by a timer.
-
-``len`` is what may be delivered now: keys of a group that is waiting count like delayed keys.
-Every method runs with the queue's mutex held.
-
-Groups of items (``put(item, group=g)``: a host name, say): the rules a queue applies to them.
+"""Groups of items (``put(item, group=g)``: a host name, say): their rules, and the ready index
+that applies them in one process.
 
 ``max_held_per_group`` caps how many items of one group are out at once (claimed or held, by
 every consumer); ``group_interval`` is the least time between two deliveries of one group. Gets
 go round-robin across the groups that may deliver now. Items put without a group form one
 group of their own (``None``), under the same rules. The rules are checked here, once, so that
-bad input is refused before anything is stored.
+bad input is refused before anything is stored (:class:`GroupRules`).
 
+In one process the :class:`GroupedReadyIndex` applies them: each group has its own lane, a
+:class:`~ackqueue.delivery.ready.ReadyIndex` (so within a group the queue's own order holds:
+FIFO, LIFO or the items' priority). The lane of items put without a group is the queue's plain
+index, with its lazy backlog. A group is in the *rotation* while its lane has keys and it may
+deliver: fewer than ``max_held`` of its keys are out (popped and neither back nor settled), its
+``interval`` since its last delivery has passed, and it is not paused. :meth:`pop` takes the
+head of the first group in the rotation and moves that group to the back, so gets go
+round-robin across groups and a group with a million items delivers once per turn like any
+other. A group that may deliver again later is woken by a timer. ``len`` is what may be
+delivered now: keys of a group that is waiting count like delayed keys. Every method runs with
+the queue's mutex held.
 
-When the ready index of a queue in one process must know groups, and how it is made then.
-
-A queue with group rules, or whose file holds grouped entries, opens with a
-:class:`~ackqueue.delivery.groups.GroupedReadyIndex`: every grouped entry is read once at open
-(its group is not in its key), and the ungrouped ones stay in the plain index's lazy backlog. A
-queue opened without either switches on its first grouped put, keeping its plain index as the
-lane of ungrouped keys. Shared mode reads groups from the stored tree instead (no Grouping).
+How a queue's ready index is made is its mode's :class:`Indexing`. In one process that is a
+:class:`Grouping`: a queue with group rules, or whose file holds grouped entries, opens with a
+grouped index (every grouped entry is read once at open, since its group is not in its key,
+and the ungrouped ones stay in the plain lane's lazy backlog); a queue opened without either
+switches on its first grouped put, keeping its plain index as the lane of ungrouped keys.
+Shared mode reads groups from the stored tree instead.
 """
 
 from __future__ import annotations

@@ -1,27 +1,24 @@
-"""The holds of every consumer of one queue: who holds what, how many, and their leases.
+"""Holds: what each consumer holds, the holds of every consumer with their leases, and giving
+them back when their holder goes away.
 
-Each consumer has a :class:`~ackqueue.delivery.holds.HoldTable`; this object keeps the set of
-them and the count of held items, gives a table's holds back to the supply when its consumer
-goes away, and runs the leases of ``ack_timeout``: a hold whose deadline passes is taken back
-and its item is ready again in its place; the late holder is fenced (its ack raises
-:class:`~ackqueue.LeaseExpiredError` and changes nothing). Holds being settled right now are
-never taken back; if that settling fails, the lease is checked again at once.
-
-Every ``*_locked`` method runs with the queue's mutex held.
-
-What one consumer holds: delivered items awaiting their ack, found by identity or by id.
-
-
-Giving held items back when their holder goes away.
+A :class:`HoldTable` is what one consumer holds: delivered items awaiting their ack, found by
+identity or by id. :class:`Holds` keeps the set of tables and the count of held items, gives a
+table's holds back to the supply when its consumer goes away, and runs the leases of
+``ack_timeout``: a hold whose deadline passes is taken back and its item is ready again in its
+place; the late holder is fenced (its ack raises :class:`~ackqueue.LeaseExpiredError` and
+changes nothing). Holds being settled right now are never taken back; if that settling fails,
+the lease is checked again at once. Every ``*_locked`` method runs with the queue's mutex held.
 
 Three ways a holder goes away, each handled here or by storage layout:
 
 * its consumer is closed, or garbage-collected while still holding items;
 * the thread that connected it ends, normally or by an exception: a sentinel kept in a
   ``threading.local`` is freed when the thread's state is torn down, and its finalizer hands
-  the holds back at once, with no polling and no call on the queue needed;
-* the process dies: holds are never written to the database, so everything still stored is
-  ready again the next time the queue is opened.
+  the holds back at once, with no polling and no call on the queue needed
+  (:class:`ThreadExitWatch`);
+* the process dies: in one process holds are never written to the database, so everything
+  still stored is ready again the next time the queue is opened (shared mode: see
+  :mod:`ackqueue.shared.sessions`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ for FIFO, the sequence number counting down for LIFO, and ``(item, seq)`` for a 
 queue, whose items order themselves. This is the only thing the kinds change: each kind is
 one :class:`Ordering` that the queue is given.
 
-Sequence numbers: the part of an entry's key that keeps put order within a priority.
-
-A single process counts on from the block reserved in the queue record at open; in shared mode
+Sequence numbers are the part of an entry's key that keeps put order within a priority. A
+single process counts on from the block reserved in the queue record at open; in shared mode
 each process draws them from short-lived blocks reserved in the shared record, so that two
 processes never number two items alike (see each mode's ``next_seq``).
 """

@@ -9,13 +9,12 @@ shutdown (``drained``) nothing becomes ready any more: storage keeps it for the 
 Every method runs with the queue's mutex held, which also serialises the book's reads. A
 :class:`Claim` is an item taken out of the supply on its way to a caller.
 
-Items that are stored but not yet due (``put(delay=)``, ``not_before=``, ``nack(delay=)``).
-
-A delayed entry carries its due time (``Entry.not_before``) and is listed in its queue
-record's delay index, so that a reopen finds every delayed entry without reading the others.
-In memory, entries not yet due wait here until a timer makes them ready. Entries named in the
-index at open are kept out of the lazy backlog scan, which would otherwise hand them out early;
-those already due at open are ready at once.
+:class:`Delays` holds items that are stored but not yet due (``put(delay=)``, ``not_before=``,
+``nack(delay=)``). A delayed entry carries its due time (``Entry.not_before``) and is listed in
+its queue record's delay index, so that a reopen finds every delayed entry without reading the
+others. In memory, entries not yet due wait here until a timer makes them ready. Entries named
+in the index at open are kept out of the lazy backlog scan, which would otherwise hand them out
+early; those already due at open are ready at once.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""Opening a queue: its book in the store (:func:`open_book`), then the collaborators around it
-(:func:`assemble`).
+"""Assembling a queue: its book in the store (:func:`open_book`), then the collaborators around
+it (:func:`assemble`).
 
-This is where the mode is chosen: :class:`~ackqueue.delivery.local.LocalMode` when this process
-owns the database, :class:`~ackqueue.shared.mode.SharedMode` when processes share it. Every
-collaborator is given what it works with here, once; none of them reaches into another.
+This is where the mode is chosen, once (:func:`mode_class`): :class:`~ackqueue.delivery.local.
+LocalMode` when this process owns the database, :class:`~ackqueue.shared.mode.SharedMode` when
+processes share it. The mode's keeping goes to the book, its indexing to the supply, its rides
+to the deliveries and its stored holds to whoever settles or closes. Every collaborator is
+given what it works with here, once; none of them reaches into another.
 """
 
 from __future__ import annotations

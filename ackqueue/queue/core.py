@@ -1,14 +1,13 @@
-"""What one thread's call into the standard library's ``put`` or ``get`` carries to the hooks.
+"""What the queue's operations work with: one queue's state objects (:class:`Core`), and what one
+thread's call carries to the hooks (:class:`Calls`).
+
+Each state object owns its own state; the :class:`Core` only hands the same ones to every
+operation (puts, claims, deliveries), once, when the queue opens (:mod:`.assembly`).
 
 ``queue.Queue.put`` and ``get`` do the blocking, timeouts and ``maxsize`` and call the hooks
 ``_put`` and ``_get`` with the mutex held; what a hook needs beyond the item (the priority of
 a put, the deadline and consumer of a get) and what it hands back (the staged put, the claim)
 travel in a :class:`Calls`, one per thread.
-
-What the queue's operations (puts, claims, deliveries) work with: one queue's state objects.
-
-Each of them owns its own state; this only hands the same ones to every operation, once, when
-the queue opens (:mod:`.opening`).
 """
 
 from __future__ import annotations

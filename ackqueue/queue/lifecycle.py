@@ -1,23 +1,21 @@
-"""A queue dropped without ``close()``: once collected, it lets go of what it had open.
+"""The lifecycle of a queue: stopping it, pausing it, and letting go of one dropped unclosed.
+
+``shutdown`` stops puts (with ``immediate``, gets too), ``close`` gives held items back and
+closes the book, ``pause``/``resume`` stop and restart deliveries. Each asks the collaborators
+in the order that keeps them consistent: a drain cut halfway would leave the ``join()`` count
+wrong, and a close must give back holds before the mode and the book close.
 
 Code written for ``queue.Queue`` never closes its queues. When such a queue is garbage-collected
 its reader connection is closed, its name is free again, and, with the last queue of a file,
 the file is closed and unlocked, so the same process or another one can open it. What it held
 goes back as on close: in one process holds live only in memory, so the stored entries are
 ready for whoever opens the queue next; in shared mode its stored holds are given back (what
-the mode's ``dropped()`` returns).
+the mode's ``stored_holds.dropped()`` returns).
 
 The finalizer runs wherever the collector ran, possibly in a thread in the middle of a commit or
 holding the registry lock, where closing the file would deadlock. There the work is handed to a
 short-lived thread; in an ordinary caller thread (``del q; gc.collect()``) it is done at once,
 so the file is free when the collection returns.
-
-Stopping a queue: ``shutdown`` (no more puts; with ``immediate``, no more gets) and
-``close`` (held items given back, the book closed), and pausing deliveries.
-
-What each asks of the collaborators, in the order that keeps them consistent: a drain cut
-halfway would leave the ``join()`` count wrong, and a close must give back holds before the
-mode and the book close.
 """
 
 from __future__ import annotations

@@ -8,22 +8,21 @@ holds, the mode (single-process or shared), and the operations across them: puts
 (:mod:`.putting`), claims, deliveries, and puts by key (:mod:`.keying`). The three kinds
 differ only in the :mod:`~ackqueue.delivery.ordering` they are given.
 
-A queue's dead letters through its API: listing, counting, requeueing and purging them.
+:class:`DeadLetters` is a queue's dead letters through its API: listing, counting,
+requeueing and purging them (the stored side, burying and the dead-letter tree, is
+:mod:`ackqueue.storage.deadletters`).
 
-The stored side (burying, the dead-letter tree) is :mod:`ackqueue.storage.deadletters`.
-
-
-Acting on one group of items at once: pause it for a while, resume it, remove its items.
-
-A pause is stored (the queue opens with it again, and in shared mode every process sees it);
-in one process the grouped ready index takes the group out of the rotation until then. Removing
-a group removes its waiting items (ready or delayed) in one commit; items of the group that
-consumers hold stay held: their ack, nack or snooze works as usual (call again once they are
-settled, or pause the group first, to be rid of them).
+:class:`GroupControl` acts on one group of items at once: pause it for a while, resume it,
+remove its items. A pause is stored (the queue opens with it again, and in shared mode every
+process sees it); in one process the grouped ready index takes the group out of the rotation
+until then. Removing a group removes its waiting items (ready or delayed) in one commit; items
+of the group that consumers hold stay held: their ack, nack or snooze works as usual (call
+again once they are settled, or pause the group first, to be rid of them).
 
 
 What a front end that does not wait in threads (:mod:`ackqueue.aio`) needs of a queue: its
-:class:`~ackqueue.delivery.conditions.ReadyListeners`, told whenever items become ready.
+:class:`~ackqueue.delivery.conditions.ReadyListeners`, told whenever items become ready
+(:func:`ready_listeners`), and whether a take commits anything (:func:`takes_commit_nothing`).
 """
 
 from __future__ import annotations

@@ -20,12 +20,11 @@ the same queue, a hold must be visible to them, so in shared mode:
 
 Ordering across processes is documented in README.rst ("Scaling out").
 
-Sequence numbers in shared mode: blocks reserved in the shared queue record.
-
-Several processes put into one queue, so none may count on from a number only it knows: each
-reserves a block of numbers in the stored record (one commit) and numbers its puts from it, for
-at most :data:`SEQ_BLOCK` puts or :data:`SEQ_BLOCK_SECONDS`, whichever ends first, so that items
-put by different processes at about the same time stay close to put order.
+Sequence numbers (:class:`SeqBlocks`): several processes put into one queue, so none may count
+on from a number only it knows: each reserves a block of numbers in the stored record (one
+commit) and numbers its puts from it, for at most :data:`SEQ_BLOCK` puts or
+:data:`SEQ_BLOCK_SECONDS`, whichever ends first, so that items put by different processes at
+about the same time stay close to put order.
 """
 
 from __future__ import annotations
