@@ -104,7 +104,7 @@ class QueueRecord(Persistent):
     keyed: Any = None  # OOBTree: indexed key -> entry key, for every live item put by key
     seen: Any = None  # OOBTree: indexed key -> until when it is remembered (math.inf: forever)
     # True once shared mode may have left entries marked ``done``: the next single-process open
-    # deletes them before it reads the backlog (storage/sweeping.py).
+    # deletes them before it reads the backlog (sweep_done in storage/book.py).
     done_marks = False
 
     def __init__(self, kind: str) -> None:

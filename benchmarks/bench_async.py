@@ -31,7 +31,7 @@ import _common as c
 
 import ackqueue
 from ackqueue.cli.bench import fill, percentile
-from ackqueue.queue.listening import ready_listeners
+from ackqueue.queue.queues import ready_listeners
 
 
 def prefill(path: str, n: int) -> None:

@@ -27,8 +27,8 @@ from ackqueue.aio.binding import Binding, plain_with_refused
 from ackqueue.aio.running import Runner, current_lane
 from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
+from ackqueue.delivery.conditions import ReadyListeners
 from ackqueue.delivery.holds import Delivery
-from ackqueue.delivery.signals import ReadyListeners
 from ackqueue.errors import Empty, NotHeldError, QueueClosedError
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.queues import AckQueue

@@ -12,21 +12,25 @@ only once its ack is durable.
 On SIGINT or SIGTERM (when run on the main thread's loop) the pool stops taking items, gives
 back what is buffered and lets running handlers finish, for up to ``stop_timeout``; a second
 SIGINT cancels them. Either way what the pool holds and has not acked goes back to the queue.
+
+A :class:`Feeder` is a task that owns a consumer, fills the pool's buffer from it, and settles
+on it what the workers hand back for its items. SIGINT and SIGTERM are the loop's own signal
+handlers (``loop.add_signal_handler``), which run as callbacks between tasks, never inside one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ackqueue.aio.consumer import AsyncConsumer
-from ackqueue.aio.feeders import FEEDERS, SETTLERS, Feeder
 from ackqueue.aio.queues import AsyncAckQueue
-from ackqueue.aio.signals import handle_stop_signals
 from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
@@ -392,3 +396,46 @@ class AsyncWorkerPool:
         log.info("%s%d done (%.1f/s), %d failed, %d dead; queue: %d ready, %d held",
                  "finished: " if final else "", s.done, s.done / elapsed, s.failed, s.dead,
                  self.queue.qsize(), self.queue.unacked_count())
+
+
+# Feeder tasks, each with its consumer: while one waits for its get_many (items read on a
+# thread), the other's items are being handled.
+FEEDERS = 2
+# Tasks of a feeder that commit its acks: while one waits for its fsync, the other commits.
+SETTLERS = 2
+
+
+class Feeder:
+    """One feeder's own state: what the workers hand back to it, to settle on its consumer."""
+
+    def __init__(self) -> None:
+        self.results: collections.deque[tuple[Any, object]] = collections.deque()
+        self.ready = asyncio.Event()  # results are waiting, or the pool is closing
+        self.settling = 0
+        self.closing = False
+
+    def hand_back(self, item: Any, outcome: object) -> None:
+        self.results.append((item, outcome))
+        self.ready.set()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def handle_stop_signals(on_signal: Callable[[int], None]) -> Callable[[], None]:
+    """Call ``on_signal(signum)`` on SIGINT and SIGTERM while the running loop runs on the
+    main thread (elsewhere signals are not ours); returns what puts back the handlers that
+    were there before."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
+
+    return restore

@@ -21,8 +21,13 @@ from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
 from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import Empty
-from ackqueue.queue.listening import ready_listeners
-from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+from ackqueue.queue.queues import (
+    AckQueue,
+    LifoAckQueue,
+    PriorityAckQueue,
+    ready_listeners,
+    takes_commit_nothing,
+)
 
 T = TypeVar("T")
 
@@ -62,9 +67,8 @@ class AsyncAckQueue(Generic[T]):
         self._runner = runner
         self._listeners = listeners = ready_listeners(sync)
         listeners.loops += 1
-        # A take that commits nothing (no durable delivery count, no stored hold) may run on
-        # the loop's own thread: it only touches memory.
-        self._take_on_loop = not sync.shared and sync.max_attempts is None
+        # A take that commits nothing may run on the loop's own thread: it only touches memory.
+        self._take_on_loop = takes_commit_nothing(sync)
 
     # -- putting -------------------------------------------------------------------------------
 

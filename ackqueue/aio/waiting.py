@@ -1,6 +1,6 @@
 """Awaiting an item without a thread: try to take one at once, else wait to be told.
 
-The sync core tells its :class:`~ackqueue.delivery.signals.ReadyListeners` whenever items
+The sync core tells its :class:`~ackqueue.delivery.conditions.ReadyListeners` whenever items
 become ready; a waiting coroutine is one such listener, a future resolved through
 ``loop.call_soon_threadsafe``. Ten thousand coroutines awaiting ``get()`` are ten thousand
 futures, not threads, and a put wakes as many of them as it made items ready, longest-waiting
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ackqueue.aio.running import wake_threadsafe
-from ackqueue.delivery.signals import ReadyListeners
+from ackqueue.delivery.conditions import ReadyListeners
 from ackqueue.errors import Empty
 
 T = TypeVar("T")

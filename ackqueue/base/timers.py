@@ -129,7 +129,7 @@ def _run(ref: weakref.ReferenceType[Timers]) -> None:
 
 def _wake(cond: threading.Condition) -> None:
     """The timers were collected: wake their thread so it ends. Never block here (see
-    dropping.py); if the lock is busy, its holder is that thread, which will see it."""
+    ackqueue.queue.lifecycle); if the lock is busy, its holder is that thread, which will see it."""
     if cond.acquire(blocking=False):
         try:
             cond.notify_all()

@@ -1,15 +1,20 @@
 """The delivery layer: the in-memory state of handing items out, one object per concern.
 
-What is ready, in order (:mod:`.ready`, :mod:`.supply`), what is delayed (:mod:`.delays`),
-item data known without a read (:mod:`.prefetch`), what each consumer holds with its lease
-(:mod:`.holds`, :mod:`.holding`), giving holds back when their holder goes away
-(:mod:`.recovery`), the lock, conditions, lifecycle and ``join()`` count (:mod:`.signals`), the
-key scheme of each queue kind (:mod:`.ordering`) with its sequence numbers (:mod:`.seqs`),
-groups: their rules (:mod:`.groups`), the grouped ready index of one process
-(:mod:`.grouped`) and when to use it (:mod:`.grouping`), the records passed between the hooks
-(:mod:`.claims`), the counts behind ``metrics()`` (:mod:`.metering`), and the interface that
-single-process and shared mode both implement (:mod:`.mode`), with its single-process
-implementation (:mod:`.local`).
+- :mod:`.ready`: the ready index, keys in the queue's order with a lazily read backlog;
+- :mod:`.supply`: what a queue can hand out (ready, delayed until their due time, known
+  without a read) and the :class:`~ackqueue.delivery.supply.Claim` a get takes out of it;
+- :mod:`.itemcache`: pickles a get can hand out without reading the database;
+- :mod:`.groups`: groups of items: their rules, the grouped ready index of one process and
+  how the mode makes its ready index (:class:`~ackqueue.delivery.groups.Indexing`);
+- :mod:`.holds`: what each consumer holds, the holds of every consumer with their leases, and
+  giving them back when their holder goes away;
+- :mod:`.conditions`: the queue's lock and conditions, its lifecycle, the ``join()`` count
+  and the ready listeners of waiters that are not threads;
+- :mod:`.ordering`: the key scheme of each queue kind, with its sequence numbers;
+- :mod:`.mode`: the interface of a queue's mode (one process, or several sharing the
+  queue), the one place that knows one from the other, with its capabilities (rides, stored
+  holds);
+- :mod:`.local`: single-process mode.
 
 May import :mod:`ackqueue.storage`, :mod:`ackqueue.base`, :mod:`ackqueue.records` and
 :mod:`ackqueue.errors`.

@@ -12,18 +12,79 @@ import threading
 from typing import Any
 
 from ackqueue.base.clock import Clock
-from ackqueue.delivery.claims import Claim
+from ackqueue.base.timers import Timers
+from ackqueue.delivery.groups import Grouping, GroupRules
 from ackqueue.delivery.holds import Hold
-from ackqueue.delivery.mode import Edit, Load, Taken, Void, exhausted_reason
-from ackqueue.delivery.ordering import Ordering
-from ackqueue.delivery.ready import ReadyIndex, ReadyKeys, ScanAfter
-from ackqueue.delivery.seqs import checked_seq
-from ackqueue.delivery.supply import Supply
-from ackqueue.storage.book import Book
+from ackqueue.delivery.mode import (
+    ClaimReady,
+    Edit,
+    Load,
+    NextId,
+    NoRides,
+    Taken,
+    Void,
+    exhausted_reason,
+)
+from ackqueue.delivery.ordering import Ordering, checked_seq
+from ackqueue.delivery.supply import Claim, Supply
+from ackqueue.records import QueueRecord
+from ackqueue.storage.book import Book, Keeping, sweep_done
+from ackqueue.storage.counts import settle
 from ackqueue.storage.transactions import current
 
 
+class OneWriter:
+    """How a book is kept when one process writes it: the count is kept in transaction
+    metadata (see :mod:`ackqueue.storage.counts`) and an acked entry is deleted at once.
+    Entries that shared-mode acks only marked done are deleted at open: nobody else sweeps."""
+
+    def opened(self, book: Book, record: QueueRecord) -> None:
+        store = book.store
+        if store.counts is not None:
+            store.counts.start(record, book.name)
+        else:
+            settle(record, store.db.storage)
+        if record.done_marks:
+            store.note_dropped(sweep_done(record, None))
+            record.done_marks = False
+
+    def retire(self, book: Book, key: Any) -> None:
+        book.remove_entry(key)
+
+
+class HeldInMemory:
+    """Holds that live only in this process's memory: no other process sees them, so nothing
+    is fenced, nothing deferred, and a crash gives everything back by itself (the next open
+    finds every unacked entry still stored)."""
+
+    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
+        return edit, check
+
+    def settled_locked(self, keys: list[Any]) -> None:
+        pass
+
+    def check_extend(self, hold: Hold) -> None:
+        pass
+
+    def on_session_lost(self, void: Void) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def dropped(self) -> Edit | None:
+        return None  # the stored entries are ready for the next opener
+
+    def close(self) -> None:
+        pass
+
+
+IN_MEMORY = HeldInMemory()
+
+
 class LocalMode:
+    keeping: Keeping = OneWriter()
+
     def __init__(
         self,
         book: Book,
@@ -31,6 +92,7 @@ class LocalMode:
         mutex: threading.Lock,
         clock: Clock,
         max_attempts: int | None,
+        rules: GroupRules | None = None,
     ) -> None:
         self._book = book
         self._store = book.store
@@ -40,6 +102,7 @@ class LocalMode:
         self._max_attempts = max_attempts
         self._next_seq = book.seq_reserved()
         self._attempts: dict[Any, int] = {}  # deliveries this session, without max_attempts
+        self._grouping = Grouping(rules or GroupRules(), ordering.key_id, clock)
 
     @property
     def shared(self) -> bool:
@@ -50,14 +113,42 @@ class LocalMode:
         self._next_seq += 1
         return checked_seq(seq, self._book.name)
 
-    def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
-        return ReadyIndex(backlog=backlog, scan_after=scan_after)
+    @property
+    def takes_commit_nothing(self) -> bool:
+        return self._max_attempts is None  # else a delivery is counted durably first
+
+    @property
+    def stored_holds(self) -> HeldInMemory:
+        return IN_MEMORY
+
+    @property
+    def indexing(self) -> Grouping:
+        return self._grouping
+
+    def remove_group(self, group: str, supply: Supply) -> int:
+        with self._mutex:
+            taken = supply.take_group_locked(group)
+        if not taken:
+            return 0
+        keys = [key for key, _due in taken]
+        try:
+            self._store.run(self._book.deleter(keys))
+        except BaseException:
+            with self._mutex:
+                for key, due in taken:
+                    supply.land_locked(key, due)
+            raise
+        with self._mutex:
+            supply.removed_locked(keys)
+        return len(keys)
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         return load(key)
 
-    def ride(self, claims: list[Claim]) -> None:
-        return None  # a get commits nothing here: there is no commit to save
+    def rides(
+        self, supply: Supply, timers: Timers, claim_ready: ClaimReady, next_id: NextId
+    ) -> NoRides:
+        return NoRides()
 
     def take(self, claims: list[Claim], supply: Supply) -> Taken:
         if self._max_attempts is None:
@@ -117,12 +208,6 @@ class LocalMode:
         forget()
         return Taken(kept=[claim])
 
-    def fence(self, holds: list[Hold], edit: Edit | None, check: Edit) -> tuple[Edit | None, Edit]:
-        return edit, check
-
-    def settled_locked(self, keys: list[Any]) -> None:
-        pass
-
     def refund_locked(self, key: Any) -> None:
         key_id = self._order.key_id(key)
         n = self._attempts.get(key_id, 0)
@@ -133,18 +218,3 @@ class LocalMode:
 
     def forget_locked(self, key: Any) -> None:
         self._attempts.pop(self._order.key_id(key), None)
-
-    def check_extend(self, hold: Hold) -> None:
-        pass
-
-    def on_session_lost(self, void: Void) -> None:
-        pass  # a session belongs to shared mode
-
-    def flush(self) -> None:
-        pass  # nothing is deferred: holds live in memory
-
-    def dropped(self) -> Edit | None:
-        return None  # holds live in memory: the stored entries are ready for the next opener
-
-    def close(self) -> None:
-        pass

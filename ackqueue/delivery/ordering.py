@@ -4,6 +4,11 @@ The entries tree is sorted by key, so the key is the order: ``(priority << SEQ_B
 for FIFO, the sequence number counting down for LIFO, and ``(item, seq)`` for a priority
 queue, whose items order themselves. This is the only thing the kinds change: each kind is
 one :class:`Ordering` that the queue is given.
+
+Sequence numbers are the part of an entry's key that keeps put order within a priority. A
+single process counts on from the block reserved in the queue record at open; in shared mode
+each process draws them from short-lived blocks reserved in the shared record, so that two
+processes never number two items alike (see each mode's ``next_seq``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ackqueue.delivery.seqs import PRIORITY_LIMIT, SEQ_BITS, SEQ_MASK
+from ackqueue.errors import AckQueueError
 
 # The ready head, for a priority queue to compare a new item with (None when nothing is ready).
 Head = Callable[[], Any]
@@ -89,3 +94,14 @@ class PriorityOrdering(Ordering):
     @staticmethod
     def key_id(key: Any) -> Any:
         return key[1]  # the item need not be hashable; its sequence number is unique
+
+
+SEQ_BITS = 40
+SEQ_MASK = (1 << SEQ_BITS) - 1
+PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
+
+
+def checked_seq(seq: int, name: str) -> int:
+    if seq > SEQ_MASK:
+        raise AckQueueError(f"queue {name!r} has used up its sequence numbers")
+    return seq

@@ -6,39 +6,40 @@ the book in key order behind the ready index's cursor. Entries become ready late
 lands, a delay falls due, or a key comes back (nack, release, a failed get). After an immediate
 shutdown (``drained``) nothing becomes ready any more: storage keeps it for the next start.
 
-Every method runs with the queue's mutex held, which also serialises the book's reads.
+Every method runs with the queue's mutex held, which also serialises the book's reads. A
+:class:`Claim` is an item taken out of the supply on its way to a caller.
+
+:class:`Delays` holds items that are stored but not yet due (``put(delay=)``, ``not_before=``,
+``nack(delay=)``). A delayed entry carries its due time (``Entry.not_before``) and is listed in
+its queue record's delay index, so that a reopen finds every delayed entry without reading the
+others. In memory, entries not yet due wait here until a timer makes them ready. Entries named
+in the index at open are kept out of the lazy backlog scan, which would otherwise hand them out
+early; those already due at open are ready at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ZODB.POSException import ReadConflictError
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.delays import Delays
-from ackqueue.delivery.grouped import GroupedReadyIndex
-from ackqueue.delivery.grouping import Grouping
-from ackqueue.delivery.groups import Group
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.groups import Group, GroupedReadyIndex, Indexing
+from ackqueue.delivery.itemcache import READ_AHEAD, ItemCache
 from ackqueue.delivery.ordering import Ordering
-from ackqueue.delivery.prefetch import READ_AHEAD, ItemCache
-from ackqueue.delivery.ready import ReadyKeys, ScanAfter
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
+from ackqueue.delivery.ready import ReadyKeys
 from ackqueue.records import QueueRecord
-from ackqueue.storage import groupbook
-from ackqueue.storage.book import Book
+from ackqueue.storage.book import Book, group_pauses
 from ackqueue.storage.items import Staged
 
 SCAN_AHEAD = 64  # backlog keys read per look at the stored tree (see ready.py)
 
-NewIndex = Callable[[int, ScanAfter], ReadyKeys]
-
-
 class Supply:
-    """``new_index(backlog, scan_after)`` makes the ready index (each mode has its own);
-    ``grouping`` makes it know groups in one process (None: the mode's index knows them)."""
+    """``indexing`` (the mode's) makes the ready index, and says whether it learns groups."""
 
     def __init__(
         self,
@@ -49,8 +50,7 @@ class Supply:
         ordering: Ordering,
         clock: Clock,
         timers: Timers,
-        new_index: NewIndex,
-        grouping: Grouping | None = None,
+        indexing: Indexing,
     ) -> None:
         self._signals = signals
         self._life = lifecycle
@@ -59,8 +59,7 @@ class Supply:
         self._order = ordering
         self._clock = clock
         self._timers = timers
-        self._new_index = new_index
-        self._grouping = grouping
+        self._indexing = indexing
         self.groups: GroupedReadyIndex | None = None  # the ready index, when it knows groups
         self.items = ItemCache()
         self._withdrawn: set[Any] = set()  # ids of backlog keys taken out by withdraw_locked
@@ -70,7 +69,8 @@ class Supply:
         self.tx_staged = 0  # puts waiting for their transaction to commit
         with signals.mutex:
             backlog = book.count() - len(self.delays.at_open)
-            self.ready: ReadyKeys = self._make_index(backlog)
+            self.ready: ReadyKeys
+            self.ready, self.groups = self._open_index(backlog)
             for key in self.delays.due_at_open:
                 self.ready.offer(key)
             for key, when in self.delays.pending.values():
@@ -79,14 +79,8 @@ class Supply:
             # book as soon as the index exists.
             tasks.unfinished = self.ready_total() + len(self.delays)
 
-    def _make_index(self, backlog: int) -> ReadyKeys:
-        grouping = self._grouping
-        if grouping is None or not grouping.wanted(self._book):
-            return self._new_index(backlog, self._scan_after)
-        self.groups = grouping.open_index(
-            self._book, backlog, self._scan_after, self._new_index, self._schedule
-        )
-        return self.groups
+    def _open_index(self, backlog: int) -> tuple[ReadyKeys, GroupedReadyIndex | None]:
+        return self._indexing.open_index(self._book, backlog, self._scan_after, self._schedule)
 
     def _schedule(self, when: float, wake: Callable[[], bool]) -> None:
         def fire() -> None:
@@ -149,7 +143,7 @@ class Supply:
             self.offer_locked(key)
 
     def land_staged_locked(self, staged: Staged, cache: bool = True) -> None:
-        """A put committed: ready (its pickle kept for the get, see prefetch.py, unless not
+        """A put committed: ready (its pickle kept for the get, see itemcache.py, unless not
         ``cache``) or delayed."""
         if staged.group is not None:
             self._note_group(staged.key, staged.group)
@@ -165,11 +159,12 @@ class Supply:
     def _grouped(self) -> GroupedReadyIndex | None:
         """The grouped index, switched to now if need be (None: the mode's own index reads
         groups from the store)."""
-        if self.groups is None and self._grouping is not None:
-            self.groups = self._grouping.around(self.ready, self._schedule)
-            for group, until in groupbook.group_pauses(self._book).items():
-                self.groups.pause(group, until)
-            self.ready = self.groups
+        if self.groups is None:
+            groups = self._indexing.group_index(self.ready, self._schedule)
+            if groups is not None:
+                for group, until in group_pauses(self._book).items():
+                    groups.pause(group, until)
+                self.ready = self.groups = groups
         return self.groups
 
     # -- acting on whole groups ----------------------------------------------------------------
@@ -179,18 +174,25 @@ class Supply:
         if groups is not None and groups.pause(group, until):
             self._signals.not_empty.notify_all()
 
-    def take_group_locked(self, group: str) -> list[tuple[Any, float]] | None:
+    def take_group_locked(self, group: str) -> list[tuple[Any, float]]:
         """Take the waiting keys of ``group`` out, ready ones with due time 0 (to remove them;
-        :meth:`land_locked` puts one back). None: the index reads the store, look there."""
+        :meth:`land_locked` puts one back, :meth:`removed_locked` forgets them)."""
         groups = self.groups
         if groups is None:
-            return None if self._grouping is None else []
+            return []
         taken: list[tuple[Any, float]] = [(key, 0.0) for key in groups.take_lane(group)]
         for key_id, (key, when) in list(self.delays.pending.items()):
             if groups.group_of(key) == group:
                 del self.delays.pending[key_id]
                 taken.append((key, when))
         return taken
+
+    def removed_locked(self, keys: list[Any]) -> None:
+        """Keys taken out by :meth:`take_group_locked` were deleted from the store."""
+        for key in keys:
+            self.gone_locked(key)
+        self._tasks.finished_locked(len(keys))
+        self._signals.not_full.notify(len(keys))
 
     # -- keys out no longer (for the hold counts of groups) ----------------------------------
 
@@ -229,7 +231,7 @@ class Supply:
     def drain_locked(self) -> int:
         """Forget what is ready or delayed (storage keeps it); return how many were."""
         forgotten = self.ready_total() + len(self.delays)
-        self.ready = self._make_index(0)
+        self.ready, self.groups = self._open_index(0)
         self.delays.pending.clear()
         return forgotten
 
@@ -237,7 +239,7 @@ class Supply:
 
     def load(self, key: Any) -> tuple[bytes, int]:
         """The stored pickle and attempts of ``key``, from the item cache when it has them
-        (see prefetch.py), else read, with the next few backlog entries read ahead."""
+        (see itemcache.py), else read, with the next few backlog entries read ahead."""
         known = self.items.take(self._order.key_seq(key))
         if known is not None:
             return known
@@ -287,3 +289,47 @@ class Supply:
         if self._withdrawn and self._order.key_id(key) in self._withdrawn:
             return False
         return not self.delays.delayed_at_open(key)
+
+
+class GetAgain(Exception):
+    """Nothing could be claimed after all (every staged put that a get waited for failed, or
+    another process took the item first): wait again for a real item."""
+
+
+@dataclass
+class Claim:
+    """An item taken out of the ready index, on its way to a caller."""
+
+    key: Any
+    item: Any
+    attempts: int
+    delivery_id: int | None = None  # chosen before the hold is stored (shared mode)
+
+
+class Delays:
+    """The delayed keys in memory, each under its always-hashable id (``key_id``): a
+    PriorityAckQueue key holds the item, which may be a dict or a list."""
+
+    def __init__(
+        self, items: list[tuple[Any, float]], now: float, key_id: Callable[[Any], Any]
+    ) -> None:
+        self._key_id = key_id
+        self.at_open: frozenset[Any] = frozenset(key_id(key) for key, _when in items)
+        self.due_at_open: list[Any] = [key for key, when in items if when <= now]
+        self.pending: dict[Any, tuple[Any, float]] = {
+            key_id(key): (key, when) for key, when in items if when > now
+        }
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def delayed_at_open(self, key: Any) -> bool:
+        """Whether ``key`` was in the stored delay index when the queue was opened."""
+        return bool(self.at_open) and self._key_id(key) in self.at_open
+
+    def add(self, key: Any, due: float) -> None:
+        self.pending[self._key_id(key)] = (key, due)
+
+    def fall_due(self, key: Any) -> bool:
+        """Take ``key`` out of the delayed ones; False if it was not there (any more)."""
+        return self.pending.pop(self._key_id(key), None) is not None

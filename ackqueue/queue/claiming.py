@@ -13,11 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.base.interrupts import checkpoint, hold_back
-from ackqueue.delivery.claims import Claim, GetAgain
 from ackqueue.delivery.holds import HoldTable
+from ackqueue.delivery.supply import Claim, GetAgain
 from ackqueue.errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
-from ackqueue.queue.calls import calling_stdlib
-from ackqueue.queue.core import Core
+from ackqueue.queue.core import Core, calling_stdlib
 from ackqueue.storage.items import unpickle_item
 
 StdlibGet = Callable[[bool, float | None], Any]

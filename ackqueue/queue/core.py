@@ -1,20 +1,84 @@
-"""What the queue's operations (puts, claims, deliveries) work with: one queue's state objects.
+"""What the queue's operations work with: one queue's state objects (:class:`Core`), and what one
+thread's call carries to the hooks (:class:`Calls`).
 
-Each of them owns its own state; this only hands the same ones to every operation, once, when
-the queue opens (:mod:`.opening`).
+Each state object owns its own state; the :class:`Core` only hands the same ones to every
+operation (puts, claims, deliveries), once, when the queue opens (:mod:`.assembly`).
+
+``queue.Queue.put`` and ``get`` do the blocking, timeouts and ``maxsize`` and call the hooks
+``_put`` and ``_get`` with the mutex held; what a hook needs beyond the item (the priority of
+a put, the deadline and consumer of a get) and what it hands back (the staged put, the claim)
+travel in a :class:`Calls`, one per thread.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ackqueue.base.clock import Clock
-from ackqueue.delivery.metering import Meter
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.holds import HoldTable
 from ackqueue.delivery.mode import Mode
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
-from ackqueue.delivery.supply import Supply
-from ackqueue.queue.calls import Calls
+from ackqueue.delivery.supply import Claim, Supply
+from ackqueue.errors import ItemLoadError, ShutDown
+from ackqueue.queue.metrics import Meter
 from ackqueue.storage.book import Book
+from ackqueue.storage.items import Staged
+
+_StdShutDown = getattr(queue, "ShutDown", None)
+
+
+class Calls(threading.local):
+    op: str | None = None  # "put" or "get" while the standard library's runs
+    priority: int = 0  # of the put under way
+    staged: Staged | None = None  # what ``_put`` staged
+    deadline: float | None = None  # a get's, in time.monotonic() seconds
+    getter: HoldTable | None = None  # the consumer a get is for, if any
+    claim: Claim | None = None  # what ``_get`` claimed
+    unloadable: tuple[Any, ItemLoadError] | None = None  # what ``_get`` could not load
+
+    def getter_closed(self) -> bool:
+        """Whether the consumer this thread is getting for was closed while it waited."""
+        table = self.getter
+        return table is not None and table.closed
+
+
+def as_our_shutdown(exc: BaseException) -> BaseException:
+    """The standard library's own ShutDown (3.13+, raised by its put/get) as ackqueue's."""
+    if _StdShutDown is not None and isinstance(exc, _StdShutDown) and not isinstance(exc, ShutDown):
+        return ShutDown(str(exc) or "the queue was shut down")
+    return exc
+
+
+def check_timeout(block: bool, timeout: float | None) -> None:
+    """The standard library's rule for a blocking call's timeout."""
+    if block and timeout is not None and timeout < 0:
+        raise ValueError("'timeout' must be a non-negative number")
+
+
+@contextlib.contextmanager
+def calling_stdlib(calls: Calls, op: str, undo: Callable[[], None]) -> Iterator[None]:
+    """Run the standard library's ``put`` or ``get`` (``op``) for this thread.
+
+    While it runs, ``_qsize`` knows which one is asking (a closed or shut-down queue lets each
+    through to the hook that raises). If it fails, ``undo`` gives back what our hook had already
+    taken or staged, and the standard library's own ShutDown comes out as ackqueue's.
+    """
+    calls.op = op
+    try:
+        yield
+    except BaseException as exc:
+        undo()
+        ours = as_our_shutdown(exc)
+        if ours is not exc:
+            raise ours from None
+        raise
+    finally:
+        calls.op = None
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,12 @@ import time
 from typing import Any, Literal
 
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.claims import Claim
-from ackqueue.delivery.holding import Holds
-from ackqueue.delivery.holds import Hold, HoldTable
-from ackqueue.delivery.mode import exhausted_reason
-from ackqueue.delivery.recovery import ThreadExitWatch
+from ackqueue.delivery.holds import Hold, Holds, HoldTable, ThreadExitWatch
+from ackqueue.delivery.mode import Rides, exhausted_reason
+from ackqueue.delivery.supply import Claim
 from ackqueue.errors import QueueClosedError
-from ackqueue.queue.calls import check_timeout
 from ackqueue.queue.claiming import Claimer
-from ackqueue.queue.core import Core
-from ackqueue.queue.riding import Rides
+from ackqueue.queue.core import Core, check_timeout
 from ackqueue.storage.book import Settlement
 from ackqueue.storage.transactions import current
 
@@ -41,12 +37,12 @@ class Deliveries:
         claimer: Claimer,
         holds: Holds,
         max_attempts: int | None,
-        *,
-        rides: Rides | None = None,
+        rides: Rides,
     ) -> None:
         self._rides = rides
         self.signals, self.life, self._tasks = core.signals, core.life, core.tasks
         self._book, self._supply, self._mode = core.book, core.supply, core.mode
+        self._stored = core.mode.stored_holds
         self.meter, self._clock = core.meter, core.clock
         self.store = core.book.store
         self._claimer = claimer
@@ -118,8 +114,8 @@ class Deliveries:
                     return self._hold(table, kept)
 
     def _ridden(self, table: HoldTable, n: int) -> list[Claim]:
-        """Items an ack took for ``table`` already (see riding.py)."""
-        return self._rides.take_for(table, n) if self._rides is not None else []
+        """Items an ack took for ``table`` already (see ackqueue.shared.riding)."""
+        return self._rides.take_for(table, n)
 
     def _take(self, claims: list[Claim]) -> list[Claim]:
         """Count this delivery of each claim; drop (dead-letter) those out of attempts."""
@@ -180,7 +176,7 @@ class Deliveries:
         ]
         edit = self._book.settler(stored, due, now) if stored else None
         check = self._book.require_stored([key for key, *_ in stored])
-        edit, check = self._mode.fence(holds, edit, check)
+        edit, check = self._stored.fence(holds, edit, check)
 
         def finish() -> None:
             self._finish(table, plan, due)
@@ -193,7 +189,7 @@ class Deliveries:
             tx.add(edit, check=check, after_commit=finish, undo=undo)
             return
         ride = None
-        if outcome == "ack" and self._rides is not None and edit is not None:
+        if outcome == "ack" and edit is not None:
             ride = self._rides.board(table, len(holds))
         if edit is not None:
             stored_edit = edit
@@ -211,7 +207,7 @@ class Deliveries:
                     ride.failed()
                 undo()
                 raise
-            if ride is not None and self._rides is not None:
+            if ride is not None:
                 self._rides.landed(table, ride)
         finish()
 
@@ -233,7 +229,7 @@ class Deliveries:
 
     def _finish(self, table: HoldTable, plan: list[tuple[Hold, Action]], due: float) -> None:
         with self.signals.mutex:
-            self._mode.settled_locked([hold.key for hold, _ in plan])
+            self._stored.settled_locked([hold.key for hold, _ in plan])
             finished = 0
             now = time.time()
             for hold, action in plan:
@@ -270,9 +266,9 @@ class Deliveries:
     def extend(self, table: HoldTable, hold: Hold, seconds: float) -> None:
         with self.signals.mutex:
             self.holds.extend_locked(table, hold, seconds)
-        self._mode.check_extend(hold)
+        self._stored.check_extend(hold)
 
-    # -- giving holds back when their holder goes away (see recovery.py) ---------------
+    # -- giving holds back when their holder goes away (see ackqueue.delivery.holds) ---------------
 
     def new_table(self, task: str | None = None) -> HoldTable:
         """A consumer's table for the calling thread, given back when that thread ends;
@@ -295,9 +291,8 @@ class Deliveries:
             self._release_locked(table)
 
     def _release_locked(self, table: HoldTable, because: str | None = None) -> None:
-        """Give back what ``table`` holds, and what an ack took for it (see riding.py)."""
-        if self._rides is not None:
-            self._rides.drop_locked(table)
+        """Give back what ``table`` holds, and what an ack took for it (shared.riding)."""
+        self._rides.drop_locked(table)
         self.holds.release_locked(table, because=because)
 
     def release_at_thread_end(self, table: HoldTable, thread: str) -> None:
@@ -311,7 +306,7 @@ class Deliveries:
             self._release_locked(table)
             self.signals.not_empty.notify_all()
             self.signals.landed.notify_all()
-        self._mode.flush()  # shared mode: ready for every process when close returns
+        self._stored.flush()  # shared mode: ready for every process when close returns
 
     def release_table_from_finalizer(self, table: HoldTable) -> None:
         """Give back a garbage-collected consumer's holds without waiting for the mutex here.

@@ -17,8 +17,7 @@ from ackqueue.base.interrupts import checkpoint, hold_back
 from ackqueue.delivery.groups import check_group
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.errors import Full
-from ackqueue.queue.calls import calling_stdlib, check_timeout
-from ackqueue.queue.core import Core
+from ackqueue.queue.core import Core, calling_stdlib, check_timeout
 from ackqueue.storage.items import Staged, pickle_item
 from ackqueue.storage.transactions import Transaction, current
 

@@ -7,6 +7,22 @@ list): the store and the queue's book in it, the supply (ready and delayed, in m
 holds, the mode (single-process or shared), and the operations across them: puts
 (:mod:`.putting`), claims, deliveries, and puts by key (:mod:`.keying`). The three kinds
 differ only in the :mod:`~ackqueue.delivery.ordering` they are given.
+
+:class:`DeadLetters` is a queue's dead letters through its API: listing, counting,
+requeueing and purging them (the stored side, burying and the dead-letter tree, is
+:mod:`ackqueue.storage.deadletters`).
+
+:class:`GroupControl` acts on one group of items at once: pause it for a while, resume it,
+remove its items. A pause is stored (the queue opens with it again, and in shared mode every
+process sees it); in one process the grouped ready index takes the group out of the rotation
+until then. Removing a group removes its waiting items (ready or delayed) in one commit; items
+of the group that consumers hold stay held: their ack, nack or snooze works as usual (call
+again once they are settled, or pause the group first, to be rid of them).
+
+
+What a front end that does not wait in threads (:mod:`ackqueue.aio`) needs of a queue: its
+:class:`~ackqueue.delivery.conditions.ReadyListeners`, told whenever items become ready
+(:func:`ready_listeners`), and whether a take commits anything (:func:`takes_commit_nothing`).
 """
 
 from __future__ import annotations
@@ -23,14 +39,12 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
+from ackqueue.delivery.conditions import Lifecycle, ReadyListeners, Tasks
+from ackqueue.delivery.groups import GroupRules, check_named_group, checked_seconds
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
-from ackqueue.delivery.signals import Lifecycle, Tasks
-from ackqueue.queue import dropping, status
-from ackqueue.queue.consumer import Consumer
-from ackqueue.queue.keying import Unique
-from ackqueue.queue.metrics import QueueMetrics, measure_locked
-from ackqueue.queue.opening import (
+from ackqueue.queue import lifecycle, status
+from ackqueue.queue.assembly import (
     Options,
     assemble,
     check_arguments,
@@ -38,6 +52,12 @@ from ackqueue.queue.opening import (
     open_book,
     signals_of,
 )
+from ackqueue.queue.consumer import Consumer
+from ackqueue.queue.core import Core
+from ackqueue.queue.keying import Unique
+from ackqueue.queue.metrics import QueueMetrics, measure_locked
+from ackqueue.queue.putting import Puts
+from ackqueue.storage.book import group_pauser
 from ackqueue.storage.deadletters import DeadLetter
 from ackqueue.storage.transactions import Transaction, transaction
 
@@ -132,16 +152,17 @@ class AckQueue(queue.Queue[T], Generic[T]):
         core = parts.core
         self._signals, self._mode, self._supply = core.signals, core.mode, core.supply
         self._meter, self._clock = core.meter, core.clock
-        self._timers, self._holds, self._groups = parts.timers, parts.holds, parts.groups
+        self._timers, self._holds = parts.timers, parts.holds
         self._claimer, self._puts, self._deliveries = parts.claimer, parts.puts, parts.deliveries
-        self._keys, self._closing, self._dead = parts.keys, parts.closing, parts.dead
+        self._keys, self._closing = parts.keys, parts.closing
+        self._groups, self._dead = GroupControl(core, rules), DeadLetters(core, parts.puts)
         life.paused = book.paused()
         if life.paused:  # it would otherwise look empty, and its getters wait without a word
             log.warning("queue %r opened paused: nothing is handed out until q.resume() (or, "
                         "in a shell: ackqueue resume PATH); puts go on", name)
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
-        self._dropped = dropping.watch(
-            self, store, name, opened.claim, book.close, self._mode.dropped()
+        self._dropped = lifecycle.watch(
+            self, store, name, opened.claim, book.close, self._mode.stored_holds.dropped()
         )
 
     # -- the standard library's hooks and state ---------------------------------------------
@@ -428,3 +449,64 @@ class PriorityAckQueue(AckQueue[T]):
     """
 
     _ordering = PriorityOrdering
+
+
+class DeadLetters:
+    def __init__(self, core: Core, puts: Puts) -> None:
+        self._core = core
+        self._puts = puts
+
+    def listed(self) -> list[DeadLetter]:
+        with self._core.signals.mutex:
+            self._core.life.check_open()
+            return self._core.book.dead_letters()
+
+    def count(self) -> int:
+        with self._core.signals.mutex:
+            self._core.life.check_open()
+            return self._core.book.dead_count()
+
+    def requeue(self, ids: list[int] | None) -> int:
+        with Shield(interruptible=False):  # stored and ready in memory, or neither
+            return self._puts.requeue_dead(ids)
+
+    def purge(self, ids: list[int] | None) -> int:
+        self._core.life.check_open()
+        book = self._core.book
+        return book.store.run(book.purger(ids))
+
+
+class GroupControl:
+    def __init__(self, core: Core, rules: GroupRules) -> None:
+        self._signals, self._life, self._tasks = core.signals, core.life, core.tasks
+        self._book, self._supply, self._clock = core.book, core.supply, core.clock
+        self._store, self._mode = core.book.store, core.mode
+        self.rules = rules
+
+    def pause(self, group: object, seconds: object) -> None:
+        """No item of ``group`` is delivered for ``seconds`` from now (0 resumes it)."""
+        name = check_named_group(group)
+        span = checked_seconds("pause_group seconds", seconds)
+        self._life.check_open()
+        until = self._clock() + span if span else 0.0
+        self._store.run(group_pauser(self._book, name, until))
+        with self._signals.mutex:
+            self._supply.pause_group_locked(name, until)
+
+    def remove(self, group: object) -> int:
+        """Remove every waiting item of ``group`` (held ones stay held); return how many."""
+        name = check_named_group(group)
+        self._life.check_open()
+        return self._mode.remove_group(name, self._supply)
+
+
+def takes_commit_nothing(queue: AckQueue[Any]) -> bool:
+    """Whether a take on ``queue`` only touches memory (no stored hold, no durable delivery
+    count): the queue's mode says."""
+    return queue._mode.takes_commit_nothing
+
+
+def ready_listeners(queue: AckQueue[Any]) -> ReadyListeners:
+    """The listeners of ``queue``: a one-shot callback added there runs when an item may be
+    ready (with the queue's mutex held, in the thread that made it ready)."""
+    return queue._signals.listeners

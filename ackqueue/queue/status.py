@@ -111,7 +111,7 @@ class StatusBeacon:
 
         A function of its own so that the strong references to the queues end with each
         round: kept across the sleep, they would keep a queue dropped without close() alive
-        for good (see dropping.py)."""
+        for good (see ackqueue.queue.lifecycle)."""
         with self._lock:
             if not self._queues:
                 self._thread = None

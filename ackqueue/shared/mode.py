@@ -16,29 +16,48 @@ the same queue, a hold must be visible to them, so in shared mode:
   whoever reaps its session (:mod:`ackqueue.shared.sessions`);
 * the ready order comes from the stored tree, read after a sync (:class:`SharedReadyIndex`),
   instead of the in-memory index that assumes one process;
-* sequence numbers come from blocks reserved in the shared queue record (:mod:`.seqblocks`).
+* sequence numbers come from blocks reserved in the shared queue record (:class:`SeqBlocks`).
 
 Ordering across processes is documented in docs/howto/scaling.rst.
+
+Sequence numbers (:class:`SeqBlocks`): several processes put into one queue, so none may count
+on from a number only it knows: each reserves a block of numbers in the stored record (one
+commit) and numbers its puts from it, for at most :data:`SEQ_BLOCK` puts or
+:data:`SEQ_BLOCK_SECONDS`, whichever ends first, so that items put by different processes at
+about the same time stay close to put order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeyMap, KeySet
-from ackqueue.delivery.claims import Claim, GetAgain
-from ackqueue.delivery.groups import GroupRules
+from ackqueue.base.timers import Timers
+from ackqueue.delivery.conditions import Lifecycle, Signals
+from ackqueue.delivery.groups import GroupedReadyIndex, GroupRules, Schedule
 from ackqueue.delivery.holds import Hold
-from ackqueue.delivery.mode import Edit, Load, Ride, Taken, Void, exhausted_reason
-from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.mode import (
+    ClaimReady,
+    Edit,
+    Load,
+    NextId,
+    NoRides,
+    Ride,
+    Rides,
+    Taken,
+    Void,
+    exhausted_reason,
+)
+from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
-from ackqueue.delivery.signals import Lifecycle, Signals
-from ackqueue.delivery.supply import Supply
+from ackqueue.delivery.supply import Claim, GetAgain, Supply
 from ackqueue.errors import StorageError
+from ackqueue.records import QueueRecord
 from ackqueue.shared import sessions
 from ackqueue.shared.groupgate import GroupGate
 from ackqueue.shared.holdmarks import (
@@ -51,9 +70,11 @@ from ackqueue.shared.holdmarks import (
     unholder,
 )
 from ackqueue.shared.ready import SharedReadyIndex, reading
-from ackqueue.shared.seqblocks import SeqBlocks
+from ackqueue.shared.riding import AckRides
 from ackqueue.shared.sessions import SessionLost
-from ackqueue.storage.book import Book
+from ackqueue.storage.book import Book, Keeping, group_remover
+from ackqueue.storage.counts import count_change, settle
+from ackqueue.storage.keys import release
 from ackqueue.storage.transactions import current
 
 log = logging.getLogger("ackqueue")
@@ -63,8 +84,36 @@ log = logging.getLogger("ackqueue")
 TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped"] | None
 
 
+class ManyWriters:
+    """How a book is kept when several processes write it: the count lives in the record's
+    ``Length`` (other processes read it), and an acked entry is only marked done; the sweeper
+    (:mod:`ackqueue.shared.sweeping`) deletes done entries in batches.
+
+    Deleting the first key of a bucket conflicts with every concurrent change to that bucket,
+    and emptying a bucket with every change below the same tree node: with several processes
+    acking at the head, most acks did one or the other. Marking writes only the entry, which no
+    other process changes at the same time.
+    """
+
+    def opened(self, book: Book, record: QueueRecord) -> None:
+        settle(record, book.store.db.storage)
+        if not record.done_marks:  # unchanged records are not written
+            record.done_marks = True
+
+    def retire(self, book: Book, key: Any) -> None:
+        record = book.record
+        entry = record.entries[key]
+        if record.keyed is not None:
+            release(record, key, entry, book.clock())
+        entry.done = True
+        entry.data = b""  # the item itself is garbage now; keep the record small
+        count_change(record, -1)
+
+
 class SharedMode:
     """The shared-mode state of one queue in this process."""
+
+    keeping: Keeping = ManyWriters()
 
     def __init__(
         self,
@@ -113,11 +162,33 @@ class SharedMode:
     def next_seq_locked(self) -> int:
         return self._seqs.next_locked()
 
-    def new_index(self, backlog: int, scan_after: ScanAfter) -> ReadyKeys:
+    @property
+    def takes_commit_nothing(self) -> bool:
+        return False  # a hold is stored, for every process to see
+
+    @property
+    def stored_holds(self) -> SharedMode:
+        return self
+
+    @property
+    def indexing(self) -> SharedMode:
+        return self
+
+    def open_index(
+        self, book: Book, backlog: int, scan_after: ScanAfter, schedule: Schedule
+    ) -> tuple[ReadyKeys, GroupedReadyIndex | None]:
+        """The ready order read from the stored tree, groups included (see groupgate.py)."""
         self._index = SharedReadyIndex(
             self, self._book, self._clock, self._order, self._gate.stopped
         )
-        return self._index
+        return self._index, None
+
+    def group_index(self, plain: ReadyKeys, schedule: Schedule) -> None:
+        return None  # the stored tree says each entry's group: nothing to learn in memory
+
+    def remove_group(self, group: str, supply: Supply) -> int:
+        """Remove what no process holds, in the stored tree the ready index reads."""
+        return int(self._store.run(group_remover(self._book, group)))
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         try:
@@ -179,6 +250,18 @@ class SharedMode:
             self._untake(claims)
             raise
         return self._sort_taken(claims, results)
+
+    def rides(
+        self, supply: Supply, timers: Timers, claim_ready: ClaimReady, next_id: NextId
+    ) -> Rides:
+        """Not with ``max_attempts`` (a ride counts a delivery, which an unused ride would
+        waste), nor with a manual clock (whose time moves only when a test moves it)."""
+        if self._max_attempts is not None or getattr(self._clock, "manual", False):
+            return NoRides()
+        return AckRides(
+            self._signals, self._life, supply, self._clock, timers, claim_ready, next_id,
+            self.ride,
+        )
 
     def ride(self, claims: list[Claim]) -> Ride:
         """Holds on ``claims`` committed with someone else's change (an ack): see Ride."""
@@ -391,3 +474,27 @@ class SharedMode:
                 self._store.run(give_back)
         finally:
             sessions.release(self.session)
+
+
+SEQ_BLOCK = 64
+SEQ_BLOCK_SECONDS = 1.0
+
+
+class SeqBlocks:
+    """The block of sequence numbers this process draws from, for one queue."""
+
+    def __init__(self, book: Book) -> None:
+        self._book = book
+        self._next = 0
+        self._end = 0
+        self._until = 0.0
+
+    def next_locked(self) -> int:
+        """The next number (the caller serialises calls: the queue's mutex)."""
+        if self._next >= self._end or time.monotonic() > self._until:
+            start = self._book.store.run(self._book.seq_reserver(SEQ_BLOCK))
+            self._next, self._end = start, start + SEQ_BLOCK
+            self._until = time.monotonic() + SEQ_BLOCK_SECONDS
+        seq = self._next
+        self._next += 1
+        return checked_seq(seq, self._book.name)

@@ -20,14 +20,13 @@ from ZODB.POSException import StorageError as ZODBStorageError
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.keyids import KeySet
-from ackqueue.delivery.claims import GetAgain
 from ackqueue.delivery.ordering import Ordering
+from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
 from ackqueue.records import QueueRecord
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
-from ackqueue.storage.book import Book
-from ackqueue.storage.sweeping import chunks
+from ackqueue.storage.book import Book, chunks
 
 _UNKNOWN = object()
 # Processes that all take the head item conflict, and all but one retry. After losing such a
@@ -171,7 +170,7 @@ class SharedReadyIndex:
 
     @property
     def cursor(self) -> None:
-        """No backlog read-ahead in shared mode (see prefetch.py): other processes take
+        """No backlog read-ahead in shared mode (see delivery.itemcache): other processes take
         entries ahead of us. Pickles of our own puts are still served from the item cache;
         a take re-reads the attempts from the store anyway."""
         return None

@@ -24,8 +24,8 @@ import transaction
 from ZODB.POSException import ConflictError
 
 from ackqueue.records import queues_of
+from ackqueue.storage.book import sweep_done
 from ackqueue.storage.failures import abort_quietly
-from ackqueue.storage.sweeping import sweep_done
 
 log = logging.getLogger("ackqueue")
 

@@ -5,26 +5,37 @@ Edits are functions run inside ``Store.run`` that touch only the database, so th
 commit may apply them again after a conflict. Each checks what it needs before it changes
 anything, because a failing change is committed with its batch.
 
-Reads go through the book's :class:`~ackqueue.storage.reader.Reader` (the writer connection
-belongs to the group committer).
+The writer connection belongs to the group committer; reads go through the book's
+:class:`Reader`, a connection of its own, moved up to the latest commit before each read,
+whose reads are tried again when a pack or a server restart cuts them. Callers serialise
+them (the queue holds its mutex), which is what makes one connection safe to share between
+threads.
+
+The book's groups (``put(item, group=)``) are stored on their entries: functions below read
+every grouped entry, pause a group and remove a group's entries. Entries that shared-mode acks
+marked done are deleted in batches by :func:`sweep_done`, inside a change on any connection
+(the shared sweeper's own, or the writer's when a plain open deletes what shared mode left;
+see :mod:`ackqueue.shared.sweeping`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal, Protocol, TypeVar
+
+from ZODB.Connection import Connection
+from ZODB.POSException import ReadConflictError
 
 from ackqueue.base.clock import Clock
-from ackqueue.errors import AckQueueError, NotAQueueFileError
-from ackqueue.records import Entry, QueueRecord, queues_of
-from ackqueue.storage.counts import count_change, settle, stored_count
+from ackqueue.errors import AckQueueError, NotAQueueFileError, StorageError
+from ackqueue.records import ROOT_KEY, Entry, QueueRecord, queues_of
+from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
+from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
 from ackqueue.storage.items import Staged
 from ackqueue.storage.keys import release
-from ackqueue.storage.reader import Reader
 from ackqueue.storage.store import Store
-from ackqueue.storage.sweeping import sweep_done
 
 T = TypeVar("T")
 
@@ -34,25 +45,35 @@ T = TypeVar("T")
 Settlement = Literal["delete", "bury", "delay", "snooze"]
 
 
+class Keeping(Protocol):
+    """How a book keeps its count and retires acked entries: one writer process does it one
+    way, several another, so the queue's mode supplies it (each mode module has its own)."""
+
+    def opened(self, book: Book, record: QueueRecord) -> None:
+        """The record was found or made (inside the opening change): start keeping it."""
+        ...
+
+    def retire(self, book: Book, key: Any) -> None:
+        """An acked entry leaves the queue (inside a change); its count drops at once."""
+        ...
+
+
 class Book:
     """The stored state of queue ``name`` in ``store``'s database.
 
     ``kind`` is the queue kind the record must have (``fifo``, ``lifo``, ``priority``);
-    ``defer_count`` keeps its count in transaction metadata (one writer process: counts.py).
+    ``keeping`` is how the queue's mode keeps its count and retires acked entries.
     """
 
     def __init__(
-        self, store: Store, name: str, kind: str, class_name: str, defer_count: bool
+        self, store: Store, name: str, kind: str, class_name: str, keeping: Keeping
     ) -> None:
         self.store = store
         self.name = name
         self._kind = kind
         self._class_name = class_name
-        self._defer_count = defer_count
+        self._keeping = keeping
         self.clock: Clock = time.time  # the queue's (set at open): when a key was seen
-        # Shared mode (several writer processes): an ack marks its entry done instead of
-        # deleting it, and a sweeper deletes done entries in batches (see retire_entry).
-        self.marks_done = not defer_count
         # The writer connection's record: read and changed only inside a change.
         self.record: QueueRecord = store.run(self._find_or_create)
         self._reader = Reader(store, name)
@@ -75,15 +96,7 @@ class Book:
                 f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "
                 f"class, not {self._class_name}"
             )
-        if store.counts is not None and self._defer_count:
-            store.counts.start(record, self.name)  # see counts.py
-        else:
-            settle(record, store.db.storage)
-        if self._defer_count and record.done_marks:
-            store.note_dropped(sweep_done(record, None))  # one process now: nobody else sweeps
-            record.done_marks = False
-        elif not self._defer_count and not record.done_marks:
-            record.done_marks = True
+        self._keeping.opened(self, record)
         return record
 
     def close(self) -> None:
@@ -234,24 +247,8 @@ class Book:
             del record.delayed[key]
 
     def retire_entry(self, key: Any) -> None:
-        """An acked entry leaves the queue (inside a change): deleted at once in one process;
-        in shared mode only marked done, for the sweeper to delete in a batch later.
-
-        Deleting the first key of a bucket conflicts with every concurrent change to that
-        bucket, and emptying a bucket with every change below the same tree node: with several
-        processes acking at the head, most acks did one or the other. Marking writes only the
-        entry, which no other process changes at the same time. The count drops at once.
-        """
-        if not self.marks_done:
-            self.remove_entry(key)
-            return
-        record = self.record
-        entry = record.entries[key]
-        if record.keyed is not None:
-            release(record, key, entry, self.clock())
-        entry.done = True
-        entry.data = b""  # the item itself is garbage now; keep the record small
-        count_change(record, -1)
+        """An acked entry leaves the queue (inside a change), the way the mode keeps entries."""
+        self._keeping.retire(self, key)
 
     def sweeper(self, scan: int | None) -> Callable[[], int]:
         """The edit deleting entries marked done among the first ``scan`` keys (all with
@@ -373,3 +370,197 @@ class Book:
             return start
 
         return reserve
+
+
+READ_RETRIES = 5
+
+
+class Reader:
+    """Reads of queue ``name`` (its record must be stored already) in ``store``'s database."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self._store = store
+        self._conn, self._tm = store.open_reader()
+        try:
+            self._record: QueueRecord = self._conn.root()[ROOT_KEY][name]
+        except BaseException:
+            self.close()
+            raise
+        self._synced = store.commits
+
+    def close(self) -> None:
+        abort_quietly(self._tm)
+        self._conn.close()
+
+    def read(self, read: Callable[[QueueRecord], T]) -> T:
+        """``read(record)``, moved up to the latest commit first.
+
+        A reader left at an older snapshot would load old revisions of the tree, and a pack
+        removes those ("object deleted, likely by simultaneous pack"); a pack running in
+        another thread can still do so between the move and the read, so that is retried.
+        So is a read cut by a ZEO server going away (a server restart): the next load waits
+        for the client to connect again, up to the client's ``wait_timeout``.
+        """
+        for attempt in range(READ_RETRIES):
+            commits = self._store.commits
+            try:
+                if commits != self._synced or attempt:
+                    self._tm.begin()
+                    self._synced = commits
+                return read(self._record)
+            except ReadConflictError:
+                if attempt == READ_RETRIES - 1:
+                    raise
+            except Exception as exc:
+                if not storage_failed(exc):
+                    raise
+                if not connection_lost(exc) or attempt == READ_RETRIES - 1:
+                    raise self._failed(exc) from exc
+        raise AssertionError("unreachable")
+
+    def _failed(self, exc: BaseException) -> StorageError:
+        return StorageError(f"cannot read queue storage {self._store.where}: {exc!r}")
+
+    def catch_up(self) -> None:
+        """Move to the latest commit of any process (shared mode's refresh)."""
+        try:
+            self._tm.begin()
+        except Exception as exc:
+            if storage_failed(exc):
+                raise self._failed(exc) from exc
+            raise
+        self._synced = self._store.commits
+
+    @property
+    def record(self) -> QueueRecord:
+        """The record as of the last read."""
+        return self._record
+
+    @property
+    def connection(self) -> Connection:
+        """The ZODB connection reads go through (its object cache, for footprint checks)."""
+        return self._conn
+
+    def root(self) -> Any:
+        """The database root as of the last read."""
+        return self._conn.root()
+
+
+def has_groups(book: Book) -> bool:
+    """Whether an entry was ever put with a group (see :mod:`ackqueue.delivery.groups`)."""
+    return book.read(lambda record: bool(record.grouped))
+
+
+def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
+    """``(key, group, delayed)`` of every stored entry that has a group (reads them all)."""
+
+    def read(record: QueueRecord) -> list[tuple[Any, str, bool]]:
+        if not record.grouped:
+            return []
+        delayed = record.delayed if record.delayed is not None else {}
+        return [
+            (key, entry.group, key in delayed)
+            for key, entry in record.entries.items()
+            if entry.group is not None and not entry.done
+        ]
+
+    return book.read(read)
+
+
+def group_pauses(book: Book) -> dict[str, float]:
+    """Every paused group with the time its pause ends."""
+
+    def read(record: QueueRecord) -> dict[str, float]:
+        pauses = record.group_pauses
+        return dict(pauses.items()) if pauses is not None else {}
+
+    return book.read(read)
+
+
+def group_pauser(book: Book, group: str, until: float) -> Callable[[], None]:
+    """The edit pausing ``group`` until ``until`` (a time in the past resumes it)."""
+    record = book.record
+
+    def set_pause() -> None:
+        pauses = record.group_pause_index()
+        if until > 0:
+            pauses[group] = until
+        elif group in pauses:
+            del pauses[group]
+
+    return set_pause
+
+
+def group_remover(book: Book, group: str) -> Callable[[], int]:
+    """The edit removing every stored entry of ``group`` that no process holds (shared
+    mode marks holds on the entries); it returns how many."""
+    record = book.record
+
+    def remove() -> int:
+        if not record.grouped:
+            return 0
+        doomed = [
+            key
+            for key, entry in record.entries.items()
+            if entry.group == group and getattr(entry, "holder", None) is None and not entry.done
+        ]
+        for key in doomed:
+            record.entries[key]._p_changed = True  # conflicts with a take racing it
+            book.remove_entry(key, done=False)  # a removed item's key is free, not seen
+        return len(doomed)
+
+    return remove
+
+
+def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) -> int:
+    """Delete the entries marked done among the first ``scan`` keys of ``record`` (all with
+    None), inside a change on any connection; return how many. With ``gap``, stop after that
+    many entries in a row that are not done (acks happen near the head)."""
+    entries, delayed = record.entries, record.delayed
+    doomed = []
+    kept = 0
+    for chunk in chunks(entries.items(), scan):
+        for key, entry in chunk:
+            if entry.done:
+                doomed.append(key)
+                kept = 0
+            else:
+                kept += 1
+        if gap is not None and kept >= gap:
+            break
+    for key in doomed:
+        del entries[key]
+        if delayed is not None and key in delayed:
+            del delayed[key]
+    return len(doomed)
+
+
+PREFETCH = 64
+
+
+def chunks(
+    items: Iterable[tuple[Any, Any]], limit: int | None, size: int = PREFETCH
+) -> Iterator[list[tuple[Any, Any]]]:
+    """``(key, entry)`` pairs in chunks, the entries of each loaded in one go (at most
+    ``limit`` pairs in all; None: every one).
+
+    Each entry is a record of its own, loaded from the server when first touched: one round
+    trip each, one after another. Asking for a chunk at once (``Connection.prefetch``; ZEO
+    sends the loads together, FileStorage ignores it) makes that about one round trip."""
+    chunk: list[tuple[Any, Any]] = []
+    for n, pair in enumerate(items):
+        if limit is not None and n >= limit:
+            break
+        chunk.append(pair)
+        if len(chunk) >= size:
+            yield _loaded(chunk)
+            chunk = []
+    if chunk:
+        yield _loaded(chunk)
+
+
+def _loaded(chunk: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    jar = chunk[0][1]._p_jar
+    if jar is not None:
+        jar.prefetch([entry for _, entry in chunk])
+    return chunk

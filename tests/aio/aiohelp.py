@@ -9,7 +9,7 @@ from typing import Any
 from polling import bounded
 
 from ackqueue.aio import AsyncAckQueue
-from ackqueue.queue.listening import ready_listeners
+from ackqueue.queue.queues import ready_listeners
 
 
 async def wait_for_waiters(q: AsyncAckQueue[Any], n: int, timeout: float = 10.0) -> None:

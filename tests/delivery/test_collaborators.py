@@ -10,13 +10,13 @@ import pytest
 
 import ackqueue
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.claims import Claim
-from ackqueue.delivery.holding import Holds
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.groups import Grouping, GroupRules
+from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
-from ackqueue.delivery.ready import ReadyIndex
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
-from ackqueue.delivery.supply import Supply
+from ackqueue.delivery.supply import Claim, Supply
+from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
 from ackqueue.storage.items import Staged, pickle_item
 from ackqueue.storage.store import Store
@@ -34,7 +34,7 @@ def staged(order: Ordering, seq: int, item: object, due: float = 0.0) -> Staged:
 
 
 def test_book_edits_and_reads_one_queue(store):
-    book = Book(store, "jobs", "fifo", "AckQueue", defer_count=False)
+    book = Book(store, "jobs", "fifo", "AckQueue", SharedMode.keeping)
     order = Ordering()
     store.run(book.inserter([staged(order, n, f"item-{n}") for n in range(3)], now=5.0))
     assert book.count() == 3 and book.put_at(order.make_key(0, 0, None, lambda: None)) == 5.0
@@ -53,14 +53,14 @@ def test_book_edits_and_reads_one_queue(store):
 
 
 def test_book_refuses_a_record_of_another_kind(store):
-    Book(store, "jobs", "fifo", "AckQueue", defer_count=False).close()
+    Book(store, "jobs", "fifo", "AckQueue", SharedMode.keeping).close()
     with pytest.raises(ackqueue.NotAQueueFileError, match="fifo queue class, not LifoAckQueue"):
-        Book(store, "jobs", "lifo", "LifoAckQueue", defer_count=False)
+        Book(store, "jobs", "lifo", "LifoAckQueue", SharedMode.keeping)
 
 
 def parts(store, order: Ordering, backlog_items: int = 0):
     """A Supply and Holds over a fresh Book, with the lock and conditions a queue would give."""
-    book = Book(store, "q", order.kind, "AckQueue", defer_count=False)
+    book = Book(store, "q", order.kind, "AckQueue", SharedMode.keeping)
     if backlog_items:
         store.run(book.inserter([staged(order, n, n) for n in range(backlog_items)], now=1.0))
     mutex = threading.Lock()
@@ -73,7 +73,7 @@ def parts(store, order: Ordering, backlog_items: int = 0):
     timers = Timers(mutex, clock, "q")
     supply = Supply(
         signals, life, tasks, book, order, clock, timers,
-        lambda backlog, scan: ReadyIndex(backlog, scan),
+        Grouping(GroupRules(), order.key_id, clock),
     )
     return book, signals, life, tasks, clock, supply
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ackqueue.delivery.grouped import GroupedReadyIndex
-from ackqueue.delivery.groups import GroupRules
+from ackqueue.delivery.groups import GroupedReadyIndex, GroupRules
 from ackqueue.delivery.ready import ReadyIndex
 
 Scheduled = list[tuple[float, Callable[[], bool]]]

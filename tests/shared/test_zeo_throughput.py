@@ -18,8 +18,8 @@ from polling import bounded, wait_until
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
-from ackqueue.queue import riding
 from ackqueue.records import queues_of
+from ackqueue.shared import riding
 
 
 def stored(q: ackqueue.AckQueue) -> list[tuple[int, bool]]:

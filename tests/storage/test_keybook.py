@@ -10,6 +10,7 @@ import pytest
 
 import ackqueue
 from ackqueue.delivery.ordering import Ordering
+from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
 from ackqueue.storage.items import Staged, pickle_item
 from ackqueue.storage.keys import KeyBook, Live, NewPut, Revisit
@@ -21,7 +22,7 @@ ORDER = Ordering()
 @pytest.fixture
 def book(qpath):
     store = Store.acquire(qpath, None)
-    book = Book(store, "q", "fifo", "AckQueue", defer_count=False)
+    book = Book(store, "q", "fifo", "AckQueue", SharedMode.keeping)
     yield book
     book.close()
     store.release()

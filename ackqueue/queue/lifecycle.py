@@ -1,11 +1,16 @@
-"""A queue dropped without ``close()``: once collected, it lets go of what it had open.
+"""The lifecycle of a queue: stopping it, pausing it, and letting go of one dropped unclosed.
+
+``shutdown`` stops puts (with ``immediate``, gets too), ``close`` gives held items back and
+closes the book, ``pause``/``resume`` stop and restart deliveries. Each asks the collaborators
+in the order that keeps them consistent: a drain cut halfway would leave the ``join()`` count
+wrong, and a close must give back holds before the mode and the book close.
 
 Code written for ``queue.Queue`` never closes its queues. When such a queue is garbage-collected
 its reader connection is closed, its name is free again, and, with the last queue of a file,
 the file is closed and unlocked, so the same process or another one can open it. What it held
 goes back as on close: in one process holds live only in memory, so the stored entries are
 ready for whoever opens the queue next; in shared mode its stored holds are given back (what
-the mode's ``dropped()`` returns).
+the mode's ``stored_holds.dropped()`` returns).
 
 The finalizer runs wherever the collector ran, possibly in a thread in the middle of a commit or
 holding the registry lock, where closing the file would deadlock. There the work is handed to a
@@ -22,7 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ackqueue.base.interrupts import Shield
+from ackqueue.base.timers import Timers
+from ackqueue.delivery.holds import Holds
 from ackqueue.queue import status
+from ackqueue.queue.core import Core
 from ackqueue.storage.store import Store
 
 INTERNAL_THREADS = "ackqueue-"  # the prefix of every thread ackqueue starts
@@ -85,3 +94,51 @@ def _can_close_here(store: Store) -> bool:
     if threading.current_thread().name.startswith(INTERNAL_THREADS):
         return False
     return store.registry_free()
+
+
+class Closing:
+    def __init__(self, core: Core, holds: Holds, timers: Timers) -> None:
+        self._core = core
+        self._holds = holds
+        self._timers = timers
+
+    def shutdown(self, immediate: bool) -> None:
+        """See ``AckQueue.shutdown``."""
+        core = self._core
+        with Shield(interruptible=False), core.signals.mutex:
+            life = core.life
+            life.shut_down = True
+            if immediate and not life.drained:
+                life.drained = True
+                forgotten = core.supply.drain_locked() + self._holds.drain_locked()
+                core.tasks.finished_locked(forgotten)
+                core.signals.all_tasks_done.notify_all()
+            core.signals.wake_all_locked()
+
+    def set_paused(self, paused: bool) -> None:
+        """Stored first, so that every process (and the next open) sees it; then woken here."""
+        core = self._core
+        core.life.check_open()
+        with Shield(interruptible=False):
+            core.book.store.run(core.book.pauser(paused))
+            with core.signals.mutex:
+                core.life.paused = paused
+                core.signals.wake_all_locked()
+
+    def close(self, detach: Callable[[], object]) -> bool:
+        """Give back every hold, stop the timers and close the mode and the book; ``detach``
+        runs under the mutex once the queue counts as closed. False if it was closed already.
+        Call it shielded from interrupts."""
+        core = self._core
+        with core.signals.mutex:
+            if core.life.closed:
+                return False
+            for table in list(self._holds.tables):
+                self._holds.release_locked(table)
+            core.life.closed = True
+            detach()
+            self._timers.stop()
+            core.signals.wake_all_locked()
+        core.mode.stored_holds.close()
+        core.book.close()
+        return True

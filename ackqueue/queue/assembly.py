@@ -1,9 +1,11 @@
-"""Opening a queue: its book in the store (:func:`open_book`), then the collaborators around it
-(:func:`assemble`).
+"""Assembling a queue: its book in the store (:func:`open_book`), then the collaborators around
+it (:func:`assemble`).
 
-This is where the mode is chosen: :class:`~ackqueue.delivery.local.LocalMode` when this process
-owns the database, :class:`~ackqueue.shared.mode.SharedMode` when processes share it. Every
-collaborator is given what it works with here, once; none of them reaches into another.
+This is where the mode is chosen, once (:func:`mode_class`): :class:`~ackqueue.delivery.local.
+LocalMode` when this process owns the database, :class:`~ackqueue.shared.mode.SharedMode` when
+processes share it. The mode's keeping goes to the book, its indexing to the supply, its rides
+to the deliveries and its stored holds to whoever settles or closes. Every collaborator is
+given what it works with here, once; none of them reaches into another.
 """
 
 from __future__ import annotations
@@ -17,25 +19,20 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.grouping import Grouping
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
 from ackqueue.delivery.groups import GroupRules, group_rules
-from ackqueue.delivery.holding import Holds
+from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
-from ackqueue.delivery.metering import Meter
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
-from ackqueue.delivery.signals import Lifecycle, Signals, Tasks
 from ackqueue.delivery.supply import Supply
-from ackqueue.queue.calls import Calls
 from ackqueue.queue.claiming import Claimer, StdlibGet
-from ackqueue.queue.closing import Closing
-from ackqueue.queue.core import Core
-from ackqueue.queue.deadletters import DeadLetters
+from ackqueue.queue.core import Calls, Core
 from ackqueue.queue.deliveries import Deliveries
-from ackqueue.queue.groupcontrol import GroupControl
 from ackqueue.queue.keying import Keys
+from ackqueue.queue.lifecycle import Closing
+from ackqueue.queue.metrics import Meter
 from ackqueue.queue.putting import Puts, StdlibPut
-from ackqueue.queue.riding import Rides
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
@@ -88,8 +85,7 @@ def open_book(
         raise
     try:
         is_shared = wants_shared(store, shared)
-        # A shared queue's count is read by other processes: keep it in its Length.
-        book = Book(store, name, kind, class_name, not is_shared)
+        book = Book(store, name, kind, class_name, mode_class(is_shared).keeping)
     except BaseException:
         store.release(name)
         raise
@@ -106,10 +102,8 @@ class Parts:
     claimer: Claimer
     puts: Puts
     deliveries: Deliveries
-    groups: GroupControl
     keys: Keys
     closing: Closing
-    dead: DeadLetters
 
 
 def check_arguments(
@@ -165,6 +159,11 @@ def _positive_seconds(value: object) -> bool:
     return number and value > 0  # type: ignore[operator]
 
 
+def mode_class(shared: bool) -> type[LocalMode] | type[SharedMode]:
+    """The mode of a queue: the one place that tells one process from several."""
+    return SharedMode if shared else LocalMode
+
+
 def open_mode(
     book: Book, order: Ordering, signals: Signals, life: Lifecycle, opts: Options
 ) -> Mode:
@@ -173,13 +172,7 @@ def open_mode(
             book, order, signals, life, opts.clock, opts.max_attempts, opts.session_timeout,
             opts.groups,
         )
-    return LocalMode(book, order, signals.mutex, opts.clock, opts.max_attempts)
-
-
-def grouping_for(order: Ordering, opts: Options) -> Grouping | None:
-    """How the ready index of a queue in one process learns groups; shared mode's index reads
-    them from the stored tree (None)."""
-    return None if opts.shared else Grouping(opts.groups, order.key_id, opts.clock)
+    return LocalMode(book, order, signals.mutex, opts.clock, opts.max_attempts, opts.groups)
 
 
 def assemble(
@@ -203,20 +196,18 @@ def assemble(
         book.close()
         raise
     supply = Supply(
-        signals, life, tasks, book, order, clock, timers, mode.new_index,
-        grouping_for(order, opts),
+        signals, life, tasks, book, order, clock, timers, mode.indexing
     )
     holds = Holds(supply, timers, clock, opts.name, opts.ack_timeout)
-    mode.on_session_lost(holds.void_locked)
+    mode.stored_holds.on_session_lost(holds.void_locked)
     core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
     claimer = Claimer(core, stdlib_get)
     puts = Puts(core, stdlib_put, order, opts.maxsize)
-    rides = Rides(core, claimer, timers, holds.next_delivery_id, opts.max_attempts)
-    deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides=rides)
-    groups = GroupControl(core, opts.groups)
+    rides = mode.rides(supply, timers, claimer.claim_ready, holds.next_delivery_id)
+    deliveries = Deliveries(core, claimer, holds, opts.max_attempts, rides)
     keys = Keys(core, puts, opts.unique)
-    closing, dead = Closing(core, holds, timers), DeadLetters(core, puts)
-    return Parts(core, timers, holds, claimer, puts, deliveries, groups, keys, closing, dead)
+    closing = Closing(core, holds, timers)
+    return Parts(core, timers, holds, claimer, puts, deliveries, keys, closing)
 
 
 def signals_of(

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timer, Timers
-from ackqueue.delivery.claims import Claim
+from ackqueue.delivery.conditions import Lifecycle, Signals
 from ackqueue.delivery.holds import HoldTable
-from ackqueue.delivery.mode import Ride
-from ackqueue.queue.claiming import Claimer
-from ackqueue.queue.core import Core
+from ackqueue.delivery.mode import ClaimReady, NextId, Ride
+from ackqueue.delivery.supply import Claim, Supply
 
 log = logging.getLogger("ackqueue")
 
@@ -40,21 +40,24 @@ class _Waiting:
     timer: Timer | None = None
 
 
-class Rides:
+class AckRides:
     """The rides of one queue's consumers in this process (every ``*_locked`` method runs
     with the queue's mutex held)."""
 
     def __init__(
-        self, core: Core, claimer: Claimer, timers: Timers, next_id: Any, max_attempts: int | None
+        self,
+        signals: Signals,
+        life: Lifecycle,
+        supply: Supply,
+        clock: Clock,
+        timers: Timers,
+        claim_ready: ClaimReady,
+        next_id: NextId,
+        ride: Callable[[list[Claim]], Ride],
     ) -> None:
-        self._signals, self._supply, self._mode = core.signals, core.supply, core.mode
-        self._life = core.life
-        self._claimer = claimer
-        self._timers = timers
-        self._clock = core.clock
-        self._next_id = next_id
-        manual = bool(getattr(core.clock, "manual", False))
-        self.enabled = core.mode.shared and max_attempts is None and not manual
+        self._signals, self._life, self._supply = signals, life, supply
+        self._clock, self._timers = clock, timers
+        self._claim_ready, self._next_id, self._ride = claim_ready, next_id, ride
         self._waiting: dict[HoldTable, _Waiting] = {}
         self._acked_at: dict[HoldTable, float] = {}  # a table's last ack, until its next get
         self._loops: set[HoldTable] = set()  # tables that got again within RIDE_SECONDS
@@ -64,8 +67,6 @@ class Rides:
     def board(self, table: HoldTable, n: int) -> Ride | None:
         """Before an ack of ``n`` holds commits: the ride that takes the next ready items for
         ``table`` in the ack's commit, or None. Never raises: the ack must not fail for it."""
-        if not self.enabled:
-            return None
         try:
             return self._board(table, n)
         except Exception as exc:  # the server is away (reading what is ready): ack alone
@@ -79,17 +80,12 @@ class Rides:
                 return None
             if not len(self._supply) or self._life.paused:
                 return None
-        claims = self._claimer.claim_ready(n)
+        claims = self._claim_ready(n)
         if not claims:
             return None
         for claim in claims:
             claim.delivery_id = self._next_id()
-        ride = self._mode.ride(claims)
-        if ride is None:  # pragma: no cover - enabled only in shared mode
-            with self._signals.mutex:
-                for claim in claims:
-                    self._supply.make_ready_locked(claim.key)
-        return ride
+        return self._ride(claims)
 
     def landed(self, table: HoldTable, ride: Ride) -> None:
         """The ack committed, and the ride with it: keep what it took for ``table``."""
@@ -111,8 +107,6 @@ class Rides:
     def take_for(self, table: HoldTable, n: int) -> list[Claim]:
         """Up to ``n`` items taken for ``table`` by its last ack (or, if nothing else is ready,
         by another consumer's): held already, to be handed out without a commit."""
-        if not self.enabled:
-            return []
         with self._signals.mutex:
             acked_at = self._acked_at.pop(table, None)
             if acked_at is not None and time.monotonic() - acked_at <= RIDE_SECONDS:
