@@ -8,9 +8,11 @@ process) per item, one thread, on files in ``--dir`` (default ``/dev/shm``, a tm
 - persist-queue's ``SQLiteAckQueue`` (``multithreading=True``; its plain get is
   ``SQLiteQueue``'s);
 - the standard library's ``queue.Queue`` (no storage: the floor of the queue machinery);
-- two ZODB floors: a FileStorage commit of one new record at the storage API
-  (``tpc_begin``/``store``/``tpc_vote``/``tpc_finish``), and a Connection commit through the
-  transaction manager of one small ``Persistent`` changed.
+- three ZODB floors: a FileStorage commit of one new record at the storage API
+  (``tpc_begin``/``store``/``tpc_vote``/``tpc_finish``); a Connection commit through the
+  transaction manager of one small ``Persistent`` changed; and ackqueue's stored shape without
+  ackqueue ("ZODB tree shape": a put inserts a new ``Persistent`` into an ``LOBTree``, a
+  get+ack reads and deletes one, a commit each), so that what ackqueue adds shows.
 
 ``put``: N puts into an empty queue. ``get+ack``: N held gets each acked, of items put earlier
 (queue reopened first). ``get``: N plain gets of items put earlier (reopened). Each figure is the
@@ -41,6 +43,7 @@ import _common as c
 import persistqueue
 import transaction
 import ZODB
+from BTrees.LOBTree import LOBTree
 from persistent import Persistent
 from ZODB.Connection import TransactionMetaData
 from ZODB.FileStorage import FileStorage
@@ -180,12 +183,53 @@ def run_connection_floor(base: str, n: int) -> Figures:
             db.close()
 
 
+class Item(Persistent):
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def run_tree_floor(base: str, n: int) -> Figures:
+    """ackqueue's stored shape without ackqueue: each put a new Persistent inserted into an
+    LOBTree, one Connection commit; each get+ack reads the first one's data and deletes it,
+    one commit (as an ack does). What is left of ackqueue's figures above these is its own."""
+    items = [c.item(i) for i in range(n)]
+    with workdir(base) as d:
+        db = ZODB.DB(FileStorage(os.path.join(d, "floor.fs")))
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        try:
+            tree = conn.root()["tree"] = LOBTree()
+            tm.commit()
+
+            def puts() -> None:
+                for i, x in enumerate(items):
+                    tm.begin()
+                    tree[i] = Item(x)
+                    tm.commit()
+
+            def get_acks() -> None:
+                for i in range(n):
+                    tm.begin()
+                    assert tree[i].data
+                    del tree[i]
+                    tm.commit()
+
+            out = {"put": cpu_us(n, puts)}
+            conn.cacheMinimize()  # as after a reopen: entries are read from the file
+            out["get+ack"] = cpu_us(n, get_acks)
+            return out
+        finally:
+            conn.close()
+            db.close()
+
+
 IMPLEMENTATIONS: dict[str, Callable[[str, int], Figures]] = {
     "ackqueue": run_ackqueue,
     "persist-queue": run_persistqueue,
     "queue.Queue": run_stdlib,
     "FileStorage API commit": run_storage_floor,
     "Connection commit": run_connection_floor,
+    "ZODB tree shape": run_tree_floor,
 }
 OPERATIONS = ["put", "get+ack", "get"]
 
