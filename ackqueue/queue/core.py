@@ -12,10 +12,9 @@ travel in a :class:`Calls`, one per thread.
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,25 +59,36 @@ def check_timeout(block: bool, timeout: float | None) -> None:
         raise ValueError("'timeout' must be a non-negative number")
 
 
-@contextlib.contextmanager
-def calling_stdlib(calls: Calls, op: str, undo: Callable[[], None]) -> Iterator[None]:
+def calling_stdlib(calls: Calls, op: str, undo: Callable[[], None]) -> _CallingStdlib:
     """Run the standard library's ``put`` or ``get`` (``op``) for this thread.
 
     While it runs, ``_qsize`` knows which one is asking (a closed or shut-down queue lets each
     through to the hook that raises). If it fails, ``undo`` gives back what our hook had already
     taken or staged, and the standard library's own ShutDown comes out as ackqueue's.
     """
-    calls.op = op
-    try:
-        yield
-    except BaseException as exc:
-        undo()
-        ours = as_our_shutdown(exc)
-        if ours is not exc:
-            raise ours from None
-        raise
-    finally:
-        calls.op = None
+    return _CallingStdlib(calls, op, undo)
+
+
+class _CallingStdlib:
+    # A class, not a generator context manager: it runs twice per item (each put and each
+    # get), and contextlib's machinery cost a microsecond more each time.
+    __slots__ = ("_calls", "_op", "_undo")
+
+    def __init__(self, calls: Calls, op: str, undo: Callable[[], None]) -> None:
+        self._calls, self._op, self._undo = calls, op, undo
+
+    def __enter__(self) -> None:
+        self._calls.op = self._op
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if exc is not None:
+                self._undo()
+                ours = as_our_shutdown(exc)
+                if ours is not exc:
+                    raise ours from None
+        finally:
+            self._calls.op = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from transaction.interfaces import NoTransaction
+
 log = logging.getLogger("ackqueue")
 
 # The base classes PEP 249 (DB-API 2.0) asks every database driver to define; RelStorage lets
@@ -43,5 +45,7 @@ def abort_quietly(tm: Any) -> None:
     that is logged, not raised over the failure being handled."""
     try:
         tm.abort()
+    except NoTransaction:
+        pass  # an explicit manager with nothing begun: nothing to undo
     except Exception as exc:
         log.debug("ackqueue: abort could not reach the storage: %r", exc)

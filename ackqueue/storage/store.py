@@ -103,7 +103,11 @@ class Store:
         self.packer: Packer | None = None
         self._refs = 0
         self._names: dict[str, Callable[[], object | None]] = {}
-        self._tm = transaction.TransactionManager()
+        # Explicit: every use of the writer begins its transaction (the group committer, the
+        # reads below). An implicit manager would also move the connection to the latest
+        # commit after each commit (Connection.afterCompletion), which the next begin does
+        # again: that second poll of invalidations was a few us of every put and ack.
+        self._tm = transaction.TransactionManager(explicit=True)
         if owns_db:
             db.large_record_size = LARGE_RECORD_SIZE  # every connection, sessions' included
         self.writer: Connection = db.open(transaction_manager=self._tm)
@@ -242,8 +246,11 @@ class Store:
         return True
 
     def _start_autopack(self) -> None:
-        state = self.writer.root().get(PACK_STATE_KEY)
-        self._tm.abort()
+        self._tm.begin()
+        try:
+            state = self.writer.root().get(PACK_STATE_KEY)
+        finally:
+            self._tm.abort()
         self.packer = self.engine.packer(self.db, self._record_pack_state, state, self._pack_time)
 
     # -- deferred counts (see counts.py) -------------------------------------------------
@@ -258,9 +265,12 @@ class Store:
             for record in queues.values() if queues is not None else ():
                 counting.settle(record, storage)
 
-        queues = queues_of(self.writer.root(), create=False)
-        stale = queues is not None and any(r.counted_in_log for r in queues.values())
-        self._tm.abort()
+        self._tm.begin()
+        try:
+            queues = queues_of(self.writer.root(), create=False)
+            stale = queues is not None and any(r.counted_in_log for r in queues.values())
+        finally:
+            self._tm.abort()
         if stale:
             self._committer.run(settle_all)
 

@@ -61,3 +61,27 @@ def test_every_change_of_many_threads_commits_once_and_its_caller_returns(tmp_pa
     finally:
         if not hung:
             store.release()
+
+
+def test_a_commit_moves_the_writer_to_the_latest_commit_once(tmp_path):
+    """Each commit of the writer connection polls the storage for other commits once (at its
+    begin), not again when it completes: the second poll was CPU of every put and ack."""
+    store = Store.acquire(str(tmp_path / "p.fs"), None)
+    try:
+        store.run(lambda: store.root().__setitem__("n", 0))
+        writer = store.writer
+        polls: list[object] = []
+        poll = writer.newTransaction
+
+        def counted(*args: object, **kw: object) -> None:
+            polls.append(args)
+            poll(*args, **kw)
+
+        writer.newTransaction = counted  # the transaction manager calls it on the connection
+        for i in range(10):
+            store.run(lambda i=i: store.root().__setitem__("n", i))
+        assert len(polls) == 10
+        writer.newTransaction = poll
+        assert store.run(lambda: store.root()["n"]) == 9
+    finally:
+        store.release()

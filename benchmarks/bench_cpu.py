@@ -1,0 +1,310 @@
+"""CPU an item: what one put, one held get + ack and one plain get cost in process CPU time.
+
+A slow disk hides the CPU a queue spends per item behind the fsync; on tmpfs (or a fast NVMe)
+the CPU decides throughput. This script measures ``time.process_time`` (all threads of the
+process) per item, one thread, on files in ``--dir`` (default ``/dev/shm``, a tmpfs), for:
+
+- ackqueue (``AckQueue``, strict durability: an fsync per commit);
+- persist-queue's ``SQLiteAckQueue`` (``multithreading=True``; its plain get is
+  ``SQLiteQueue``'s);
+- the standard library's ``queue.Queue`` (no storage: the floor of the queue machinery);
+- three ZODB floors: a FileStorage commit of one new record at the storage API
+  (``tpc_begin``/``store``/``tpc_vote``/``tpc_finish``); a Connection commit through the
+  transaction manager of one small ``Persistent`` changed; and ackqueue's stored shape without
+  ackqueue ("ZODB tree shape": a put inserts a new ``Persistent`` into an ``LOBTree``, a
+  get+ack reads and deletes one, a commit each), so that what ackqueue adds shows.
+
+``put``: N puts into an empty queue. ``get+ack``: N held gets each acked, of items put earlier
+(queue reopened first). ``get``: N plain gets of items put earlier (reopened). Each figure is the
+median of ``--runs`` runs, implementations interleaved within a run. The ratios printed are
+persist-queue / ackqueue (CPU), the issue's targets: put >= 0.25, get+ack >= 1.5.
+
+``--profile put|getack|get`` instead runs ackqueue's operation once under cProfile and prints
+the functions that take the most time.
+
+Run: ``python3 benchmarks/bench_cpu.py [--n 3000] [--runs 3] [--dir /dev/shm]``
+(needs ``[bench]``: persist-queue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import queue
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import _common as c
+import persistqueue
+import transaction
+import ZODB
+from BTrees.LOBTree import LOBTree
+from persistent import Persistent
+from ZODB.Connection import TransactionMetaData
+from ZODB.FileStorage import FileStorage
+from ZODB.utils import p64, z64
+
+import ackqueue
+
+Figures = dict[str, float]  # operation -> CPU us an item
+
+
+@contextmanager
+def workdir(base: str) -> Iterator[str]:
+    d = tempfile.mkdtemp(prefix="ackqueue-cpu-", dir=base)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def cpu_us(n: int, fn: Callable[[], object]) -> float:
+    start = time.process_time()
+    fn()
+    return (time.process_time() - start) / n * 1e6
+
+
+# -- each implementation: {operation: CPU us an item} ----------------------------------------
+
+
+def run_ackqueue(base: str, n: int) -> Figures:
+    items = [c.item(i) for i in range(n)]
+    out: Figures = {}
+    with workdir(base) as d:
+        path = os.path.join(d, "q.fs")
+        q = ackqueue.AckQueue(path)
+        out["put"] = cpu_us(n, lambda: [q.put(x) for x in items])
+        q.close()
+        q = ackqueue.AckQueue(path)
+        cons = q.connect()
+
+        def get_ack() -> None:
+            for _ in range(n):
+                cons.ack(cons.get_nowait())
+
+        out["get+ack"] = cpu_us(n, get_ack)
+        for x in items:
+            q.put(x)
+        q.close()
+        q = ackqueue.AckQueue(path)
+        out["get"] = cpu_us(n, lambda: [q.get_nowait() for _ in range(n)])
+        q.close()
+    return out
+
+
+def run_persistqueue(base: str, n: int) -> Figures:
+    items = [c.item(i) for i in range(n)]
+    out: Figures = {}
+    with workdir(base) as d:
+        path = os.path.join(d, "pq")
+        filling = persistqueue.SQLiteAckQueue(path, multithreading=True)
+        out["put"] = cpu_us(n, lambda: [filling.put(x) for x in items])
+        q = persistqueue.SQLiteAckQueue(path, multithreading=True)  # reopened, as ackqueue's
+
+        def get_ack() -> None:
+            for _ in range(n):
+                q.ack(q.get(block=False))
+
+        out["get+ack"] = cpu_us(n, get_ack)
+        path = os.path.join(d, "pq-plain")
+        plain = persistqueue.SQLiteQueue(path, multithreading=True, auto_commit=True)
+        for x in items:
+            plain.put(x)
+        p = persistqueue.SQLiteQueue(path, multithreading=True, auto_commit=True)
+        out["get"] = cpu_us(n, lambda: [p.get(block=False) for _ in range(n)])
+    return out
+
+
+def run_stdlib(base: str, n: int) -> Figures:
+    items = [c.item(i) for i in range(n)]
+    q: queue.Queue[bytes] = queue.Queue()
+    out: Figures = {"put": cpu_us(n, lambda: [q.put(x) for x in items])}
+
+    def get_ack() -> None:
+        for _ in range(n):
+            q.get_nowait()
+            q.task_done()
+
+    out["get+ack"] = cpu_us(n, get_ack)
+    for x in items:
+        q.put(x)
+    out["get"] = cpu_us(n, lambda: [q.get_nowait() for _ in range(n)])
+    return out
+
+
+def run_storage_floor(base: str, n: int) -> Figures:
+    """One new 120-byte record a commit, at FileStorage's own API (fsync included)."""
+    data = b"x" * 120
+    with workdir(base) as d:
+        fs = FileStorage(os.path.join(d, "floor.fs"))
+        try:
+
+            def commits() -> None:
+                for i in range(n):
+                    t = TransactionMetaData()
+                    fs.tpc_begin(t)
+                    fs.store(p64(i + 1), z64, data, "", t)
+                    fs.tpc_vote(t)
+                    fs.tpc_finish(t)
+
+            return {"put": cpu_us(n, commits)}
+        finally:
+            fs.close()
+
+
+class Small(Persistent):
+    value = b""
+
+
+def run_connection_floor(base: str, n: int) -> Figures:
+    """One small Persistent changed a commit, through a Connection and transaction manager."""
+    items = [c.item(i) for i in range(n)]
+    with workdir(base) as d:
+        db = ZODB.DB(FileStorage(os.path.join(d, "floor.fs")))
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        try:
+            obj = conn.root()["small"] = Small()
+            tm.commit()
+
+            def commits() -> None:
+                for x in items:
+                    obj.value = x
+                    tm.commit()
+
+            return {"put": cpu_us(n, commits)}
+        finally:
+            conn.close()
+            db.close()
+
+
+class Item(Persistent):
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def run_tree_floor(base: str, n: int) -> Figures:
+    """ackqueue's stored shape without ackqueue: each put a new Persistent inserted into an
+    LOBTree, one Connection commit; each get+ack reads the first one's data and deletes it,
+    one commit (as an ack does). What is left of ackqueue's figures above these is its own."""
+    items = [c.item(i) for i in range(n)]
+    with workdir(base) as d:
+        db = ZODB.DB(FileStorage(os.path.join(d, "floor.fs")))
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        try:
+            tree = conn.root()["tree"] = LOBTree()
+            tm.commit()
+
+            def puts() -> None:
+                for i, x in enumerate(items):
+                    tm.begin()
+                    tree[i] = Item(x)
+                    tm.commit()
+
+            def get_acks() -> None:
+                for i in range(n):
+                    tm.begin()
+                    assert tree[i].data
+                    del tree[i]
+                    tm.commit()
+
+            out = {"put": cpu_us(n, puts)}
+            conn.cacheMinimize()  # as after a reopen: entries are read from the file
+            out["get+ack"] = cpu_us(n, get_acks)
+            return out
+        finally:
+            conn.close()
+            db.close()
+
+
+IMPLEMENTATIONS: dict[str, Callable[[str, int], Figures]] = {
+    "ackqueue": run_ackqueue,
+    "persist-queue": run_persistqueue,
+    "queue.Queue": run_stdlib,
+    "FileStorage API commit": run_storage_floor,
+    "Connection commit": run_connection_floor,
+    "ZODB tree shape": run_tree_floor,
+}
+OPERATIONS = ["put", "get+ack", "get"]
+
+
+def profile(base: str, n: int, what: str, top: int) -> None:
+    items = [c.item(i) for i in range(n)]
+    with workdir(base) as d:
+        path = os.path.join(d, "q.fs")
+        q = ackqueue.AckQueue(path)
+        prof = cProfile.Profile()
+        if what == "put":
+            prof.runcall(lambda: [q.put(x) for x in items])
+        else:
+            for x in items:
+                q.put(x)
+            q.close()
+            q = ackqueue.AckQueue(path)
+            if what == "getack":
+                cons = q.connect()
+                prof.runcall(lambda: [cons.ack(cons.get_nowait()) for _ in range(n)])
+            else:
+                prof.runcall(lambda: [q.get_nowait() for _ in range(n)])
+        q.close()
+    stats = pstats.Stats(prof)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=3000, help="items an operation (default 3000)")
+    ap.add_argument("--runs", type=int, default=3, help="runs; medians printed (default 3)")
+    ap.add_argument("--dir", default="/dev/shm", help="where the files go (default /dev/shm)")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=list(IMPLEMENTATIONS),
+        help="measure only these implementations (repeatable)",
+    )
+    ap.add_argument(
+        "--profile",
+        choices=["put", "getack", "get"],
+        help="profile ackqueue's operation under cProfile instead",
+    )
+    ap.add_argument("--top", type=int, default=30, help="functions a profile lists")
+    args = ap.parse_args()
+    if args.profile:
+        profile(args.dir, args.n, args.profile, args.top)
+        return
+    c.header(f"CPU an item, one thread, files in {args.dir}, {args.n} items, {args.runs} runs")
+    names = args.only or list(IMPLEMENTATIONS)
+    samples: dict[tuple[str, str], list[float]] = {}
+    for run in range(args.runs):
+        for name in names:
+            for op, us in IMPLEMENTATIONS[name](args.dir, args.n).items():
+                samples.setdefault((name, op), []).append(us)
+        print(
+            f"  run {run + 1}: "
+            + ", ".join(f"{name} {op} {v[-1]:.1f}" for (name, op), v in samples.items()),
+            flush=True,
+        )
+    med = {k: c.median(v) for k, v in samples.items()}
+    rows = []
+    for name in names:
+        rows.append(
+            [name] + [f"{med[name, op]:.1f}" if (name, op) in med else "" for op in OPERATIONS]
+        )
+    if "ackqueue" in names and "persist-queue" in names:
+        rows.append(
+            ["persist-queue / ackqueue"]
+            + [f"{med['persist-queue', op] / med['ackqueue', op]:.2f}" for op in OPERATIONS]
+        )
+    print()
+    print(c.rst_table(rows, ["CPU us an item", *OPERATIONS]))
+
+
+if __name__ == "__main__":
+    main()
