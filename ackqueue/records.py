@@ -3,10 +3,20 @@
 Items are stored pickled, in an :class:`Entry` of their own, so that a BTree bucket holds only
 keys and small references and an insert or delete rewrites little. The key of an entry is its
 place in the delivery order (see ``AckQueue._make_key``).
+
+A queue record carries the format it was written in (:data:`FORMAT_VERSION`; a record without
+one was written before formats were numbered, and is format 1) and the name of the serializer
+its items are encoded with (``"pickle"`` for a record without one).
+
+A database ackqueue opens loads its records through :func:`restricted_class_factory`: only
+the persistent classes of this module, BTrees and persistent may be named, so a crafted record
+cannot make the loader run code. The items are the serializer's business: a pickle item is
+code, a JSON item is data.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from BTrees.Length import Length
@@ -14,7 +24,13 @@ from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree
 from persistent import Persistent
 
+from ackqueue.errors import UnsafeRecordError
+
 ROOT_KEY = "ackqueue"
+
+# The stored format this code writes. 1: records without a format_version (pickle items);
+# 2: records that name their serializer. A record of a higher format is refused, not misread.
+FORMAT_VERSION = 2
 
 # Sequence numbers are reserved in blocks so that a put does not rewrite the queue record.
 SEQ_BLOCK = 1024
@@ -106,8 +122,12 @@ class QueueRecord(Persistent):
     # True once shared mode may have left entries marked ``done``: the next single-process open
     # deletes them before it reads the backlog (sweep_done in storage/book.py).
     done_marks = False
+    format_version = 1  # written before formats were numbered: the first one
+    serializer = "pickle"  # the name of the serializer of the items (storage/items.py)
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, serializer: str = "pickle") -> None:
+        self.format_version = FORMAT_VERSION
+        self.serializer = serializer
         self.kind = kind
         self.entries: Any = PriorityEntryTree() if kind == "priority" else EntryTree()
         self.length = Length()
@@ -156,3 +176,45 @@ def queues_of(root: Any, create: bool) -> Any:
     if queues is None and create:
         queues = root[ROOT_KEY] = OOBTree()
     return queues
+
+
+# The modules whose persistent classes a queue file may name. ZODB's root is persistent's
+# PersistentMapping; every other record is a class of this module, of BTrees, or a shared-mode
+# session (ackqueue.shared.sessions.SessionRecord, a module path of the file format too).
+_ALLOWED_PACKAGES = ("BTrees", "persistent")
+_ALLOWED_MODULES = frozenset({__name__, "ackqueue.shared.sessions"})
+
+
+def restricted_class_factory(connection: Any, module: str, name: str) -> type[Persistent]:
+    """The class factory of every database ackqueue opens (``ZODB.DB(class_factory=)``): a
+    record may name only a persistent class of ackqueue's records, BTrees or persistent.
+
+    Anything else (a function such as ``os.system``, a class of another module) raises
+    :class:`~ackqueue.UnsafeRecordError` before it is imported or called, so loading a record
+    of an untrusted file runs none of its code. Give it to ``ZODB.DB`` to use ``db=`` with a
+    serializer other than pickle.
+    """
+    package = module.partition(".")[0]
+    if module in _ALLOWED_MODULES or package in _ALLOWED_PACKAGES:
+        try:
+            found = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            found = None
+        if isinstance(found, type) and issubclass(found, Persistent):
+            return found
+    raise UnsafeRecordError(
+        f"a stored record names {module}.{name}, which is not a persistent class of "
+        f"ackqueue, BTrees or persistent: a queue file holds no other, so this record was not "
+        f"written by ackqueue; nothing of it was loaded or run"
+    )
+
+
+def check_restricted(db: Any, serializer: str) -> None:
+    """A clear error if the caller's database ``db`` may load any class (``db=`` with a
+    serializer other than pickle promises that opening runs no code of the file)."""
+    if getattr(db, "classFactory", None) is not restricted_class_factory:
+        raise ValueError(
+            f"serializer {serializer!r} with db= needs a database that loads only ackqueue's "
+            f"records: open it with ZODB.DB(storage, "
+            f"class_factory=ackqueue.restricted_class_factory)"
+        )

@@ -19,8 +19,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import ZODB
-
 from ackqueue.cli.common import (
     CommandError,
     LiveQueue,
@@ -38,7 +36,7 @@ from ackqueue.cli.reports import counted
 from ackqueue.queue.requests import purge_ready
 from ackqueue.records import queues_of
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.engine import is_uri
+from ackqueue.storage.engine import is_uri, new_db
 from ackqueue.storage.filestorage import open_file_storage
 
 
@@ -172,7 +170,7 @@ def cmd_drop(args: argparse.Namespace) -> int:
     contents = f"{counted(stored, 'stored item')} and {counted(dead, 'dead letter')}"
     if not confirm(args, f"delete queue {args.name!r} of {args.path} with its {contents}"):
         return 1
-    db = ZODB.DB(open_file_storage(os.path.realpath(args.path)))  # takes the lock: no live user
+    db = new_db(open_file_storage(os.path.realpath(args.path)))  # takes the lock: no live user
     try:
         with db.transaction() as conn:
             del queues_of(conn.root(), create=False)[args.name]

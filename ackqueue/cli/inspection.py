@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import ZODB
 from ZODB.POSException import ReadOnlyError
 
 from ackqueue.cli.reports import (
@@ -40,7 +39,7 @@ from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import zeo
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.engine import as_path, is_uri, shown
+from ackqueue.storage.engine import as_path, is_uri, new_db, shown
 from ackqueue.storage.filestorage import open_file_storage
 from ackqueue.storage.keys import shown_key
 from ackqueue.storage.store import open_db
@@ -132,7 +131,7 @@ class QueueFile:
             self._status = None
         try:
             try:
-                self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+                self._db = new_db(self._storage) if self.is_file else open_db(path)
             except ReadOnlyError:
                 # Read-only, ZODB cannot add the root a storage that never committed lacks.
                 raise NotAQueueFileError(

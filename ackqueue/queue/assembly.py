@@ -33,9 +33,11 @@ from ackqueue.queue.keying import Keys
 from ackqueue.queue.lifecycle import Closing
 from ackqueue.queue.metrics import Meter
 from ackqueue.queue.putting import Puts, StdlibPut
+from ackqueue.records import check_restricted
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
+from ackqueue.storage.items import PICKLE_CODEC, Codec
 from ackqueue.storage.keys import remember_seconds
 from ackqueue.storage.store import Store
 
@@ -74,9 +76,12 @@ def open_book(
     durability: str,
     autopack: bool,
     shared: bool | None,
+    codec: Codec = PICKLE_CODEC,
 ) -> Opened:
     """Acquire the store of ``path`` (or ``db``), claim ``name`` in it for ``owner`` and open
     the book of that name. If this fails, nothing stays acquired or claimed."""
+    if db is not None and codec is not PICKLE_CODEC:
+        check_restricted(db, codec.name)
     store = Store.acquire(path, db, durability=durability, autopack=autopack, shared=shared)
     try:
         claim = store.claim_name(name, owner)
@@ -85,7 +90,7 @@ def open_book(
         raise
     try:
         is_shared = wants_shared(store, shared)
-        book = Book(store, name, kind, class_name, mode_class(is_shared).keeping)
+        book = Book(store, name, kind, class_name, mode_class(is_shared).keeping, codec)
     except BaseException:
         store.release(name)
         raise

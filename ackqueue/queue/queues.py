@@ -59,6 +59,7 @@ from ackqueue.queue.metrics import QueueMetrics, measure_locked
 from ackqueue.queue.putting import Puts
 from ackqueue.storage.book import group_pauser
 from ackqueue.storage.deadletters import DeadLetter
+from ackqueue.storage.items import Serializer, codec_for
 from ackqueue.storage.transactions import Transaction, transaction
 
 T = TypeVar("T")
@@ -119,8 +120,10 @@ class AckQueue(queue.Queue[T], Generic[T]):
         session_timeout: float = 10.0,
         max_held_per_group: int | None = None, group_interval: float = 0.0,
         unique: Unique = None,
+        serializer: str | Serializer = "pickle",
     ) -> None:
         check_arguments(path, maxsize, name, db, shared, autopack, clock)
+        codec = codec_for(serializer)
         rules = check_options(
             max_attempts, ack_timeout, session_timeout, unique, max_held_per_group, group_interval
         )
@@ -132,7 +135,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._life = life = Lifecycle(name)
         self._tasks = Tasks()
         opened = open_book(
-            self, path, db, name, order.kind, type(self).__name__, durability, autopack, shared
+            self, path, db, name, order.kind, type(self).__name__, durability, autopack, shared,
+            codec,
         )
         self._store, self._book = store, book = opened.store, opened.book
         try:

@@ -13,7 +13,7 @@ from typing import Any
 from ackqueue.errors import ItemLoadError
 from ackqueue.records import DeadRecord, QueueRecord
 from ackqueue.storage.counts import count_change
-from ackqueue.storage.items import unpickle_item
+from ackqueue.storage.items import Codec
 from ackqueue.storage.keys import release
 
 
@@ -36,7 +36,8 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class UnloadableItem:
-    """Stands in for a dead item whose pickle cannot be loaded (its class is gone)."""
+    """Stands in for a dead item whose bytes its queue's serializer cannot decode (a pickle
+    whose class is gone, bytes that are not JSON, a record that was not ackqueue's)."""
 
     data: bytes
     error: str
@@ -64,9 +65,9 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     return dead_id
 
 
-def listed(dead_id: int, rec: DeadRecord) -> DeadLetter:
+def listed(dead_id: int, rec: DeadRecord, codec: Codec) -> DeadLetter:
     try:
-        item = unpickle_item(rec.data, f"dead letter {dead_id}")
+        item = codec.decode(rec.data, f"dead letter {dead_id}")
     except ItemLoadError as exc:
         item = UnloadableItem(rec.data, str(exc))
     return DeadLetter(dead_id, item, rec.attempts, rec.reason, rec.when, rec.put_at)

@@ -26,6 +26,7 @@ import ZODB
 from ZODB.POSException import ConflictError
 
 from ackqueue.errors import StorageError
+from ackqueue.records import restricted_class_factory
 from ackqueue.storage.commit import Syncer
 
 T = TypeVar("T")
@@ -248,13 +249,22 @@ def open_through_zodburi(
     return db_on(opened, **dbkw)
 
 
+def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
+    """A database on ``storage`` as ackqueue opens every one of its own: its records may name
+    only ackqueue's, BTrees' and persistent's classes, so loading one runs no code of the file
+    (whatever ``dbkw`` says: a URI may not choose another class factory)."""
+    dbkw["class_factory"] = restricted_class_factory
+    return ZODB.DB(storage, **dbkw)
+
+
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:
     """A database on the storage ``open_storage()`` returns, opened again if another process
-    created the root of a new database at the same moment."""
+    created the root of a new database at the same moment. Its records load through
+    :func:`~ackqueue.records.restricted_class_factory`."""
     for attempt in range(OPEN_RETRIES):
         storage = open_storage()
         try:
-            return ZODB.DB(storage, **dbkw)
+            return new_db(storage, **dbkw)
         except ConflictError:
             storage.close()
             if attempt == OPEN_RETRIES - 1:
