@@ -313,6 +313,7 @@ class QueueFile:
         now = time.time()
         held_keys = self.held_keys(name) or set()
         paused = self.paused(name)
+        serializer = str(record.serializer)
         found: list[StoredItem] = []
         if count <= 0:
             return found
@@ -322,7 +323,7 @@ class QueueFile:
                 "delayed" if due > now
                 else "held" if repr(key) in held_keys else "ready"
             )
-            item, is_repr, truncated = shown_item(entry.data, limit, for_json)
+            item, is_repr, truncated = shown_item(entry.data, limit, for_json, serializer)
             found.append(StoredItem(
                 position=repr(key), item=item, item_is_repr=is_repr,
                 put_age=max(0.0, now - entry.put_at),
@@ -336,10 +337,13 @@ class QueueFile:
         return found
 
     def dead(self, name: str, limit: int | None = 200, for_json: bool = False) -> list[DeadItem]:
-        tree = _dead_tree(self.record(name))
+        record = self.record(name)
+        tree = _dead_tree(record)
         if tree is None:
             return []
-        return [dead_item(key, letter, limit, for_json) for key, letter in tree.items()]
+        serializer = str(record.serializer)
+        return [dead_item(key, letter, limit, for_json, serializer)
+                for key, letter in tree.items()]
 
     # -- holds, from the live process's status file ---------------------------------------------
 

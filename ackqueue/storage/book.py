@@ -26,13 +26,16 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from ZODB.Connection import Connection
 from ZODB.POSException import ReadConflictError
+from ZODB.utils import oid_repr
 
 from ackqueue.base.clock import Clock
 from ackqueue.errors import (
     AckQueueError,
+    ItemLoadError,
     NotAQueueFileError,
     SerializerMismatchError,
     StorageError,
+    UnsafeRecordError,
 )
 from ackqueue.records import FORMAT_VERSION, ROOT_KEY, Entry, QueueRecord, queues_of
 from ackqueue.storage.counts import count_change, stored_count
@@ -153,9 +156,15 @@ class Book:
 
         def read(record: QueueRecord) -> tuple[bytes, int]:
             entry: Entry = record.entries[key]
-            if entry.done:
-                raise KeyError(key)  # acked in shared mode, not swept yet
-            return entry.data, entry.attempts
+            try:
+                if entry.done:
+                    raise KeyError(key)  # acked in shared mode, not swept yet
+                return entry.data, entry.attempts
+            except UnsafeRecordError as exc:
+                raise ItemLoadError(
+                    f"cannot load item {key!r} of queue {self.name!r}: its record "
+                    f"{oid_repr(entry._p_oid)}: {exc}"
+                ) from exc
 
         return self.read(read)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ackqueue.errors import ItemLoadError
+from ackqueue.errors import ItemLoadError, UnsafeRecordError
 from ackqueue.records import DeadRecord, QueueRecord
 from ackqueue.storage.counts import count_change
 from ackqueue.storage.items import Codec
@@ -49,20 +49,34 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     ``attempts`` None keeps the stored count.
     """
     entry = record.entries[key]  # first, so a missing key changes nothing
+    try:
+        data, put_at, stored, group = entry.data, entry.put_at, entry.attempts, entry.group
+        loaded = True
+    except UnsafeRecordError:
+        # A record that names what no queue file holds: its bytes are kept, none of it loaded.
+        data, put_at, stored, group = raw_record(entry), 0.0, 0, None
+        loaded = False
     dead = record.dead_tree()
     record.dead_next += 1
     dead_id = record.dead_next
-    count = entry.attempts if attempts is None else attempts
-    letter = dead[dead_id] = DeadRecord(key, entry.data, entry.put_at, count, reason, when)
-    if entry.group is not None:
-        letter.group = entry.group
+    count = stored if attempts is None else attempts
+    letter = dead[dead_id] = DeadRecord(key, data, put_at, count, reason, when)
+    if group is not None:
+        letter.group = group
     record.dead_length.change(1)
-    release(record, key, entry, None)  # a dead letter gives up its key (see keys.py)
+    if loaded:
+        release(record, key, entry, None)  # a dead letter gives up its key (see keys.py)
     del record.entries[key]
     count_change(record, -1)
     if record.delayed is not None and key in record.delayed:
         del record.delayed[key]
     return dead_id
+
+
+def raw_record(obj: Any) -> bytes:
+    """The stored bytes of persistent ``obj``'s record, as the storage holds them."""
+    data: bytes = obj._p_jar.db().storage.load(obj._p_oid)[0]
+    return data
 
 
 def listed(dead_id: int, rec: DeadRecord, codec: Codec) -> DeadLetter:
