@@ -23,6 +23,7 @@ from BTrees.Length import Length
 from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree
 from persistent import Persistent
+from ZODB.utils import oid_repr
 
 from ackqueue.errors import UnsafeRecordError
 
@@ -207,6 +208,23 @@ def restricted_class_factory(connection: Any, module: str, name: str) -> type[Pe
         f"ackqueue, BTrees or persistent: a queue file holds no other, so this record was not "
         f"written by ackqueue; nothing of it was loaded or run"
     )
+
+
+def unsafe_record(exc: BaseException) -> UnsafeRecordError | None:
+    """The refusal of :func:`restricted_class_factory` that caused ``exc``, if one did (ZODB
+    raises its own ``StateLoadError`` from it when a record's state cannot load)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, UnsafeRecordError):
+            return cause
+        cause = cause.__cause__
+    return None
+
+
+def unsafe_record_named(obj: Persistent, unsafe: UnsafeRecordError) -> str:
+    """The refusal, naming ``obj``'s record unless the database's connection already did."""
+    text = str(unsafe)
+    return text if text.startswith("record ") else f"record {oid_repr(obj._p_oid)}: {text}"
 
 
 def check_restricted(db: Any, serializer: str) -> None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import math
 import os
 import random
 import socket
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ZODB.POSException import ReadOnlyError
@@ -34,7 +36,7 @@ from ackqueue.cli.reports import (
 )
 from ackqueue.errors import NotAQueueFileError, StorageError
 from ackqueue.queue.status import read_status
-from ackqueue.records import QueueRecord, queues_of
+from ackqueue.records import QueueRecord, queues_of, unsafe_record, unsafe_record_named
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import zeo
@@ -323,7 +325,10 @@ class QueueFile:
                 "delayed" if due > now
                 else "held" if repr(key) in held_keys else "ready"
             )
-            item, is_repr, truncated = shown_item(entry.data, limit, for_json, serializer)
+            if isinstance(entry, UnreadableEntry):
+                item, is_repr, truncated = f"<unreadable: {entry.error}>", True, False
+            else:
+                item, is_repr, truncated = shown_item(entry.data, limit, for_json, serializer)
             found.append(StoredItem(
                 position=repr(key), item=item, item_is_repr=is_repr,
                 put_age=max(0.0, now - entry.put_at),
@@ -399,12 +404,32 @@ class QueueFile:
     ) -> Iterator[tuple[Any, Any]]:
         """Stored entries not yet acked; ``progress`` every 10,000; flat memory on big queues."""
         for n, (key, entry) in enumerate(record.entries.items(), 1):
+            try:
+                entry._p_activate()
+            except Exception as exc:
+                unsafe = unsafe_record(exc)
+                if unsafe is None:
+                    raise
+                yield key, UnreadableEntry(unsafe_record_named(entry, unsafe))
+                continue
             if not getattr(entry, "done", False):  # acked in shared mode, not swept yet
                 yield key, entry
             if progress is not None and n % 10_000 == 0:
                 progress(n, total)
             if n % 1_000 == 0:
                 self._conn.cacheGC()  # keep memory flat on big queues
+
+
+@dataclass(frozen=True)
+class UnreadableEntry:
+    """Stands in for a stored entry whose record names what no queue file holds (see
+    ``restricted_class_factory``): nothing of it was loaded, so nothing of it is known."""
+
+    error: str
+    data: bytes = b""
+    put_at: float = math.inf  # never the oldest
+    attempts: int = 0
+    not_before: float = 0.0
 
 
 # -- the two places that know how later core versions store delays and dead letters -----------

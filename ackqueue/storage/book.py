@@ -26,7 +26,6 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from ZODB.Connection import Connection
 from ZODB.POSException import ReadConflictError
-from ZODB.utils import oid_repr
 
 from ackqueue.base.clock import Clock
 from ackqueue.errors import (
@@ -35,9 +34,16 @@ from ackqueue.errors import (
     NotAQueueFileError,
     SerializerMismatchError,
     StorageError,
-    UnsafeRecordError,
 )
-from ackqueue.records import FORMAT_VERSION, ROOT_KEY, Entry, QueueRecord, queues_of
+from ackqueue.records import (
+    FORMAT_VERSION,
+    ROOT_KEY,
+    Entry,
+    QueueRecord,
+    queues_of,
+    unsafe_record,
+    unsafe_record_named,
+)
 from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
@@ -160,10 +166,13 @@ class Book:
                 if entry.done:
                     raise KeyError(key)  # acked in shared mode, not swept yet
                 return entry.data, entry.attempts
-            except UnsafeRecordError as exc:
+            except Exception as exc:
+                unsafe = unsafe_record(exc)
+                if unsafe is None:
+                    raise
                 raise ItemLoadError(
-                    f"cannot load item {key!r} of queue {self.name!r}: its record "
-                    f"{oid_repr(entry._p_oid)}: {exc}"
+                    f"cannot load item {key!r} of queue {self.name!r}: "
+                    f"{unsafe_record_named(entry, unsafe)}"
                 ) from exc
 
         return self.read(read)

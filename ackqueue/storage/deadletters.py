@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ackqueue.errors import ItemLoadError, UnsafeRecordError
-from ackqueue.records import DeadRecord, QueueRecord
+from ackqueue.errors import ItemLoadError
+from ackqueue.records import DeadRecord, QueueRecord, unsafe_record
 from ackqueue.storage.counts import count_change
 from ackqueue.storage.items import Codec
 from ackqueue.storage.keys import release
@@ -52,7 +52,9 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     try:
         data, put_at, stored, group = entry.data, entry.put_at, entry.attempts, entry.group
         loaded = True
-    except UnsafeRecordError:
+    except Exception as exc:
+        if unsafe_record(exc) is None:
+            raise
         # A record that names what no queue file holds: its bytes are kept, none of it loaded.
         data, put_at, stored, group = raw_record(entry), 0.0, 0, None
         loaded = False

@@ -23,10 +23,12 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import ZODB
+from ZODB.Connection import Connection
 from ZODB.POSException import ConflictError
+from ZODB.utils import oid_repr
 
-from ackqueue.errors import StorageError
-from ackqueue.records import restricted_class_factory
+from ackqueue.errors import StorageError, UnsafeRecordError
+from ackqueue.records import restricted_class_factory, unsafe_record
 from ackqueue.storage.commit import Syncer
 
 T = TypeVar("T")
@@ -249,12 +251,35 @@ def open_through_zodburi(
     return db_on(opened, **dbkw)
 
 
+class _NamingConnection(Connection):
+    """Names the record whose state the restricted class factory refused to load (ZODB
+    raises an empty ``StateLoadError`` and only logs which record it was)."""
+
+    def setstate(self, obj: Any) -> None:
+        try:
+            super().setstate(obj)
+        except Exception as exc:
+            unsafe = unsafe_record(exc)
+            if unsafe is None:
+                raise
+            kind = type(obj)
+            raise UnsafeRecordError(
+                f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__}): "
+                f"{unsafe}"
+            ) from exc
+
+
+class _QueueDB(ZODB.DB):
+    klass = _NamingConnection
+
+
 def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
     """A database on ``storage`` as ackqueue opens every one of its own: its records may name
     only ackqueue's, BTrees' and persistent's classes, so loading one runs no code of the file
-    (whatever ``dbkw`` says: a URI may not choose another class factory)."""
+    (whatever ``dbkw`` says: a URI may not choose another class factory), and a record that
+    names another is an :class:`~ackqueue.UnsafeRecordError` that says which record."""
     dbkw["class_factory"] = restricted_class_factory
-    return ZODB.DB(storage, **dbkw)
+    return _QueueDB(storage, **dbkw)
 
 
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:

@@ -143,7 +143,11 @@ def codec_for(serializer: object) -> Codec:
             and callable(getattr(serializer, "loads", None))):
         raise TypeError(f"serializer must be 'pickle', 'json' or an object with dumps(obj) -> "
                         f"bytes and loads(bytes) -> obj, not {serializer!r}")
-    return Codec(serializer_name(serializer), serializer)  # type: ignore[arg-type]
+    name = serializer_name(serializer)
+    if name in (PICKLE, JSON):
+        raise ValueError(f"serializer {serializer!r} is named {name!r}, the name of ackqueue's "
+                         f"own: give serializer={name!r}, or a name of its own to the object")
+    return Codec(name, serializer)  # type: ignore[arg-type]
 
 
 def serializer_name(serializer: object) -> str:
