@@ -6,7 +6,11 @@ opening, reading and consuming the queue leaves no marker: nothing of the record
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+import ZODB
+import ZODB.FileStorage
 
 
 def touch(path: str) -> str:
@@ -31,3 +35,48 @@ class Call:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return self.fn, self.args
+
+
+def targets(marker: str) -> dict[str, Call]:
+    """Crafted values by name, each writing ``marker`` when an unrestricted loader loads it."""
+    return {
+        "os.system": Call(os.system, f"touch {marker}"),
+        "a test module's function": Call(touch, marker),
+        "a test module's class": Call(Trap, marker),
+    }
+
+
+def craft(path: str, change: Any) -> None:
+    """Change the stored records of ``path`` through ZODB's own, unrestricted loader, as a
+    file from elsewhere could have them: ``change(root["ackqueue"])``."""
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(path))
+    try:
+        with db.transaction() as conn:
+            change(conn.root()["ackqueue"])
+    finally:
+        db.close()
+
+
+def poison_first_entry(path: str, value: Any, name: str = "default") -> None:
+    """Set the ``data`` of queue ``name``'s first entry to ``value`` (a :class:`Call`)."""
+
+    def poison(queues: Any) -> None:
+        entries = queues[name].entries
+        entries[entries.minKey()].data = value
+
+    craft(path, poison)
+
+
+def runs_when_trusted(path: str, marker: str, name: str = "default") -> bool:
+    """Whether loading the first entry of ``path`` with ZODB's default loader writes
+    ``marker`` (the crafted record is a real threat); the marker is removed again."""
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(path, read_only=True))
+    try:
+        entries = db.open().root()["ackqueue"][name].entries
+        entries[entries.minKey()].data  # noqa: B018  (loading is the point)
+    finally:
+        db.close()
+    ran = os.path.exists(marker)
+    if ran:
+        os.remove(marker)
+    return ran

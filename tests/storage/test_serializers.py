@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 import ZODB
-import ZODB.FileStorage
 from conftest import REPO_ROOT, TESTS_DIR, child_env
-from side_effects import Call, Trap, touch
+from side_effects import Call, craft, poison_first_entry, runs_when_trusted, targets, touch
 
 import ackqueue
 
@@ -168,25 +167,6 @@ def test_db_with_json_needs_the_restricted_class_factory(tmp_path) -> None:
 # -- crafted files --------------------------------------------------------------------------
 
 
-def crafted_targets(marker: str) -> dict[str, Call]:
-    return {
-        "os.system": Call(os.system, f"touch {marker}"),
-        "a test module's function": Call(touch, marker),
-        "a test module's class": Call(Trap, marker),
-    }
-
-
-def craft(path: str, change: Any) -> None:
-    """Change the stored records of ``path`` through ZODB's own, unrestricted loader, as a
-    file from elsewhere could have them."""
-    db = ZODB.DB(ZODB.FileStorage.FileStorage(path))
-    try:
-        with db.transaction() as conn:
-            change(conn.root()["ackqueue"])
-    finally:
-        db.close()
-
-
 @pytest.fixture(params=["os.system", "a test module's function", "a test module's class"])
 def crafted(request, tmp_path) -> tuple[str, str]:
     """A json queue file whose first entry's record calls a global with a side effect when
@@ -194,20 +174,8 @@ def crafted(request, tmp_path) -> tuple[str, str]:
     path, marker = str(tmp_path / "crafted.fs"), str(tmp_path / "RAN")
     with ackqueue.AckQueue(path, serializer="json") as q:
         q.put_many(["first", "second"])
-
-    def poison(queues: Any) -> None:
-        entries = queues["default"].entries
-        entries[entries.minKey()].data = crafted_targets(marker)[request.param]
-
-    craft(path, poison)
-    db = ZODB.DB(ZODB.FileStorage.FileStorage(path, read_only=True))
-    try:  # a loader that trusts the file runs its code: the record is a real threat
-        entries = db.open().root()["ackqueue"]["default"].entries
-        entries[entries.minKey()].data  # noqa: B018  (loading is the point)
-    finally:
-        db.close()
-    assert os.path.exists(marker)
-    os.remove(marker)
+    poison_first_entry(path, targets(marker)[request.param])
+    assert runs_when_trusted(path, marker)
     return path, marker
 
 
