@@ -107,6 +107,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
         name = args.name if args.name is not None else qf.names()[0]
         qf.record(name)
         kind = qf.kind(name)
+        serializer = qf.serializer(name)
         owner = requested_of(qf)
     if owner is not None:
         before = os.path.getsize(args.path)
@@ -117,7 +118,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     before = os.path.getsize(args.path)
     print(f"packing {args.path} ({before:,} bytes)...", file=sys.stderr, flush=True)
     started = time.monotonic()
-    with open_queue(kind, args.path, name, autopack=False) as q:
+    with open_queue(kind, args.path, name, autopack=False, serializer=serializer) as q:
         _with_file_progress(q.pack, args.path + ".pack", before, Progress("packed bytes"))
     after = os.path.getsize(args.path)  # closed: what is left is what ls shows
     print(f"packed {args.path} (every queue in it): {before:,} -> {after:,} bytes in "

@@ -43,6 +43,7 @@ from ackqueue.storage import zeo
 from ackqueue.storage.counts import stored_count
 from ackqueue.storage.engine import as_path, is_uri, new_db, shown
 from ackqueue.storage.filestorage import open_file_storage
+from ackqueue.storage.items import Serializer, stored_serializer
 from ackqueue.storage.keys import shown_key
 from ackqueue.storage.store import open_db
 from ackqueue.storage.zeo import zeo_address, zeo_unreachable
@@ -185,6 +186,10 @@ class QueueFile:
 
     def kind(self, name: str) -> str:
         return str(self.record(name).kind)
+
+    def serializer(self, name: str) -> str | Serializer:
+        """The ``serializer=`` that opens queue ``name`` for a change."""
+        return stored_serializer(str(self.record(name).serializer))
 
     @property
     def holds_known(self) -> bool:

@@ -150,6 +150,25 @@ def codec_for(serializer: object) -> Codec:
     return Codec(name, serializer)  # type: ignore[arg-type]
 
 
+class _Absent:
+    """A caller's serializer as a program without it knows it: by the name its queue record
+    gives (the command line changing a queue moves items' bytes, and decodes none)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def dumps(self, obj: Any) -> bytes:
+        raise TypeError(f"this program does not have serializer {self.name!r}")
+
+    def loads(self, data: bytes) -> Any:
+        raise ValueError(f"this program does not have serializer {self.name!r}")
+
+
+def stored_serializer(name: str) -> str | Serializer:
+    """The ``serializer=`` that opens a queue whose record names ``name``."""
+    return name if name in (PICKLE, JSON) else _Absent(name)
+
+
 def serializer_name(serializer: object) -> str:
     """The name a queue record stores for a caller's serializer: its ``name`` attribute if it
     is a str, else its qualified class name (a module's own name)."""

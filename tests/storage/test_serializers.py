@@ -261,3 +261,32 @@ def test_pickle_queue_loads_items_but_not_crafted_records(qpath, tmp_path) -> No
         assert q.get_nowait() == "second"
     assert not os.path.exists(marker)
     assert pickle.loads(pickle.dumps("check")) == "check"
+
+
+@pytest.mark.parametrize("serializer", ["json", Upper()])
+def test_the_command_line_changes_a_queue_with_the_serializer_its_record_names(
+    qpath, serializer
+) -> None:
+    with ackqueue.AckQueue(qpath, serializer=serializer) as q, q.connect() as c:
+        q.put_many(["one", "two"])
+        c.reject(c.get_nowait(), reason="later")
+    requeued = run_cli("requeue", qpath, "--dead", "--yes")
+    assert requeued.returncode == 0, requeued.stderr
+    packed = run_cli("pack", qpath)
+    assert packed.returncode == 0, packed.stderr
+    with ackqueue.AckQueue(qpath, serializer=serializer) as q, q.connect() as c:
+        assert sorted([c.get_nowait(), c.get_nowait()]) == ["one", "two"]
+        assert q.dead_count() == 0
+
+
+def test_an_async_queue_takes_the_serializer_option(qpath) -> None:
+    import asyncio
+
+    async def main() -> Any:
+        async with ackqueue.AsyncAckQueue(qpath, serializer="json") as q:
+            await q.put({"a": (1, 2)})
+            return await q.get()
+
+    assert asyncio.run(main()) == {"a": [1, 2]}
+    with pytest.raises(ackqueue.SerializerMismatchError):
+        ackqueue.AckQueue(qpath)
