@@ -100,6 +100,20 @@ class AckQueue(queue.Queue[T], Generic[T]):
     between two deliveries of one group; ``unique`` (``"forever"`` or a time to live in
     seconds) remembers the key of an item put with ``key=`` once it is done, so that a later
     put of that key is refused (the seen-set; :meth:`seen`, :meth:`forget`).
+
+    ``serializer`` encodes the items: ``"pickle"`` (the default: any picklable object),
+    ``"json"`` (what JSON carries; a tuple comes back a list), or an object with
+    ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``. An item it cannot encode is an
+    :exc:`UnpicklableItemError` (a ``TypeError``) at ``put``, nothing stored; stored bytes it
+    cannot decode move to the dead letters, kept. The queue's record in the file keeps the
+    serializer's name (for an object, its ``name`` attribute if it has a str one, else its
+    qualified class name), and opening the queue with another one is a
+    :exc:`SerializerMismatchError` naming both; each named queue of a database has its own. A
+    stored pickle is code that runs when it is loaded; a JSON item is only data. Whatever the
+    serializer, the records of a database ackqueue opens may name only ackqueue's, BTrees' and
+    persistent's own classes (:func:`restricted_class_factory`), so a ``"json"`` queue file
+    from elsewhere opens and is consumed without running any of its code; with ``db=`` and a
+    serializer other than pickle, the database must have been opened with that class factory.
     """
 
     _ordering: ClassVar[type[Ordering]] = Ordering
