@@ -290,3 +290,17 @@ def test_an_async_queue_takes_the_serializer_option(qpath) -> None:
     assert asyncio.run(main()) == {"a": [1, 2]}
     with pytest.raises(ackqueue.SerializerMismatchError):
         ackqueue.AckQueue(qpath)
+
+
+def test_a_new_record_names_its_format_and_serializer(qpath) -> None:
+    with ackqueue.AckQueue(qpath, serializer=Upper()) as q:
+        stored = q._book.read(lambda record: (record.format_version, record.serializer))
+    assert stored == (2, "upper-v1")
+
+
+def test_a_record_of_a_newer_format_is_refused_not_misread(qpath) -> None:
+    with ackqueue.AckQueue(qpath, serializer="json") as q:
+        q.put("x")
+    craft(qpath, lambda queues: setattr(queues["default"], "format_version", 99))
+    with pytest.raises(ackqueue.NotAQueueFileError, match="format 99 by a newer ackqueue"):
+        ackqueue.AckQueue(qpath, serializer="json")
