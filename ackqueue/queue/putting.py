@@ -1,4 +1,4 @@
-"""Putting: how an item is pickled, keyed, stored and made ready.
+"""Putting: how an item is encoded (its queue's serializer), keyed, stored and made ready.
 
 A put runs the standard library's ``put`` (blocking and ``maxsize`` are its own), whose
 ``_put`` hook is :meth:`Puts.stage`: the item is pickled and keyed, and counted as staged so

@@ -114,14 +114,13 @@ class _Json:
     """JSON as UTF-8 bytes, strict (no NaN or infinity, which other JSON readers refuse)."""
 
     name = JSON
+    # One encoder for every put: json.dumps with options builds a new one each call.
+    _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
-    @staticmethod
-    def dumps(obj: Any) -> bytes:
-        return json.dumps(obj, ensure_ascii=False, allow_nan=False,
-                          separators=(",", ":")).encode()
+    def dumps(self, obj: Any) -> bytes:
+        return self._encode(obj).encode()
 
-    @staticmethod
-    def loads(data: bytes) -> Any:
+    def loads(self, data: bytes) -> Any:
         return json.loads(data)
 
 
