@@ -184,6 +184,9 @@ def queues_of(root: Any, create: bool) -> Any:
 # session (ackqueue.shared.sessions.SessionRecord, a module path of the file format too).
 _ALLOWED_PACKAGES = ("BTrees", "persistent")
 _ALLOWED_MODULES = frozenset({__name__, "ackqueue.shared.sessions"})
+# The classes found so far: every reference in a record names its class, so a tree node of 16
+# entries asks 16 times.
+_allowed: dict[tuple[str, str], type[Persistent]] = {}
 
 
 def restricted_class_factory(connection: Any, module: str, name: str) -> type[Persistent]:
@@ -195,14 +198,18 @@ def restricted_class_factory(connection: Any, module: str, name: str) -> type[Pe
     of an untrusted file runs none of its code. Give it to ``ZODB.DB`` to use ``db=`` with a
     serializer other than pickle.
     """
+    found = _allowed.get((module, name))
+    if found is not None:
+        return found
     package = module.partition(".")[0]
     if module in _ALLOWED_MODULES or package in _ALLOWED_PACKAGES:
         try:
-            found = getattr(importlib.import_module(module), name)
+            candidate = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):
-            found = None
-        if isinstance(found, type) and issubclass(found, Persistent):
-            return found
+            candidate = None
+        if isinstance(candidate, type) and issubclass(candidate, Persistent):
+            _allowed[module, name] = candidate
+            return candidate
     raise UnsafeRecordError(
         f"a stored record names {module}.{name}, which is not a persistent class of "
         f"ackqueue, BTrees or persistent: a queue file holds no other, so this record was not "
