@@ -290,6 +290,7 @@ class QueueFile:
             oldest_ready_exact=scanned >= stored,
             held_items=held_items,
             paused=self.paused(name),
+            serializer=str(record.serializer),
         )
 
     def paused(self, name: str) -> bool:

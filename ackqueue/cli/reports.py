@@ -58,6 +58,7 @@ class QueueStats:
     oldest_ready_exact: bool = True
     held_items: list[HeldItem] = field(default_factory=list)
     paused: bool = False  # q.pause() / `ackqueue pause`: ready items are not handed out
+    serializer: str = "pickle"  # the name the queue record gives its items' serializer
 
 
 @dataclass

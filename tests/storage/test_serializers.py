@@ -241,6 +241,9 @@ def test_peek_and_dead_show_json_items_as_json(qpath) -> None:
     assert [(d["item"], d["reason"]) for d in json.loads(dead.stdout)] == [({"a": [1, 2]}, "bad")]
     text = run_cli("peek", qpath)
     assert "{'b': None}" in text.stdout
+    stats = run_cli("stats", qpath, "--json")
+    assert json.loads(stats.stdout)["queues"][0]["serializer"] == "json"
+    assert "queue 'default' (fifo, serializer 'json'):" in run_cli("stats", qpath).stdout
 
 
 def test_pickle_queue_loads_items_but_not_crafted_records(qpath, tmp_path) -> None:
