@@ -46,6 +46,20 @@ def test_a_json_queue_passes_items_between_processes_in_shared_mode(qpath) -> No
         ackqueue.AckQueue(qpath, shared=True)
 
 
+def test_a_process_pool_works_a_json_queue(tmp_path) -> None:
+    import process_handlers
+
+    path, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    with ackqueue.AckQueue(path, shared=True, serializer="json") as q:
+        q.put_many([{"n": n, "dir": directory, "processes": 1} for n in range(5)])
+    pool = ackqueue.ProcessPool(path, process_handlers.together, processes=1,
+                                queue_options={"serializer": "json"})
+    stats = pool.run_until_empty()
+    assert (stats.done, stats.failed, stats.dead) == (5, 0, 0)
+    with open(os.path.join(directory, "log")) as f:
+        assert sorted(int(line.split()[1]) for line in f) == list(range(5))
+
+
 @pytest.mark.parametrize("target", ["os.system", "a test module's class"])
 def test_a_crafted_entry_served_in_shared_mode_runs_nothing(tmp_path, target) -> None:
     path, marker = str(tmp_path / "crafted.fs"), str(tmp_path / "RAN")
