@@ -228,6 +228,18 @@ def unsafe_record(exc: BaseException) -> UnsafeRecordError | None:
     return None
 
 
+def loads(obj: Persistent) -> bool:
+    """Whether ``obj``'s record loads: False for one that names what no queue file holds,
+    which a scan passes over (a get that reaches such an entry moves it to the dead letters)."""
+    try:
+        obj._p_activate()
+    except Exception as exc:
+        if unsafe_record(exc) is None:
+            raise
+        return False
+    return True
+
+
 def unsafe_record_named(obj: Persistent, unsafe: UnsafeRecordError) -> str:
     """The refusal, naming ``obj``'s record unless the database's connection already did."""
     text = str(unsafe)

@@ -23,7 +23,7 @@ from ackqueue.base.keyids import KeySet
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
-from ackqueue.records import QueueRecord, unsafe_record
+from ackqueue.records import QueueRecord, loads
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
 from ackqueue.storage.book import Book, chunks
@@ -52,18 +52,6 @@ def reading(where: str) -> Iterator[None]:
 
 
 StoppedGroups = Callable[[QueueRecord, Any, float], set[str]]
-
-
-def loads(entry: Any) -> bool:
-    """Whether ``entry``'s record loads: False for one that names what no queue file holds
-    (``records.restricted_class_factory``), which nothing here can read."""
-    try:
-        entry._p_activate()
-    except Exception as exc:
-        if unsafe_record(exc) is None:
-            raise
-        return False
-    return True
 
 
 class Holder(Protocol):

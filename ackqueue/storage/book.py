@@ -40,6 +40,7 @@ from ackqueue.records import (
     ROOT_KEY,
     Entry,
     QueueRecord,
+    loads,
     queues_of,
     unsafe_record,
     unsafe_record_named,
@@ -503,7 +504,7 @@ def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
         return [
             (key, entry.group, key in delayed)
             for key, entry in record.entries.items()
-            if entry.group is not None and not entry.done
+            if loads(entry) and entry.group is not None and not entry.done
         ]
 
     return book.read(read)
@@ -544,7 +545,8 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
         doomed = [
             key
             for key, entry in record.entries.items()
-            if entry.group == group and getattr(entry, "holder", None) is None and not entry.done
+            if loads(entry) and entry.group == group and getattr(entry, "holder", None) is None
+            and not entry.done
         ]
         for key in doomed:
             record.entries[key]._p_changed = True  # conflicts with a take racing it

@@ -307,3 +307,20 @@ def test_a_record_of_a_newer_format_is_refused_not_misread(qpath) -> None:
     craft(qpath, lambda queues: setattr(queues["default"], "format_version", 99))
     with pytest.raises(ackqueue.NotAQueueFileError, match="format 99 by a newer ackqueue"):
         ackqueue.AckQueue(qpath, serializer="json")
+
+
+def test_a_crafted_entry_of_a_grouped_queue_opens_and_is_consumed_past(tmp_path) -> None:
+    """Opening a grouped queue reads every grouped entry: a crafted one is passed over there
+    and dead-lettered by the get that reaches it."""
+    path, marker = str(tmp_path / "crafted.fs"), str(tmp_path / "RAN")
+    with ackqueue.AckQueue(path, serializer="json") as q:
+        q.put("first", group="g")
+        q.put("second", group="g")
+    poison_first_entry(path, targets(marker)["os.system"])
+    with ackqueue.AckQueue(path, serializer="json") as q, q.connect() as c:
+        assert q.remove_where(lambda item: item == "nothing") == 0  # scans every entry
+        with pytest.raises(ackqueue.ItemLoadError, match="record 0x"):
+            c.get_nowait()
+        assert c.get_nowait() == "second"
+        assert q.dead_count() == 1
+    assert not os.path.exists(marker)
