@@ -16,6 +16,7 @@ by :class:`OtherStorages`, so any storage it knows opens the same way.
 
 from __future__ import annotations
 
+import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -269,6 +270,18 @@ class _NamingConnection(Connection):
             ) from exc
 
 
+class _RefusalsRaised(logging.Filter):
+    """Drops ZODB's traceback of a record the restricted class factory refused: the
+    :class:`~ackqueue.UnsafeRecordError` raised instead says all of it, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or unsafe_record(exc) is None
+
+
+_refusals_raised = _RefusalsRaised()
+
+
 class _QueueDB(ZODB.DB):
     klass = _NamingConnection
 
@@ -279,6 +292,7 @@ def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
     (whatever ``dbkw`` says: a URI may not choose another class factory), and a record that
     names another is an :class:`~ackqueue.UnsafeRecordError` that says which record."""
     dbkw["class_factory"] = restricted_class_factory
+    logging.getLogger("ZODB.Connection").addFilter(_refusals_raised)  # once: a set of filters
     return _QueueDB(storage, **dbkw)
 
 
