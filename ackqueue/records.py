@@ -8,10 +8,10 @@ A queue record carries the format it was written in (:data:`FORMAT_VERSION`; a r
 one was written before formats were numbered, and is format 1) and the name of the serializer
 its items are encoded with (``"pickle"`` for a record without one).
 
-A database ackqueue opens loads its records through :func:`restricted_class_factory`: only
-the persistent classes of this module, BTrees and persistent may be named, so a crafted record
-cannot make the loader run code. The items are the serializer's business: a pickle item is
-code, a JSON item is data.
+While a queue with a serializer other than pickle is open on a database, its records load
+through :func:`restricted_class_factory`: only the persistent classes of this module, BTrees
+and persistent may be named, so a crafted record cannot make the loader run code. The items
+are the serializer's business: a pickle item is code, a JSON item is data.
 """
 
 from __future__ import annotations
@@ -190,8 +190,9 @@ _allowed: dict[tuple[str, str], type[Persistent]] = {}
 
 
 def restricted_class_factory(connection: Any, module: str, name: str) -> type[Persistent]:
-    """The class factory of every database ackqueue opens (``ZODB.DB(class_factory=)``): a
-    record may name only a persistent class of ackqueue's records, BTrees or persistent.
+    """The class factory of a database that a queue with a serializer other than pickle uses
+    (``ZODB.DB(class_factory=)``): a record may name only a persistent class of ackqueue's
+    records, BTrees or persistent.
 
     Anything else (a function such as ``os.system``, a class of another module) raises
     :class:`~ackqueue.UnsafeRecordError` before it is imported or called, so loading a record
@@ -244,14 +245,3 @@ def unsafe_record_named(obj: Persistent, unsafe: UnsafeRecordError) -> str:
     """The refusal, naming ``obj``'s record unless the database's connection already did."""
     text = str(unsafe)
     return text if text.startswith("record ") else f"record {oid_repr(obj._p_oid)}: {text}"
-
-
-def check_restricted(db: Any, serializer: str) -> None:
-    """A clear error if the caller's database ``db`` may load any class (``db=`` with a
-    serializer other than pickle promises that opening runs no code of the file)."""
-    if getattr(db, "classFactory", None) is not restricted_class_factory:
-        raise ValueError(
-            f"serializer {serializer!r} with db= needs a database that loads only ackqueue's "
-            f"records: open it with ZODB.DB(storage, "
-            f"class_factory=ackqueue.restricted_class_factory)"
-        )

@@ -41,9 +41,9 @@ from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import zeo
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.engine import as_path, is_uri, new_db, shown
+from ackqueue.storage.engine import RecordLoader, as_path, is_uri, new_db, shown
 from ackqueue.storage.filestorage import open_file_storage
-from ackqueue.storage.items import Serializer, stored_serializer
+from ackqueue.storage.items import PICKLE, Serializer, stored_serializer
 from ackqueue.storage.keys import shown_key
 from ackqueue.storage.store import open_db
 from ackqueue.storage.zeo import zeo_address, zeo_unreachable
@@ -154,6 +154,17 @@ class QueueFile:
             self.close()
             raise NotAQueueFileError(f"{path} is a ZODB storage but holds no ackqueue queues")
         self._queues = queues
+        loader = self._db.classFactory
+        if isinstance(loader, RecordLoader):
+            # As a queue opens it: only ackqueue's records load, unless every queue of the
+            # file uses pickle (then the file is code anyway, and priority keys may be any
+            # class of the caller's).
+            try:
+                pickles = all(str(record.serializer) == PICKLE for record in queues.values())
+            except Exception:
+                self.close()
+                raise
+            loader.restricted = not pickles
 
     def close(self) -> None:
         conn = getattr(self, "_conn", None)

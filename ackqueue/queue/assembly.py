@@ -33,10 +33,10 @@ from ackqueue.queue.keying import Keys
 from ackqueue.queue.lifecycle import Closing
 from ackqueue.queue.metrics import Meter
 from ackqueue.queue.putting import Puts, StdlibPut
-from ackqueue.records import check_restricted
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
+from ackqueue.storage.engine import restricts
 from ackqueue.storage.items import PICKLE_CODEC, Codec
 from ackqueue.storage.keys import remember_seconds
 from ackqueue.storage.store import Store
@@ -80,13 +80,22 @@ def open_book(
 ) -> Opened:
     """Acquire the store of ``path`` (or ``db``), claim ``name`` in it for ``owner`` and open
     the book of that name. If this fails, nothing stays acquired or claimed."""
-    if db is not None and codec is not PICKLE_CODEC:
-        check_restricted(db, codec.name)
     store = Store.acquire(path, db, durability=durability, autopack=autopack, shared=shared)
     try:
         claim = store.claim_name(name, owner)
     except BaseException:
         store.release()
+        raise
+    try:
+        store.serializing(name, codec is PICKLE_CODEC)
+        if codec is not PICKLE_CODEC and not restricts(store.db):
+            raise ValueError(
+                f"serializer {codec.name!r} with db= needs a database that loads only "
+                f"ackqueue's records: open it with ZODB.DB(storage, "
+                f"class_factory=ackqueue.restricted_class_factory)"
+            )
+    except BaseException:
+        store.release(name)
         raise
     try:
         is_shared = wants_shared(store, shared)

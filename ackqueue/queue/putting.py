@@ -50,6 +50,8 @@ class Puts:
         self, item: Any, data: bytes, priority: int, due: float = 0.0, group: str | None = None
     ) -> Staged:
         seq = self._mode.next_seq_locked()
+        if self._order.kind == "priority":
+            item = self._book.codec.key_form(item, data)
         key = self._order.make_key(seq, priority, item, self._supply.head)
         return Staged(key, seq, data, due, group)
 

@@ -109,11 +109,11 @@ class AckQueue(queue.Queue[T], Generic[T]):
     serializer's name (for an object, its ``name`` attribute if it has a str one, else its
     qualified class name), and opening the queue with another one is a
     :exc:`SerializerMismatchError` naming both; each named queue of a database has its own. A
-    stored pickle is code that runs when it is loaded; a JSON item is only data. Whatever the
-    serializer, the records of a database ackqueue opens may name only ackqueue's, BTrees' and
-    persistent's own classes (:func:`restricted_class_factory`), so a ``"json"`` queue file
-    from elsewhere opens and is consumed without running any of its code; with ``db=`` and a
-    serializer other than pickle, the database must have been opened with that class factory.
+    stored pickle is code that runs when it is loaded; a JSON item is only data. While a queue
+    with a serializer other than pickle is open on a database, its records may name only
+    ackqueue's, BTrees' and persistent's own classes (:func:`restricted_class_factory`), so a
+    ``"json"`` queue file from elsewhere opens and is consumed without running any of its code;
+    with ``db=``, such a serializer needs a database opened with that class factory.
     """
 
     _ordering: ClassVar[type[Ordering]] = Ordering

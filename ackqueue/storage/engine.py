@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import ZODB
+from ZODB.broken import find_global
 from ZODB.Connection import Connection
 from ZODB.POSException import ConflictError
 from ZODB.utils import oid_repr
@@ -286,12 +287,41 @@ class _QueueDB(ZODB.DB):
     klass = _NamingConnection
 
 
+class RecordLoader:
+    """The class factory of a database ackqueue opens: restricted (only ackqueue's, BTrees'
+    and persistent's classes, :func:`~ackqueue.records.restricted_class_factory`) unless every
+    queue open on the database uses pickle.
+
+    A pickle queue's file is code anyway (its items are pickles), and a ``PriorityAckQueue``
+    keys its entries by the items themselves, so its tree may name any class of the caller's:
+    ZODB's own loading then. Until a queue says which it uses, and whenever one with another
+    serializer is open, nothing but ackqueue's records loads. Each connection's reader keeps
+    this object, so a change applies to every connection of the database at once.
+    """
+
+    def __init__(self) -> None:
+        self.restricted = True
+
+    def __call__(self, connection: Any, module: str, name: str) -> Any:
+        if self.restricted:
+            return restricted_class_factory(connection, module, name)
+        return find_global(module, name)
+
+
+def restricts(db: Any) -> bool:
+    """Whether ``db`` loads only ackqueue's records now."""
+    factory = getattr(db, "classFactory", None)
+    return factory is restricted_class_factory or (
+        isinstance(factory, RecordLoader) and factory.restricted
+    )
+
+
 def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
-    """A database on ``storage`` as ackqueue opens every one of its own: its records may name
-    only ackqueue's, BTrees' and persistent's classes, so loading one runs no code of the file
-    (whatever ``dbkw`` says: a URI may not choose another class factory), and a record that
-    names another is an :class:`~ackqueue.UnsafeRecordError` that says which record."""
-    dbkw["class_factory"] = restricted_class_factory
+    """A database on ``storage`` as ackqueue opens every one of its own, loading through a
+    :class:`RecordLoader` (whatever ``dbkw`` says: a URI may not choose another class
+    factory); a record it refuses is an :class:`~ackqueue.UnsafeRecordError` that says which
+    record."""
+    dbkw["class_factory"] = RecordLoader()
     logging.getLogger("ZODB.Connection").addFilter(_refusals_raised)  # once: a set of filters
     return _QueueDB(storage, **dbkw)
 

@@ -110,6 +110,36 @@ class Codec:
             ) from exc
 
 
+    def key_form(self, item: Any, data: bytes) -> Any:
+        """The item as a ``PriorityAckQueue`` keys its entry by it: the item itself with
+        pickle; with another serializer, the item as decoded from ``data``, which must be
+        made of plain values (so that the tree names no class: see ``records.py``)."""
+        if self._serializer is None:
+            return item
+        decoded = self.decode(data, "the item")
+        if not _plain(decoded):
+            raise UnpicklableItemError(
+                f"a PriorityAckQueue with serializer {self.name!r} orders by the item as it "
+                f"decodes, which must be made of str, bytes, int, float, bool, None, tuples, "
+                f"lists and dicts, not {type(decoded).__qualname__} {decoded!r:.80}"
+            )
+        return decoded
+
+
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if kind in (tuple, list):
+        return all(_plain(v) for v in value)
+    if kind is dict:
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
+
+
 class _Json:
     """JSON as UTF-8 bytes, strict (no NaN or infinity, which other JSON readers refuse)."""
 

@@ -29,7 +29,16 @@ from ackqueue.errors import StorageError
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
 from ackqueue.storage.commit import GroupCommitter
-from ackqueue.storage.engine import Engine, OtherStorages, Packer, as_path, is_uri, scheme_of, shown
+from ackqueue.storage.engine import (
+    Engine,
+    OtherStorages,
+    Packer,
+    RecordLoader,
+    as_path,
+    is_uri,
+    scheme_of,
+    shown,
+)
 from ackqueue.storage.failures import abort_quietly
 from ackqueue.storage.filestorage import FILE, PACK_STATE_KEY, check_durability
 from ackqueue.storage.memory import MEMORY
@@ -103,6 +112,7 @@ class Store:
         self.packer: Packer | None = None
         self._refs = 0
         self._names: dict[str, Callable[[], object | None]] = {}
+        self._pickles: dict[str, bool] = {}  # open queue name -> whether it uses pickle
         self._tm = transaction.TransactionManager()
         if owns_db:
             db.large_record_size = LARGE_RECORD_SIZE  # every connection, sessions' included
@@ -228,10 +238,24 @@ class Store:
                 return
         self._close()
 
+    def serializing(self, name: str, pickles: bool) -> None:
+        """Queue ``name`` (claimed) uses pickle or not: the database loads only ackqueue's
+        records unless every open queue uses pickle (see :class:`RecordLoader`)."""
+        with _registry_lock:
+            self._pickles[name] = pickles
+            self._update_loader_locked()
+
+    def _update_loader_locked(self) -> None:
+        loader = getattr(self.db, "classFactory", None)
+        if isinstance(loader, RecordLoader):
+            loader.restricted = not self._pickles or not all(self._pickles.values())
+
     def _release_locked(self, name: str | None) -> bool:
         """Drop one reference (and ``name``'s claim); True if it was the last one."""
         if name is not None:
             self._names.pop(name, None)
+            if self._pickles.pop(name, None) is not None:
+                self._update_loader_locked()
         self._refs -= 1
         if self._refs > 0:
             return False

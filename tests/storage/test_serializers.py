@@ -8,9 +8,10 @@ class of ``tests/side_effects.py`` that writes a marker file. Nothing of it may 
 
 from __future__ import annotations
 
+import datetime
+import enum
 import json
 import os
-import pickle
 import subprocess
 import sys
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 import ZODB
 from conftest import REPO_ROOT, TESTS_DIR, child_env
-from side_effects import Call, craft, poison_first_entry, runs_when_trusted, targets, touch
+from side_effects import Call, craft, poison_first_entry, runs_when_trusted, targets
 
 import ackqueue
 
@@ -248,24 +249,31 @@ def test_peek_and_dead_show_json_items_as_json(qpath) -> None:
     assert "queue 'default' (fifo, serializer 'json'):" in run_cli("stats", qpath).stdout
 
 
-def test_pickle_queue_loads_items_but_not_crafted_records(qpath, tmp_path) -> None:
-    """The restricted loader is the database's, whatever the serializer: a pickle queue's
-    records cannot name a global either (its items are pickles: code, as ever)."""
+def test_a_pickle_file_loads_as_zodb_does_priority_keys_of_any_class(qpath) -> None:
+    """A PriorityAckQueue keys its entries by the items: with pickle (the file is code anyway)
+    its tree may name any class, and loads once every open queue of the file uses pickle."""
+    days = [datetime.date(2026, 11, d) for d in (3, 1, 2)]
+    with ackqueue.PriorityAckQueue(qpath) as q:
+        q.put_many(days)
+    with ackqueue.PriorityAckQueue(qpath) as q:
+        assert [q.get_nowait() for _ in days] == sorted(days)
+
+
+def test_beside_a_json_queue_a_file_loads_only_ackqueues_classes(qpath, tmp_path) -> None:
+    """While a queue with another serializer is open on a database, every record of it loads
+    restricted: a pickle queue beside it cannot make that queue's process run code."""
     marker = str(tmp_path / "RAN")
-    with ackqueue.AckQueue(qpath) as q:
+    with ackqueue.AckQueue(qpath, name="jobs") as q:
         q.put_many(["first", "second"])
-
-    def poison(queues: Any) -> None:
-        entries = queues["default"].entries
-        entries[entries.minKey()].put_at = Call(touch, marker)
-
-    craft(qpath, poison)
-    with ackqueue.AckQueue(qpath) as q:
+    with ackqueue.AckQueue(qpath, name="data", serializer="json") as q:
+        q.put({"a": 1})
+    poison_first_entry(qpath, targets(marker)["a test module's function"], name="jobs")
+    with ackqueue.AckQueue(qpath, name="data", serializer="json") as data, \
+            ackqueue.AckQueue(qpath, name="jobs") as jobs:
         with pytest.raises(ackqueue.ItemLoadError, match="side_effects.touch"):
-            q.get_nowait()
-        assert q.get_nowait() == "second"
+            jobs.get_nowait()
+        assert (jobs.get_nowait(), data.get_nowait()) == ("second", {"a": 1})
     assert not os.path.exists(marker)
-    assert pickle.loads(pickle.dumps("check")) == "check"
 
 
 @pytest.mark.parametrize("serializer", ["json", Upper()])
@@ -326,3 +334,28 @@ def test_a_crafted_entry_of_a_grouped_queue_opens_and_is_consumed_past(tmp_path)
         assert c.get_nowait() == "second"
         assert q.dead_count() == 1
     assert not os.path.exists(marker)
+
+
+def test_a_json_priority_queue_keys_by_the_decoded_item_and_reopens(qpath) -> None:
+    """The tree of a PriorityAckQueue holds the items as keys: with JSON, the item as it
+    decodes, so an int subclass (an IntEnum) does not put its class in the file."""
+    level = enum.IntEnum("Level", {"LOW": 3, "HIGH": 1})
+    with ackqueue.PriorityAckQueue(qpath, serializer="json") as q:
+        q.put_many([level.LOW, 2, level.HIGH])
+    with ackqueue.PriorityAckQueue(qpath, serializer="json") as q:
+        got = [q.get_nowait() for _ in range(2)]
+        assert got == [1, 2] and [type(g) for g in got] == [int, int]
+
+
+def test_a_priority_item_a_serializer_decodes_to_an_object_is_refused_at_put(qpath) -> None:
+    class Dated(Nameless):
+        def loads(self, data: bytes) -> Any:
+            return datetime.date(2026, 11, int(data))
+
+        def dumps(self, obj: Any) -> bytes:
+            return str(obj.day).encode()
+
+    with ackqueue.PriorityAckQueue(qpath, serializer=Dated()) as q:
+        with pytest.raises(TypeError, match="orders by the item as it decodes"):
+            q.put(datetime.date(2026, 11, 5))
+        assert q.qsize() == 0
