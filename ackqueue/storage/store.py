@@ -246,7 +246,7 @@ class Store:
             self._update_loader_locked()
 
     def _update_loader_locked(self) -> None:
-        loader = getattr(self.db, "classFactory", None)
+        loader = self.db.classFactory  # a caller's database keeps its own
         if isinstance(loader, RecordLoader):
             loader.restricted = not self._pickles or not all(self._pickles.values())
 
