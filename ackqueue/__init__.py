@@ -32,15 +32,18 @@ from ackqueue.errors import (
     NotHeldError,
     QueueClosedError,
     QueueLockedError,
+    SerializerMismatchError,
     ShutDown,
     StorageError,
     UnknownKeyError,
     UnpicklableItemError,
+    UnsafeRecordError,
     WorkerProcessError,
 )
 from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.metrics import PrometheusCollector, QueueMetrics
 from ackqueue.queue.queues import AckQueue, LifoAckQueue, PriorityAckQueue
+from ackqueue.records import restricted_class_factory
 from ackqueue.storage.deadletters import DeadLetter, UnloadableItem
 from ackqueue.storage.transactions import TransactionError
 from ackqueue.workers.pool import PoolStats, Retry, WorkerPool
@@ -77,12 +80,15 @@ __all__ = [
     "QueueLockedError",
     "ShutDown",
     "Retry",
+    "SerializerMismatchError",
     "StorageError",
     "TransactionError",
     "UnknownKeyError",
     "UnloadableItem",
     "UnpicklableItemError",
+    "UnsafeRecordError",
     "WorkerPool",
     "WorkerProcessError",
+    "restricted_class_factory",
 ]
 __version__ = "0.1.0"

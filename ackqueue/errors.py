@@ -49,6 +49,16 @@ class NotAQueueFileError(StorageError):
     """The file is not a ZODB FileStorage, or holds something other than ackqueue queues."""
 
 
+class UnsafeRecordError(NotAQueueFileError):
+    """A stored record names a global that no queue file holds (a function such as
+    ``os.system``, a class of another module): the record was not written by ackqueue, and
+    nothing of it was loaded or run. The message names the record where ackqueue knows it."""
+
+
+class SerializerMismatchError(AckQueueError, ValueError):
+    """The queue was opened with another serializer than the one its stored record names."""
+
+
 # Python 3.13 added queue.ShutDown; ackqueue raises its own subclass of it there, and the same
 # class (without that base) on older Pythons, so ``except ackqueue.ShutDown`` works everywhere.
 _StdShutDown: type[Exception] = getattr(queue, "ShutDown", Exception)

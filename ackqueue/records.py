@@ -3,18 +3,35 @@
 Items are stored pickled, in an :class:`Entry` of their own, so that a BTree bucket holds only
 keys and small references and an insert or delete rewrites little. The key of an entry is its
 place in the delivery order (see ``AckQueue._make_key``).
+
+A queue record carries the format it was written in (:data:`FORMAT_VERSION`; a record without
+one was written before formats were numbered, and is format 1) and the name of the serializer
+its items are encoded with (``"pickle"`` for a record without one).
+
+While a queue with a serializer other than pickle is open on a database, its records load
+through :func:`restricted_class_factory`: only the persistent classes of this module, BTrees
+and persistent may be named, so a crafted record cannot make the loader run code. The items
+are the serializer's business: a pickle item is code, a JSON item is data.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from BTrees.Length import Length
 from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree
 from persistent import Persistent
+from ZODB.utils import oid_repr
+
+from ackqueue.errors import UnsafeRecordError
 
 ROOT_KEY = "ackqueue"
+
+# The stored format this code writes. 1: records without a format_version (pickle items);
+# 2: records that name their serializer. A record of a higher format is refused, not misread.
+FORMAT_VERSION = 2
 
 # Sequence numbers are reserved in blocks so that a put does not rewrite the queue record.
 SEQ_BLOCK = 1024
@@ -106,8 +123,12 @@ class QueueRecord(Persistent):
     # True once shared mode may have left entries marked ``done``: the next single-process open
     # deletes them before it reads the backlog (sweep_done in storage/book.py).
     done_marks = False
+    format_version = 1  # written before formats were numbered: the first one
+    serializer = "pickle"  # the name of the serializer of the items (storage/items.py)
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, serializer: str = "pickle") -> None:
+        self.format_version = FORMAT_VERSION
+        self.serializer = serializer
         self.kind = kind
         self.entries: Any = PriorityEntryTree() if kind == "priority" else EntryTree()
         self.length = Length()
@@ -156,3 +177,71 @@ def queues_of(root: Any, create: bool) -> Any:
     if queues is None and create:
         queues = root[ROOT_KEY] = OOBTree()
     return queues
+
+
+# The modules whose persistent classes a queue file may name. ZODB's root is persistent's
+# PersistentMapping; every other record is a class of this module, of BTrees, or a shared-mode
+# session (ackqueue.shared.sessions.SessionRecord, a module path of the file format too).
+_ALLOWED_PACKAGES = ("BTrees", "persistent")
+_ALLOWED_MODULES = frozenset({__name__, "ackqueue.shared.sessions"})
+# The classes found so far: every reference in a record names its class, so a tree node of 16
+# entries asks 16 times.
+_allowed: dict[tuple[str, str], type[Persistent]] = {}
+
+
+def restricted_class_factory(connection: Any, module: str, name: str) -> type[Persistent]:
+    """The class factory of a database that a queue with a serializer other than pickle uses
+    (``ZODB.DB(class_factory=)``): a record may name only a persistent class of ackqueue's
+    records, BTrees or persistent.
+
+    Anything else (a function such as ``os.system``, a class of another module) raises
+    :class:`~ackqueue.UnsafeRecordError` before it is imported or called, so loading a record
+    of an untrusted file runs none of its code. Give it to ``ZODB.DB`` to use ``db=`` with a
+    serializer other than pickle.
+    """
+    found = _allowed.get((module, name))
+    if found is not None:
+        return found
+    package = module.partition(".")[0]
+    if module in _ALLOWED_MODULES or package in _ALLOWED_PACKAGES:
+        try:
+            candidate = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            candidate = None
+        if isinstance(candidate, type) and issubclass(candidate, Persistent):
+            _allowed[module, name] = candidate
+            return candidate
+    raise UnsafeRecordError(
+        f"a stored record names {module}.{name}, which is not a persistent class of "
+        f"ackqueue, BTrees or persistent: a queue file holds no other, so this record was not "
+        f"written by ackqueue; nothing of it was loaded or run"
+    )
+
+
+def unsafe_record(exc: BaseException) -> UnsafeRecordError | None:
+    """The refusal of :func:`restricted_class_factory` that caused ``exc``, if one did (ZODB
+    raises its own ``StateLoadError`` from it when a record's state cannot load)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, UnsafeRecordError):
+            return cause
+        cause = cause.__cause__
+    return None
+
+
+def loads(obj: Persistent) -> bool:
+    """Whether ``obj``'s record loads: False for one that names what no queue file holds,
+    which a scan passes over (a get that reaches such an entry moves it to the dead letters)."""
+    try:
+        obj._p_activate()
+    except Exception as exc:
+        if unsafe_record(exc) is None:
+            raise
+        return False
+    return True
+
+
+def unsafe_record_named(obj: Persistent, unsafe: UnsafeRecordError) -> str:
+    """The refusal, naming ``obj``'s record unless the database's connection already did."""
+    text = str(unsafe)
+    return text if text.startswith("record ") else f"record {oid_repr(obj._p_oid)}: {text}"

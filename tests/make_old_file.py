@@ -10,6 +10,12 @@ later ackqueue must find in it; ``tests/storage/test_old_files.py`` checks exact
 committed file was written by the tree named in its name: change ``write`` and ``EXPECTED``
 only together with a file regenerated on that tree.
 
+A tree with puts by key (``AckQueue.seen`` exists) also writes ``crawl`` (:data:`CRAWL`): an
+``AckQueue`` with ``unique="forever"`` and ``max_held_per_group=1`` holding items put by key
+and by group, a key in its seen-set, a paused group and an item held at the kill.
+``tests/data/written_by_6ff5410.fs`` has it (the main of 2026-11-26, before serializers and
+format versions); ``written_by_26e4f63.fs`` does not.
+
 Only the public API is used, so the script runs on any tree since the API took its shape.
 Only the ``.fs`` file is kept: the index, lock, status and commit scratch files a killed
 process leaves are removed, as a user copying a queue file would copy only the file.
@@ -59,6 +65,35 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
 }
 
+# The crawl queue, on trees with puts by key: its live items by key (None: put without one)
+# and group, the key it remembers as done, the group paused past 2050, the item held at the
+# kill, and what a consumer gets first once it is back (max_held_per_group=1, "b" paused).
+CRAWL: dict[str, Any] = {
+    "options": {"unique": "forever", "max_held_per_group": 1},
+    "live": [("a1", "https://a/1", "a"), ("a2", "https://a/2", "a"),
+             ("b1", "https://b/1", "b"), ("loose", None, None)],
+    "seen": "https://x/done",
+    "paused_group": "b",
+    "held": "a1",
+    "first_gets": {"a1", "loose"},
+}
+
+
+def write_crawl(path: str) -> None:
+    import ackqueue
+
+    crawl = ackqueue.AckQueue(path, name="crawl", **CRAWL["options"])
+    c = crawl.connect()
+    assert crawl.put("done page", key=CRAWL["seen"]) is True
+    c.ack(c.get_nowait())  # done: its key stays in the seen-set forever
+    for item, key, group in CRAWL["live"]:
+        if key is None:
+            crawl.put(item)
+        else:
+            assert crawl.put(item, key=key, group=group) is True
+    crawl.pause_group(CRAWL["paused_group"], NACK_DELAY)
+    assert c.get_nowait() == CRAWL["held"]
+
 
 def write(path: str) -> None:
     """Fill ``path`` and SIGKILL this process while a consumer of each queue holds items."""
@@ -97,6 +132,9 @@ def write(path: str) -> None:
     s = stack.connect()
     stack.put_many(["s1", "s2", "s3"])
     assert s.get_nowait() == "s3"
+
+    if hasattr(ackqueue.AckQueue, "seen"):
+        write_crawl(path)
 
     jobs.pack()  # keeps the file small: drops old revisions only, holds stay as they are
     sys.stdout.write("holding\n")

@@ -19,8 +19,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import ZODB
-
 from ackqueue.cli.common import (
     CommandError,
     LiveQueue,
@@ -38,7 +36,7 @@ from ackqueue.cli.reports import counted
 from ackqueue.queue.requests import purge_ready
 from ackqueue.records import queues_of
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.engine import is_uri
+from ackqueue.storage.engine import is_uri, new_db
 from ackqueue.storage.filestorage import open_file_storage
 
 
@@ -109,6 +107,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
         name = args.name if args.name is not None else qf.names()[0]
         qf.record(name)
         kind = qf.kind(name)
+        serializer = qf.serializer(name)
         owner = requested_of(qf)
     if owner is not None:
         before = os.path.getsize(args.path)
@@ -119,7 +118,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     before = os.path.getsize(args.path)
     print(f"packing {args.path} ({before:,} bytes)...", file=sys.stderr, flush=True)
     started = time.monotonic()
-    with open_queue(kind, args.path, name, autopack=False) as q:
+    with open_queue(kind, args.path, name, autopack=False, serializer=serializer) as q:
         _with_file_progress(q.pack, args.path + ".pack", before, Progress("packed bytes"))
     after = os.path.getsize(args.path)  # closed: what is left is what ls shows
     print(f"packed {args.path} (every queue in it): {before:,} -> {after:,} bytes in "
@@ -172,7 +171,7 @@ def cmd_drop(args: argparse.Namespace) -> int:
     contents = f"{counted(stored, 'stored item')} and {counted(dead, 'dead letter')}"
     if not confirm(args, f"delete queue {args.name!r} of {args.path} with its {contents}"):
         return 1
-    db = ZODB.DB(open_file_storage(os.path.realpath(args.path)))  # takes the lock: no live user
+    db = new_db(open_file_storage(os.path.realpath(args.path)))  # takes the lock: no live user
     try:
         with db.transaction() as conn:
             del queues_of(conn.root(), create=False)[args.name]

@@ -119,8 +119,9 @@ def _print_sessions(sessions: list[SessionInfo], shared: bool) -> None:
 
 def _print_stats(s: QueueStats, holds_known: bool, path: str) -> None:
     unknown = "unknown (the live process writes no status file)"
-    print(f"queue {s.name!r} ({s.kind}): {paused_text(path, s.name)}" if s.paused
-          else f"queue {s.name!r} ({s.kind}):")
+    kind = s.kind if s.serializer == "pickle" else f"{s.kind}, serializer {s.serializer!r}"
+    print(f"queue {s.name!r} ({kind}): {paused_text(path, s.name)}" if s.paused
+          else f"queue {s.name!r} ({kind}):")
     print(f"  ready   {f'{s.ready:,}' if s.ready is not None else unknown}")
     print(f"  held    {f'{s.held:,}' if s.held is not None else unknown}")
     print(f"  delayed {s.delayed:,}")

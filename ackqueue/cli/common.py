@@ -96,10 +96,11 @@ def open_for_change(path: str, name: str | None) -> Any:  # Any: dead-letter met
     with QueueFile(path) as qf:
         chosen = single_name(qf, name)
         kind = qf.kind(chosen)
+        serializer = qf.serializer(chosen)
         owner = requested_of(qf)
     if owner is not None:
         return LiveQueue(path, chosen, owner)
-    return open_queue(kind, path, chosen)
+    return open_queue(kind, path, chosen, serializer=serializer)
 
 
 def requested_of(qf: QueueFile) -> int | None:

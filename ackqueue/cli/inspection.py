@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import math
 import os
 import random
 import socket
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-import ZODB
 from ZODB.POSException import ReadOnlyError
 
 from ackqueue.cli.reports import (
@@ -35,13 +36,14 @@ from ackqueue.cli.reports import (
 )
 from ackqueue.errors import NotAQueueFileError, StorageError
 from ackqueue.queue.status import read_status
-from ackqueue.records import QueueRecord, queues_of
+from ackqueue.records import QueueRecord, queues_of, unsafe_record, unsafe_record_named
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import zeo
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.engine import as_path, is_uri, shown
+from ackqueue.storage.engine import RecordLoader, as_path, is_uri, new_db, shown
 from ackqueue.storage.filestorage import open_file_storage
+from ackqueue.storage.items import PICKLE, Serializer, stored_serializer
 from ackqueue.storage.keys import shown_key
 from ackqueue.storage.store import open_db
 from ackqueue.storage.zeo import zeo_address, zeo_unreachable
@@ -132,7 +134,7 @@ class QueueFile:
             self._status = None
         try:
             try:
-                self._db = ZODB.DB(self._storage) if self.is_file else open_db(path)
+                self._db = new_db(self._storage) if self.is_file else open_db(path)
             except ReadOnlyError:
                 # Read-only, ZODB cannot add the root a storage that never committed lacks.
                 raise NotAQueueFileError(
@@ -152,6 +154,17 @@ class QueueFile:
             self.close()
             raise NotAQueueFileError(f"{path} is a ZODB storage but holds no ackqueue queues")
         self._queues = queues
+        loader = self._db.classFactory
+        if isinstance(loader, RecordLoader):
+            # As a queue opens it: only ackqueue's records load, unless every queue of the
+            # file uses pickle (then the file is code anyway, and priority keys may be any
+            # class of the caller's).
+            try:
+                pickles = all(str(record.serializer) == PICKLE for record in queues.values())
+            except Exception:
+                self.close()
+                raise
+            loader.restricted = not pickles
 
     def close(self) -> None:
         conn = getattr(self, "_conn", None)
@@ -184,6 +197,10 @@ class QueueFile:
 
     def kind(self, name: str) -> str:
         return str(self.record(name).kind)
+
+    def serializer(self, name: str) -> str | Serializer:
+        """The ``serializer=`` that opens queue ``name`` for a change."""
+        return stored_serializer(str(self.record(name).serializer))
 
     @property
     def holds_known(self) -> bool:
@@ -284,6 +301,7 @@ class QueueFile:
             oldest_ready_exact=scanned >= stored,
             held_items=held_items,
             paused=self.paused(name),
+            serializer=str(record.serializer),
         )
 
     def paused(self, name: str) -> bool:
@@ -314,6 +332,7 @@ class QueueFile:
         now = time.time()
         held_keys = self.held_keys(name) or set()
         paused = self.paused(name)
+        serializer = str(record.serializer)
         found: list[StoredItem] = []
         if count <= 0:
             return found
@@ -323,7 +342,10 @@ class QueueFile:
                 "delayed" if due > now
                 else "held" if repr(key) in held_keys else "ready"
             )
-            item, is_repr, truncated = shown_item(entry.data, limit, for_json)
+            if isinstance(entry, UnreadableEntry):
+                item, is_repr, truncated = f"<unreadable: {entry.error}>", True, False
+            else:
+                item, is_repr, truncated = shown_item(entry.data, limit, for_json, serializer)
             found.append(StoredItem(
                 position=repr(key), item=item, item_is_repr=is_repr,
                 put_age=max(0.0, now - entry.put_at),
@@ -337,10 +359,13 @@ class QueueFile:
         return found
 
     def dead(self, name: str, limit: int | None = 200, for_json: bool = False) -> list[DeadItem]:
-        tree = _dead_tree(self.record(name))
+        record = self.record(name)
+        tree = _dead_tree(record)
         if tree is None:
             return []
-        return [dead_item(key, letter, limit, for_json) for key, letter in tree.items()]
+        serializer = str(record.serializer)
+        return [dead_item(key, letter, limit, for_json, serializer)
+                for key, letter in tree.items()]
 
     # -- holds, from the live process's status file ---------------------------------------------
 
@@ -396,12 +421,32 @@ class QueueFile:
     ) -> Iterator[tuple[Any, Any]]:
         """Stored entries not yet acked; ``progress`` every 10,000; flat memory on big queues."""
         for n, (key, entry) in enumerate(record.entries.items(), 1):
+            try:
+                entry._p_activate()
+            except Exception as exc:
+                unsafe = unsafe_record(exc)
+                if unsafe is None:
+                    raise
+                yield key, UnreadableEntry(unsafe_record_named(entry, unsafe))
+                continue
             if not getattr(entry, "done", False):  # acked in shared mode, not swept yet
                 yield key, entry
             if progress is not None and n % 10_000 == 0:
                 progress(n, total)
             if n % 1_000 == 0:
                 self._conn.cacheGC()  # keep memory flat on big queues
+
+
+@dataclass(frozen=True)
+class UnreadableEntry:
+    """Stands in for a stored entry whose record names what no queue file holds (see
+    ``restricted_class_factory``): nothing of it was loaded, so nothing of it is known."""
+
+    error: str
+    data: bytes = b""
+    put_at: float = math.inf  # never the oldest
+    attempts: int = 0
+    not_before: float = 0.0
 
 
 # -- the two places that know how later core versions store delays and dead letters -----------

@@ -9,6 +9,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ackqueue.storage.items import JSON, PICKLE
+
 
 @dataclass
 class HeldItem:
@@ -56,6 +58,7 @@ class QueueStats:
     oldest_ready_exact: bool = True
     held_items: list[HeldItem] = field(default_factory=list)
     paused: bool = False  # q.pause() / `ackqueue pause`: ready items are not handed out
+    serializer: str = "pickle"  # the name the queue record gives its items' serializer
 
 
 @dataclass
@@ -108,16 +111,27 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
-def shown_item(item_data: bytes, limit: int | None, as_json: bool) -> tuple[Any, bool, bool]:
+def shown_item(
+    item_data: bytes, limit: int | None, as_json: bool, serializer: str = PICKLE
+) -> tuple[Any, bool, bool]:
     """An item for display, whether it is a repr string standing in for it, and whether that
     repr was cut to ``limit`` characters (None: never).
 
     For JSON (``as_json``), an item that JSON carries unchanged (it reads back equal: no
     tuples, no non-string keys, no NaN) and whose JSON fits in ``limit`` is given as itself;
-    any other item as its repr. For text, always its repr.
+    any other item as its repr. For text, always its repr. ``serializer`` is the name the
+    queue record gives: a pickle is loaded (it is code: the reading commands trust the file
+    as much as the queue does), JSON is parsed, and bytes of a caller's serializer, which
+    this program does not have, are described.
     """
     try:
-        item = pickle.loads(item_data)
+        if serializer == PICKLE:
+            item = pickle.loads(item_data)
+        elif serializer == JSON:
+            item = json.loads(item_data)
+        else:
+            return (f"<{len(item_data)} bytes encoded by serializer {serializer!r}>",
+                    True, False)
     except Exception as exc:
         return f"<cannot load: {type(exc).__name__}: {exc}>", True, False
     if as_json:
@@ -141,11 +155,14 @@ def as_json(value: Any) -> Any:
 
 
 
-def dead_item(key: Any, letter: Any, limit: int | None, for_json: bool = False) -> DeadItem:
+def dead_item(
+    key: Any, letter: Any, limit: int | None, for_json: bool = False, serializer: str = PICKLE
+) -> DeadItem:
     data = getattr(letter, "data", None)
     if not isinstance(data, bytes):
         data = pickle.dumps(getattr(letter, "item", letter))
-    item, is_repr, truncated = shown_item(data, limit, for_json)
+        serializer = PICKLE
+    item, is_repr, truncated = shown_item(data, limit, for_json, serializer)
     return DeadItem(
         id=repr(key),
         item=item,

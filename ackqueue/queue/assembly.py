@@ -36,6 +36,8 @@ from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
+from ackqueue.storage.engine import restricts
+from ackqueue.storage.items import PICKLE_CODEC, Codec
 from ackqueue.storage.keys import remember_seconds
 from ackqueue.storage.store import Store
 
@@ -74,6 +76,7 @@ def open_book(
     durability: str,
     autopack: bool,
     shared: bool | None,
+    codec: Codec = PICKLE_CODEC,
 ) -> Opened:
     """Acquire the store of ``path`` (or ``db``), claim ``name`` in it for ``owner`` and open
     the book of that name. If this fails, nothing stays acquired or claimed."""
@@ -84,8 +87,19 @@ def open_book(
         store.release()
         raise
     try:
+        store.serializing(name, codec is PICKLE_CODEC)
+        if codec is not PICKLE_CODEC and not restricts(store.db):
+            raise ValueError(
+                f"serializer {codec.name!r} with db= needs a database that loads only "
+                f"ackqueue's records: open it with ZODB.DB(storage, "
+                f"class_factory=ackqueue.restricted_class_factory)"
+            )
+    except BaseException:
+        store.release(name)
+        raise
+    try:
         is_shared = wants_shared(store, shared)
-        book = Book(store, name, kind, class_name, mode_class(is_shared).keeping)
+        book = Book(store, name, kind, class_name, mode_class(is_shared).keeping, codec)
     except BaseException:
         store.release(name)
         raise

@@ -17,7 +17,6 @@ from ackqueue.delivery.holds import HoldTable
 from ackqueue.delivery.supply import Claim, GetAgain
 from ackqueue.errors import AckQueueError, Empty, ItemLoadError, QueueClosedError
 from ackqueue.queue.core import Core, calling_stdlib
-from ackqueue.storage.items import unpickle_item
 
 StdlibGet = Callable[[bool, float | None], Any]
 
@@ -145,7 +144,7 @@ class Claimer:
 
     def _load(self, key: Any) -> tuple[Any, int]:
         data, attempts = self._mode.load(key, self._supply.load)
-        return unpickle_item(data, f"item {key!r} of queue {self._book.name!r}"), attempts
+        return self._book.codec.decode(data, f"item {key!r} of queue {self._book.name!r}"), attempts
 
     def claim_ready(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` items that are ready now, without waiting."""

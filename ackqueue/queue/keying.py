@@ -29,7 +29,7 @@ from ackqueue.errors import ItemLoadError, KeyHeldError, UnknownKeyError
 from ackqueue.queue.core import Core
 from ackqueue.queue.putting import Puts
 from ackqueue.shared.holdmarks import holder
-from ackqueue.storage.items import Staged, pickle_item, unpickle_item
+from ackqueue.storage.items import Codec, Staged
 from ackqueue.storage.keys import KeyBook, Live, NewPut, Revisit, index_key, remember_seconds
 from ackqueue.storage.transactions import Transaction, current
 
@@ -112,7 +112,7 @@ class Keys:
             if state is False:
                 new.append(i)
             elif isinstance(state, Live):
-                revisit = self._revisit(key, state, items[i], due, replace)
+                revisit = self._revisit(key, state, items[i], due, replace, core.book.codec)
                 if revisit is not None:
                     revisits.append((i, revisit))
         staged: list[Staged] = []
@@ -149,9 +149,11 @@ class Keys:
         return result
 
     @staticmethod
-    def _revisit(key: bytes, live: Live, item: Any, due: float, replace: bool) -> Revisit | None:
+    def _revisit(
+        key: bytes, live: Live, item: Any, due: float, replace: bool, codec: Codec
+    ) -> Revisit | None:
         if replace:
-            return Revisit(key, live, pickle_item(item), due or live.not_before)
+            return Revisit(key, live, codec.encode(item), due or live.not_before)
         if due < live.not_before:
             return Revisit(key, live, None, due)  # the earlier due time wins
         return None
@@ -199,7 +201,7 @@ class Keys:
 
         def wanted(data: bytes) -> bool:
             try:
-                return bool(pred(unpickle_item(data, "an item")))
+                return bool(pred(core.book.codec.decode(data, "an item")))
             except ItemLoadError:
                 return False
 

@@ -1,4 +1,4 @@
-"""Putting: how an item is pickled, keyed, stored and made ready.
+"""Putting: how an item is encoded (its queue's serializer), keyed, stored and made ready.
 
 A put runs the standard library's ``put`` (blocking and ``maxsize`` are its own), whose
 ``_put`` hook is :meth:`Puts.stage`: the item is pickled and keyed, and counted as staged so
@@ -18,7 +18,7 @@ from ackqueue.delivery.groups import check_group
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.errors import Full
 from ackqueue.queue.core import Core, calling_stdlib, check_timeout
-from ackqueue.storage.items import Staged, pickle_item
+from ackqueue.storage.items import Staged
 from ackqueue.storage.transactions import Transaction, current
 
 StdlibPut = Callable[[Any, bool, float | None], None]
@@ -50,6 +50,8 @@ class Puts:
         self, item: Any, data: bytes, priority: int, due: float = 0.0, group: str | None = None
     ) -> Staged:
         seq = self._mode.next_seq_locked()
+        if self._order.kind == "priority":
+            item = self._book.codec.key_form(item, data)
         key = self._order.make_key(seq, priority, item, self._supply.head)
         return Staged(key, seq, data, due, group)
 
@@ -57,7 +59,7 @@ class Puts:
         """The ``_put`` hook (the mutex is held): pickle and key the item."""
         hold_back()  # staging takes a place in the queue: see interrupts.py
         self._life.check_can_put()
-        self._calls.staged = self._staged(item, pickle_item(item), self._calls.priority)
+        self._calls.staged = self._staged(item, self._book.codec.encode(item), self._calls.priority)
         self._supply.staged += 1
 
     def put(
@@ -211,7 +213,7 @@ class Puts:
         group: str | None = None,
     ) -> list[Staged]:
         """Pickle and key ``items`` once there is room for all of them."""
-        datas = [pickle_item(item) for item in items]
+        datas = [self._book.codec.encode(item) for item in items]
         n, maxsize = len(items), self._maxsize
         if maxsize > 0 and n > maxsize:
             raise ValueError(f"a batch of {n} items can never fit in maxsize {maxsize}")

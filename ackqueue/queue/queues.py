@@ -59,6 +59,7 @@ from ackqueue.queue.metrics import QueueMetrics, measure_locked
 from ackqueue.queue.putting import Puts
 from ackqueue.storage.book import group_pauser
 from ackqueue.storage.deadletters import DeadLetter
+from ackqueue.storage.items import Serializer, codec_for
 from ackqueue.storage.transactions import Transaction, transaction
 
 T = TypeVar("T")
@@ -99,6 +100,20 @@ class AckQueue(queue.Queue[T], Generic[T]):
     between two deliveries of one group; ``unique`` (``"forever"`` or a time to live in
     seconds) remembers the key of an item put with ``key=`` once it is done, so that a later
     put of that key is refused (the seen-set; :meth:`seen`, :meth:`forget`).
+
+    ``serializer`` encodes the items: ``"pickle"`` (the default: any picklable object),
+    ``"json"`` (what JSON carries; a tuple comes back a list), or an object with
+    ``dumps(obj) -> bytes`` and ``loads(bytes) -> obj``. An item it cannot encode is an
+    :exc:`UnpicklableItemError` (a ``TypeError``) at ``put``, nothing stored; stored bytes it
+    cannot decode move to the dead letters, kept. The queue's record in the file keeps the
+    serializer's name (for an object, its ``name`` attribute if it has a str one, else its
+    qualified class name), and opening the queue with another one is a
+    :exc:`SerializerMismatchError` naming both; each named queue of a database has its own. A
+    stored pickle is code that runs when it is loaded; a JSON item is only data. While a queue
+    with a serializer other than pickle is open on a database, its records may name only
+    ackqueue's, BTrees' and persistent's own classes (:func:`restricted_class_factory`), so a
+    ``"json"`` queue file from elsewhere opens and is consumed without running any of its code;
+    with ``db=``, such a serializer needs a database opened with that class factory.
     """
 
     _ordering: ClassVar[type[Ordering]] = Ordering
@@ -119,8 +134,10 @@ class AckQueue(queue.Queue[T], Generic[T]):
         session_timeout: float = 10.0,
         max_held_per_group: int | None = None, group_interval: float = 0.0,
         unique: Unique = None,
+        serializer: str | Serializer = "pickle",
     ) -> None:
         check_arguments(path, maxsize, name, db, shared, autopack, clock)
+        codec = codec_for(serializer)
         rules = check_options(
             max_attempts, ack_timeout, session_timeout, unique, max_held_per_group, group_interval
         )
@@ -132,7 +149,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._life = life = Lifecycle(name)
         self._tasks = Tasks()
         opened = open_book(
-            self, path, db, name, order.kind, type(self).__name__, durability, autopack, shared
+            self, path, db, name, order.kind, type(self).__name__, durability, autopack, shared,
+            codec,
         )
         self._store, self._book = store, book = opened.store, opened.book
         try:

@@ -23,7 +23,7 @@ from ackqueue.base.keyids import KeySet
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
-from ackqueue.records import QueueRecord
+from ackqueue.records import QueueRecord, loads
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
 from ackqueue.storage.book import Book, chunks
@@ -239,9 +239,12 @@ class SharedReadyIndex:
             found = None
             for chunk in chunks(candidates, None, SCAN_PREFETCH):
                 for key, entry in chunk:
-                    if entry.done or holder(entry) is not None:
-                        continue
-                    if stopped and entry.group in stopped:
+                    # A record that does not load (crafted) is left to the get that takes
+                    # it: the get moves it to the dead letters.
+                    if loads(entry) and (
+                        entry.done or holder(entry) is not None
+                        or (stopped and entry.group in stopped)
+                    ):
                         continue
                     if delayed is not None and delayed.get(key, 0) > now:
                         continue

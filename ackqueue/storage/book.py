@@ -28,12 +28,27 @@ from ZODB.Connection import Connection
 from ZODB.POSException import ReadConflictError
 
 from ackqueue.base.clock import Clock
-from ackqueue.errors import AckQueueError, NotAQueueFileError, StorageError
-from ackqueue.records import ROOT_KEY, Entry, QueueRecord, queues_of
+from ackqueue.errors import (
+    AckQueueError,
+    ItemLoadError,
+    NotAQueueFileError,
+    SerializerMismatchError,
+    StorageError,
+)
+from ackqueue.records import (
+    FORMAT_VERSION,
+    ROOT_KEY,
+    Entry,
+    QueueRecord,
+    loads,
+    queues_of,
+    unsafe_record,
+    unsafe_record_named,
+)
 from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
-from ackqueue.storage.items import Staged
+from ackqueue.storage.items import PICKLE_CODEC, Codec, Staged
 from ackqueue.storage.keys import release
 from ackqueue.storage.store import Store
 
@@ -66,9 +81,16 @@ class Book:
     """
 
     def __init__(
-        self, store: Store, name: str, kind: str, class_name: str, keeping: Keeping
+        self,
+        store: Store,
+        name: str,
+        kind: str,
+        class_name: str,
+        keeping: Keeping,
+        codec: Codec = PICKLE_CODEC,
     ) -> None:
         self.store = store
+        self.codec = codec  # the serializer of the items, as the record names it
         self.name = name
         self._kind = kind
         self._class_name = class_name
@@ -90,11 +112,23 @@ class Book:
         queues = queues_of(root, create=True)
         record: QueueRecord | None = queues.get(self.name)
         if record is None:
-            record = queues[self.name] = QueueRecord(self._kind)
+            record = queues[self.name] = QueueRecord(self._kind, self.codec.name)
+        elif record.format_version > FORMAT_VERSION:
+            raise NotAQueueFileError(
+                f"queue {self.name!r} in {store.where} was written in format "
+                f"{record.format_version} by a newer ackqueue; this one reads formats up to "
+                f"{FORMAT_VERSION}"
+            )
         elif record.kind != self._kind:
             raise NotAQueueFileError(
                 f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "
                 f"class, not {self._class_name}"
+            )
+        elif record.serializer != self.codec.name:
+            raise SerializerMismatchError(
+                f"queue {self.name!r} in {store.where} holds items encoded with serializer "
+                f"{record.serializer!r}, not {self.codec.name!r}: open it with "
+                f"serializer={record.serializer!r}"
             )
         self._keeping.opened(self, record)
         return record
@@ -129,9 +163,18 @@ class Book:
 
         def read(record: QueueRecord) -> tuple[bytes, int]:
             entry: Entry = record.entries[key]
-            if entry.done:
-                raise KeyError(key)  # acked in shared mode, not swept yet
-            return entry.data, entry.attempts
+            try:
+                if entry.done:
+                    raise KeyError(key)  # acked in shared mode, not swept yet
+                return entry.data, entry.attempts
+            except Exception as exc:
+                unsafe = unsafe_record(exc)
+                if unsafe is None:
+                    raise
+                raise ItemLoadError(
+                    f"cannot load item {key!r} of queue {self.name!r}: "
+                    f"{unsafe_record_named(entry, unsafe)}"
+                ) from exc
 
         return self.read(read)
 
@@ -164,7 +207,7 @@ class Book:
         def read(record: QueueRecord) -> list[DeadLetter]:
             dead = record.dead
             stored = list(dead.items()) if dead is not None else []
-            return [listed(dead_id, rec) for dead_id, rec in stored]
+            return [listed(dead_id, rec, self.codec) for dead_id, rec in stored]
 
         return self.read(read)
 
@@ -461,7 +504,7 @@ def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
         return [
             (key, entry.group, key in delayed)
             for key, entry in record.entries.items()
-            if entry.group is not None and not entry.done
+            if loads(entry) and entry.group is not None and not entry.done
         ]
 
     return book.read(read)
@@ -502,7 +545,8 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
         doomed = [
             key
             for key, entry in record.entries.items()
-            if entry.group == group and getattr(entry, "holder", None) is None and not entry.done
+            if loads(entry) and entry.group == group and getattr(entry, "holder", None) is None
+            and not entry.done
         ]
         for key in doomed:
             record.entries[key]._p_changed = True  # conflicts with a take racing it

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackqueue.errors import ItemLoadError
-from ackqueue.records import DeadRecord, QueueRecord
+from ackqueue.records import DeadRecord, QueueRecord, unsafe_record
 from ackqueue.storage.counts import count_change
-from ackqueue.storage.items import unpickle_item
+from ackqueue.storage.items import Codec
 from ackqueue.storage.keys import release
 
 
@@ -36,7 +36,8 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class UnloadableItem:
-    """Stands in for a dead item whose pickle cannot be loaded (its class is gone)."""
+    """Stands in for a dead item whose bytes its queue's serializer cannot decode (a pickle
+    whose class is gone, bytes that are not JSON, a record that was not ackqueue's)."""
 
     data: bytes
     error: str
@@ -48,15 +49,25 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     ``attempts`` None keeps the stored count.
     """
     entry = record.entries[key]  # first, so a missing key changes nothing
+    try:
+        data, put_at, stored, group = entry.data, entry.put_at, entry.attempts, entry.group
+        loaded = True
+    except Exception as exc:
+        if unsafe_record(exc) is None:
+            raise
+        # A record that names what no queue file holds: its bytes are kept, none of it loaded.
+        data, put_at, stored, group = raw_record(entry), 0.0, 0, None
+        loaded = False
     dead = record.dead_tree()
     record.dead_next += 1
     dead_id = record.dead_next
-    count = entry.attempts if attempts is None else attempts
-    letter = dead[dead_id] = DeadRecord(key, entry.data, entry.put_at, count, reason, when)
-    if entry.group is not None:
-        letter.group = entry.group
+    count = stored if attempts is None else attempts
+    letter = dead[dead_id] = DeadRecord(key, data, put_at, count, reason, when)
+    if group is not None:
+        letter.group = group
     record.dead_length.change(1)
-    release(record, key, entry, None)  # a dead letter gives up its key (see keys.py)
+    if loaded:
+        release(record, key, entry, None)  # a dead letter gives up its key (see keys.py)
     del record.entries[key]
     count_change(record, -1)
     if record.delayed is not None and key in record.delayed:
@@ -64,9 +75,15 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     return dead_id
 
 
-def listed(dead_id: int, rec: DeadRecord) -> DeadLetter:
+def raw_record(obj: Any) -> bytes:
+    """The stored bytes of persistent ``obj``'s record, as the storage holds them."""
+    data: bytes = obj._p_jar.db().storage.load(obj._p_oid)[0]
+    return data
+
+
+def listed(dead_id: int, rec: DeadRecord, codec: Codec) -> DeadLetter:
     try:
-        item = unpickle_item(rec.data, f"dead letter {dead_id}")
+        item = codec.decode(rec.data, f"dead letter {dead_id}")
     except ItemLoadError as exc:
         item = UnloadableItem(rec.data, str(exc))
     return DeadLetter(dead_id, item, rec.attempts, rec.reason, rec.when, rec.put_at)

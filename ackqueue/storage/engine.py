@@ -16,6 +16,7 @@ by :class:`OtherStorages`, so any storage it knows opens the same way.
 
 from __future__ import annotations
 
+import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -23,9 +24,13 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import ZODB
+from ZODB.broken import find_global
+from ZODB.Connection import Connection
 from ZODB.POSException import ConflictError
+from ZODB.utils import oid_repr
 
-from ackqueue.errors import StorageError
+from ackqueue.errors import StorageError, UnsafeRecordError
+from ackqueue.records import restricted_class_factory, unsafe_record
 from ackqueue.storage.commit import Syncer
 
 T = TypeVar("T")
@@ -248,13 +253,87 @@ def open_through_zodburi(
     return db_on(opened, **dbkw)
 
 
+class _NamingConnection(Connection):
+    """Names the record whose state the restricted class factory refused to load (ZODB
+    raises an empty ``StateLoadError`` and only logs which record it was)."""
+
+    def setstate(self, obj: Any) -> None:
+        try:
+            super().setstate(obj)
+        except Exception as exc:
+            unsafe = unsafe_record(exc)
+            if unsafe is None:
+                raise
+            kind = type(obj)
+            raise UnsafeRecordError(
+                f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__}): "
+                f"{unsafe}"
+            ) from exc
+
+
+class _RefusalsRaised(logging.Filter):
+    """Drops ZODB's traceback of a record the restricted class factory refused: the
+    :class:`~ackqueue.UnsafeRecordError` raised instead says all of it, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or unsafe_record(exc) is None
+
+
+_refusals_raised = _RefusalsRaised()
+
+
+class _QueueDB(ZODB.DB):
+    klass = _NamingConnection
+
+
+class RecordLoader:
+    """The class factory of a database ackqueue opens: restricted (only ackqueue's, BTrees'
+    and persistent's classes, :func:`~ackqueue.records.restricted_class_factory`) unless every
+    queue open on the database uses pickle.
+
+    A pickle queue's file is code anyway (its items are pickles), and a ``PriorityAckQueue``
+    keys its entries by the items themselves, so its tree may name any class of the caller's:
+    ZODB's own loading then. Until a queue says which it uses, and whenever one with another
+    serializer is open, nothing but ackqueue's records loads. Each connection's reader keeps
+    this object, so a change applies to every connection of the database at once.
+    """
+
+    def __init__(self) -> None:
+        self.restricted = True
+
+    def __call__(self, connection: Any, module: str, name: str) -> Any:
+        if self.restricted:
+            return restricted_class_factory(connection, module, name)
+        return find_global(module, name)
+
+
+def restricts(db: Any) -> bool:
+    """Whether ``db`` loads only ackqueue's records now."""
+    factory = getattr(db, "classFactory", None)
+    return factory is restricted_class_factory or (
+        isinstance(factory, RecordLoader) and factory.restricted
+    )
+
+
+def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
+    """A database on ``storage`` as ackqueue opens every one of its own, loading through a
+    :class:`RecordLoader` (whatever ``dbkw`` says: a URI may not choose another class
+    factory); a record it refuses is an :class:`~ackqueue.UnsafeRecordError` that says which
+    record."""
+    dbkw["class_factory"] = RecordLoader()
+    logging.getLogger("ZODB.Connection").addFilter(_refusals_raised)  # once: a set of filters
+    return _QueueDB(storage, **dbkw)
+
+
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:
     """A database on the storage ``open_storage()`` returns, opened again if another process
-    created the root of a new database at the same moment."""
+    created the root of a new database at the same moment. Its records load through
+    :func:`~ackqueue.records.restricted_class_factory`."""
     for attempt in range(OPEN_RETRIES):
         storage = open_storage()
         try:
-            return ZODB.DB(storage, **dbkw)
+            return new_db(storage, **dbkw)
         except ConflictError:
             storage.close()
             if attempt == OPEN_RETRIES - 1:

@@ -119,7 +119,7 @@ from ZODB.utils import z64
 from ackqueue.errors import NotAQueueFileError, QueueLockedError, StorageError
 from ackqueue.storage import zeo
 from ackqueue.storage.commit import Syncer
-from ackqueue.storage.engine import Engine, Packer, WriteRepair, as_path
+from ackqueue.storage.engine import Engine, Packer, WriteRepair, as_path, new_db
 
 log = logging.getLogger("ackqueue")
 
@@ -861,7 +861,7 @@ class FileEngine(Engine):
     def open(self, where: str, durability: str) -> ZODB.DB:
         storage = open_file_storage(as_path(where), durability=durability)
         try:
-            return ZODB.DB(storage, cache_size_bytes=CACHE_BYTES)
+            return new_db(storage, cache_size_bytes=CACHE_BYTES)
         except Exception:
             storage.close()
             raise

@@ -1,4 +1,16 @@
-"""How an item is stored: its pickle, and a put on its way to the book (:class:`Staged`).
+"""How an item is stored: the serializer that encodes it (:class:`Codec`, chosen by the
+``serializer=`` option), and a put on its way to the book (:class:`Staged`).
+
+A queue's items are encoded by its serializer: ``"pickle"`` (the default: any picklable
+object, and a stored pickle is code that runs when loaded), ``"json"`` (what JSON carries:
+dicts with str keys, lists, str, int, float, bool, None; a tuple comes back a list; stored
+data is only data), or a caller's object with ``dumps(obj) -> bytes`` and
+``loads(bytes) -> obj``. The queue record stores the serializer's name (:func:`codec_for`):
+a ``name`` attribute of the object if it has a str one, else its class's qualified name (the
+module's name for a module). An item the serializer cannot encode is an
+:class:`~ackqueue.UnpicklableItemError` (a ``TypeError``) at ``put``, nothing stored; one it
+cannot decode any more is an :class:`~ackqueue.ItemLoadError`, and the item moves to the dead
+letters with its bytes kept.
 
 A pickle that cannot be made is an :class:`~ackqueue.UnpicklableItemError` at ``put`` (nothing
 is stored); one that cannot be loaded any more (its class is gone) is an
@@ -11,12 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import pickle
 import pickletools
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ackqueue.errors import ItemLoadError, UnpicklableItemError
 
@@ -40,6 +53,161 @@ class Staged:
     data: bytes
     not_before: float = 0.0
     group: str | None = None
+
+
+class Serializer(Protocol):
+    """What ``serializer=`` accepts besides ``"pickle"`` and ``"json"``."""
+
+    def dumps(self, obj: Any, /) -> bytes: ...
+
+    def loads(self, data: bytes, /) -> Any: ...
+
+
+PICKLE = "pickle"
+JSON = "json"
+
+
+class Codec:
+    """A queue's serializer, by the name its record stores; ``trusted`` when decoding may run
+    code (pickle), so that only pickle items are expected to be code."""
+
+    def __init__(self, name: str, serializer: Serializer | None) -> None:
+        self.name = name
+        self._serializer = serializer
+
+    def encode(self, item: Any) -> bytes:
+        """The bytes stored for ``item``; :class:`~ackqueue.UnpicklableItemError` if the
+        serializer cannot encode it."""
+        serializer = self._serializer
+        if serializer is None:
+            return pickle_item(item)
+        try:
+            data = serializer.dumps(item)
+        except Exception as exc:
+            raise UnpicklableItemError(
+                f"cannot store an item of type {type(item).__qualname__}: serializer "
+                f"{self.name!r} cannot encode it ({type(exc).__name__}: {exc})"
+            ) from exc
+        if not isinstance(data, bytes):
+            raise UnpicklableItemError(
+                f"cannot store an item of type {type(item).__qualname__}: serializer "
+                f"{self.name!r} returned {type(data).__name__}, not bytes, from dumps()"
+            )
+        return data
+
+    def decode(self, data: bytes, what: str) -> Any:
+        """The item stored as ``data``; :class:`~ackqueue.ItemLoadError` naming ``what`` if
+        the serializer cannot decode it."""
+        serializer = self._serializer
+        if serializer is None:
+            return unpickle_item(data, what)
+        try:
+            return serializer.loads(data)
+        except Exception as exc:
+            raise ItemLoadError(
+                f"cannot load {what}: serializer {self.name!r} cannot decode its "
+                f"{len(data)} bytes ({type(exc).__name__}: {exc})"
+            ) from exc
+
+
+    def key_form(self, item: Any, data: bytes) -> Any:
+        """The item as a ``PriorityAckQueue`` keys its entry by it: the item itself with
+        pickle; with another serializer, the item as decoded from ``data``, which must be
+        made of plain values (so that the tree names no class: see ``records.py``)."""
+        if self._serializer is None:
+            return item
+        decoded = self.decode(data, "the item")
+        if not _plain(decoded):
+            raise UnpicklableItemError(
+                f"a PriorityAckQueue with serializer {self.name!r} orders by the item as it "
+                f"decodes, which must be made of str, bytes, int, float, bool, None, tuples, "
+                f"lists and dicts, not {type(decoded).__qualname__} {decoded!r:.80}"
+            )
+        return decoded
+
+
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if kind in (tuple, list):
+        return all(_plain(v) for v in value)
+    if kind is dict:
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
+
+
+class _Json:
+    """JSON as UTF-8 bytes, strict (no NaN or infinity, which other JSON readers refuse)."""
+
+    name = JSON
+    # One encoder for every put: json.dumps with options builds a new one each call.
+    _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+    def dumps(self, obj: Any) -> bytes:
+        return self._encode(obj).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+PICKLE_CODEC = Codec(PICKLE, None)
+JSON_CODEC = Codec(JSON, _Json())
+
+
+def codec_for(serializer: object) -> Codec:
+    """The codec of a ``serializer=`` option (a clear ``TypeError`` or ``ValueError`` for one
+    that is none)."""
+    if serializer == PICKLE:
+        return PICKLE_CODEC
+    if serializer == JSON:
+        return JSON_CODEC
+    if isinstance(serializer, str):
+        raise ValueError(f"serializer must be 'pickle', 'json' or an object with dumps() and "
+                         f"loads(), not {serializer!r}")
+    if not (callable(getattr(serializer, "dumps", None))
+            and callable(getattr(serializer, "loads", None))):
+        raise TypeError(f"serializer must be 'pickle', 'json' or an object with dumps(obj) -> "
+                        f"bytes and loads(bytes) -> obj, not {serializer!r}")
+    name = serializer_name(serializer)
+    if name in (PICKLE, JSON):
+        raise ValueError(f"serializer {serializer!r} is named {name!r}, the name of ackqueue's "
+                         f"own: give serializer={name!r}, or a name of its own to the object")
+    return Codec(name, serializer)  # type: ignore[arg-type]
+
+
+class _Absent:
+    """A caller's serializer as a program without it knows it: by the name its queue record
+    gives (the command line changing a queue moves items' bytes, and decodes none)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def dumps(self, obj: Any) -> bytes:
+        raise TypeError(f"this program does not have serializer {self.name!r}")
+
+    def loads(self, data: bytes) -> Any:
+        raise ValueError(f"this program does not have serializer {self.name!r}")
+
+
+def stored_serializer(name: str) -> str | Serializer:
+    """The ``serializer=`` that opens a queue whose record names ``name``."""
+    return name if name in (PICKLE, JSON) else _Absent(name)
+
+
+def serializer_name(serializer: object) -> str:
+    """The name a queue record stores for a caller's serializer: its ``name`` attribute if it
+    is a str, else its qualified class name (a module's own name)."""
+    name = getattr(serializer, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    if isinstance(serializer, type(json)):
+        return serializer.__name__
+    kind = type(serializer)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def pickle_item(item: Any) -> bytes:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ackqueue.errors import KeyHeldError, KeyTypeError, UnknownKeyError
-from ackqueue.records import Entry, QueueRecord
+from ackqueue.records import Entry, QueueRecord, loads
 from ackqueue.storage.counts import count_change
 from ackqueue.storage.items import Staged
 from ackqueue.storage.store import Store
@@ -213,7 +213,7 @@ class KeyBook:
         def read(record: QueueRecord) -> list[Live]:
             return [Live(key, float(entry.not_before))
                     for key, entry in record.entries.items()
-                    if not entry.done and wanted(entry.data)]
+                    if loads(entry) and not entry.done and wanted(entry.data)]
 
         return self.book.read(read)
 

@@ -13,7 +13,7 @@ from typing import Any
 import ZODB
 from ZODB.MappingStorage import MappingStorage
 
-from ackqueue.storage.engine import Engine, open_through_zodburi
+from ackqueue.storage.engine import Engine, new_db, open_through_zodburi
 
 
 class MemoryEngine(Engine):
@@ -28,7 +28,7 @@ class MemoryEngine(Engine):
 
     def new(self) -> ZODB.DB:
         """A database of its own, on a new storage."""
-        return ZODB.DB(MappingStorage())
+        return new_db(MappingStorage())
 
 
 MEMORY = MemoryEngine()

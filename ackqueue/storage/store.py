@@ -29,7 +29,16 @@ from ackqueue.errors import StorageError
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
 from ackqueue.storage.commit import GroupCommitter
-from ackqueue.storage.engine import Engine, OtherStorages, Packer, as_path, is_uri, scheme_of, shown
+from ackqueue.storage.engine import (
+    Engine,
+    OtherStorages,
+    Packer,
+    RecordLoader,
+    as_path,
+    is_uri,
+    scheme_of,
+    shown,
+)
 from ackqueue.storage.failures import abort_quietly
 from ackqueue.storage.filestorage import FILE, PACK_STATE_KEY, check_durability
 from ackqueue.storage.memory import MEMORY
@@ -103,6 +112,7 @@ class Store:
         self.packer: Packer | None = None
         self._refs = 0
         self._names: dict[str, Callable[[], object | None]] = {}
+        self._pickles: dict[str, bool] = {}  # open queue name -> whether it uses pickle
         # Explicit: every use of the writer begins its transaction (the group committer, the
         # reads below). An implicit manager would also move the connection to the latest
         # commit after each commit (Connection.afterCompletion), which the next begin does
@@ -232,10 +242,24 @@ class Store:
                 return
         self._close()
 
+    def serializing(self, name: str, pickles: bool) -> None:
+        """Queue ``name`` (claimed) uses pickle or not: the database loads only ackqueue's
+        records unless every open queue uses pickle (see :class:`RecordLoader`)."""
+        with _registry_lock:
+            self._pickles[name] = pickles
+            self._update_loader_locked()
+
+    def _update_loader_locked(self) -> None:
+        loader = self.db.classFactory  # a caller's database keeps its own
+        if isinstance(loader, RecordLoader):
+            loader.restricted = not self._pickles or not all(self._pickles.values())
+
     def _release_locked(self, name: str | None) -> bool:
         """Drop one reference (and ``name``'s claim); True if it was the last one."""
         if name is not None:
             self._names.pop(name, None)
+            if self._pickles.pop(name, None) is not None:
+                self._update_loader_locked()
         self._refs -= 1
         if self._refs > 0:
             return False

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.errors import QueueLockedError, StorageError
+from ackqueue.records import restricted_class_factory
 from ackqueue.storage.filestorage import open_file_storage, remove_commit_scratch
 from ackqueue.storage.zeo import (
     EXIT_FILE_LOCKED,
@@ -110,6 +111,24 @@ def _server_class() -> Any:
     return OneFileServer
 
 
+def restrict_conflict_resolution() -> None:
+    """Make ZODB's conflict resolution in this process load only what a queue file holds.
+
+    The server never decodes items (they are bytes in their records), but to resolve a
+    conflict ZODB loads the committed and new states of the record with a loader of its own
+    that imports any global a record names: a crafted record of a file served here would run
+    code in the server. Restricted, such a conflict stays a ``ConflictError`` for the client.
+    """
+    import ZODB.ConflictResolution
+
+    def find_global(*args: Any) -> Any:
+        if len(args) != 2 or not all(isinstance(arg, str) for arg in args):
+            raise ZODB.ConflictResolution.BadClassName(*args)
+        return restricted_class_factory(None, args[0], args[1])
+
+    ZODB.ConflictResolution.find_global = find_global
+
+
 def serve(path: str, directory: str, idle: float, durability: str) -> int:
     """Serve ``path`` on the socket in ``directory`` until idle; the process's exit status."""
     os.umask(0o177)  # the socket is created 0600
@@ -128,6 +147,7 @@ def serve(path: str, directory: str, idle: float, durability: str) -> int:
     except QueueLockedError as exc:
         print(exc, flush=True)
         return EXIT_FILE_LOCKED
+    restrict_conflict_resolution()
     server, mine = None, None
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

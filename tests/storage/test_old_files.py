@@ -1,9 +1,11 @@
 """A queue file written by an older ackqueue opens under this one with everything in it.
 
 ``tests/data/written_by_26e4f63.fs`` was written by ``tests/make_old_file.py`` running on
-commit 26e4f63 (before the code moved into layer folders) and SIGKILLed while consumers held
-items. The persistent classes' module paths are the file format: these tests fail if a move
-or rename makes an old file unreadable, or changes what it means. Each test works on a copy.
+commit 26e4f63 (before the code moved into layer folders), ``written_by_6ff5410.fs`` on the
+main of 2026-11-26 (before serializers and format versions; it adds a queue with keys, a
+seen-set and groups), each SIGKILLed while consumers held items. The persistent classes'
+module paths are the file format: these tests fail if a move or rename makes an old file
+unreadable, or changes what it means. Each test works on a copy.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from typing import Any
 
 import pytest
 from conftest import TESTS_DIR, child_env
-from make_old_file import EXPECTED, FAR_FUTURE
+from make_old_file import CRAWL, EXPECTED, FAR_FUTURE
 from polling import bounded
 
 import ackqueue
 
-DATA = os.path.join(TESTS_DIR, "data", "written_by_26e4f63.fs")
+OLD_FILES = {
+    commit: os.path.join(TESTS_DIR, "data", f"written_by_{commit}.fs")
+    for commit in ("26e4f63", "6ff5410")
+}
+WITH_CRAWL = {"6ff5410"}  # written by a tree with puts by key
 KINDS = {
     "fifo": ackqueue.AckQueue,
     "priority": ackqueue.PriorityAckQueue,
@@ -30,10 +36,16 @@ KINDS = {
 }
 
 
+@pytest.fixture(params=sorted(OLD_FILES))
+def written_by(request) -> str:
+    """The commit that wrote the old file under test."""
+    return str(request.param)
+
+
 @pytest.fixture
-def old_file(tmp_path) -> str:
+def old_file(tmp_path, written_by) -> str:
     path = os.path.join(tmp_path, "old.fs")
-    shutil.copyfile(DATA, path)
+    shutil.copyfile(OLD_FILES[written_by], path)
     return path
 
 
@@ -130,11 +142,12 @@ def as_json_shows(item: object) -> object:
     return repr(item)
 
 
-def test_the_command_line_reads_the_old_file(old_file) -> None:
+def test_the_command_line_reads_the_old_file(old_file, written_by) -> None:
     stats = run_cli("stats", old_file)
     assert stats["live_pid"] is None and stats["holds_known"]
     by_name = {queue["name"]: queue for queue in stats["queues"]}
-    assert sorted(by_name) == sorted(EXPECTED)
+    crawl = ["crawl"] if written_by in WITH_CRAWL else []
+    assert sorted(by_name) == sorted([*EXPECTED, *crawl])
     for name, expected in EXPECTED.items():
         queue = by_name[name]
         assert queue["kind"] == expected["kind"]
@@ -150,5 +163,54 @@ def test_the_command_line_reads_the_old_file(old_file) -> None:
         assert [(d["item"], d["attempts"]) for d in letters] == [
             (as_json_shows(item), n) for item, n, _ in expected["dead"]
         ]
-    with open(old_file, "rb") as copy, open(DATA, "rb") as original:
+    with open(old_file, "rb") as copy, open(OLD_FILES[written_by], "rb") as original:
         assert copy.read() == original.read()  # the reading commands changed nothing
+
+
+@pytest.fixture
+def crawl_file(tmp_path) -> str:
+    path = os.path.join(tmp_path, "old.fs")
+    shutil.copyfile(OLD_FILES["6ff5410"], path)
+    return path
+
+
+def open_crawl(path: str) -> ackqueue.AckQueue:
+    return ackqueue.AckQueue(path, name="crawl", **CRAWL["options"])
+
+
+def test_keys_seen_set_and_groups_of_a_file_from_before_formats_are_kept(crawl_file) -> None:
+    live = CRAWL["live"]
+    with open_crawl(crawl_file) as q:
+        assert q.unfinished_tasks == len(live) and q.unacked_count() == 0
+        assert q.qsize() == len(live) - 1  # the paused group's item is not counted ready
+        assert q.seen(CRAWL["seen"])
+        assert q.put("again", key=CRAWL["seen"]) is False  # remembered forever
+        for _, key, group in live:
+            if key is not None:
+                assert q.put("duplicate", key=key, group=group) is False  # live
+        with q.connect() as c:
+            got = {c.get_nowait(): None for _ in range(len(CRAWL["first_gets"]))}
+            assert set(got) == CRAWL["first_gets"]  # b is paused; a holds one at a time
+            with pytest.raises(ackqueue.Empty):
+                c.get_nowait()
+            c.ack(next(item for item in got if item == CRAWL["held"]))
+            following = c.get_nowait()
+            assert following == "a2"  # the group's next, once its held item is done
+            c.ack_many([following, *(item for item in got if item != CRAWL["held"])])
+        assert q.remove_group(CRAWL["paused_group"]) == 1
+        assert q.qsize() == 0
+        assert q.put("a1 again", key="https://a/1") is False  # acked: in the seen-set now
+    with open_crawl(crawl_file) as q:  # what this code wrote opens again
+        assert q.qsize() == 0 and q.seen(CRAWL["seen"]) and q.seen("https://a/2")
+
+
+@pytest.mark.parametrize("commit", sorted(OLD_FILES))
+def test_an_old_file_is_the_first_format_and_opens_only_with_pickle(tmp_path, commit) -> None:
+    path = os.path.join(tmp_path, "old.fs")
+    shutil.copyfile(OLD_FILES[commit], path)
+    with pytest.raises(ackqueue.SerializerMismatchError, match="'pickle', not 'json'"):
+        ackqueue.AckQueue(path, name="jobs", max_attempts=3, serializer="json")
+    with open_queue(path, "jobs") as q:
+        assert q.qsize() == len(ready_items("jobs"))
+        record = q._book.read(lambda record: (record.format_version, record.serializer))
+        assert record == (1, "pickle")  # read as it is: no version means the first format

@@ -1,0 +1,82 @@
+"""Globals with a side effect, for crafted records: loading one of them leaves a marker file.
+
+A test stores a record whose state names one of these (or ``os.system``) and checks that
+opening, reading and consuming the queue leaves no marker: nothing of the record was run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ZODB
+import ZODB.FileStorage
+
+
+def touch(path: str) -> str:
+    """Write the marker file ``path``: whoever calls this ran the crafted record's code."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("ran")
+    return path
+
+
+class Trap:
+    """A class whose construction writes the marker file it is given."""
+
+    def __init__(self, path: str) -> None:
+        touch(path)
+
+
+class Call:
+    """Pickles as a call of ``fn(*args)``: what a crafted pickle runs when it is loaded."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.fn, self.args
+
+
+def targets(marker: str) -> dict[str, Call]:
+    """Crafted values by name, each writing ``marker`` when an unrestricted loader loads it."""
+    return {
+        "os.system": Call(os.system, f"touch {marker}"),
+        "a test module's function": Call(touch, marker),
+        "a test module's class": Call(Trap, marker),
+    }
+
+
+def craft(path: str, change: Any) -> None:
+    """Change the stored records of ``path`` through ZODB's own, unrestricted loader, as a
+    file from elsewhere could have them: ``change(root["ackqueue"])``."""
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(path))
+    try:
+        with db.transaction() as conn:
+            change(conn.root()["ackqueue"])
+    finally:
+        db.close()
+
+
+def poison_first_entry(path: str, value: Any, name: str = "default") -> None:
+    """Set the ``data`` of queue ``name``'s first entry to ``value`` (a :class:`Call`)."""
+
+    def poison(queues: Any) -> None:
+        entries = queues[name].entries
+        entries[entries.minKey()].data = value
+
+    craft(path, poison)
+
+
+def runs_when_trusted(path: str, marker: str, name: str = "default") -> bool:
+    """Whether loading the first entry of ``path`` with ZODB's default loader writes
+    ``marker`` (the crafted record is a real threat); the marker is removed again."""
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(path, read_only=True))
+    try:
+        entries = db.open().root()["ackqueue"][name].entries
+        entries[entries.minKey()].data  # noqa: B018  (loading is the point)
+    finally:
+        db.close()
+    ran = os.path.exists(marker)
+    if ran:
+        os.remove(marker)
+    return ran
