@@ -11,8 +11,9 @@ A ride is taken only for a consumer that came back for more within :data:`RIDE_S
 previous ack, and what it took waits for that consumer at most that long: then it is given
 back, in its place, as a released hold. A get that finds a ride older than that (its timer
 did not run: this process was stopped, maybe past its session lease, and the holds may have
-been reaped and the items acked elsewhere) gives it back too instead of handing it out. A consumer closed meanwhile gives it back at once;
-another consumer of this process whose get finds nothing ready takes it over. Only in shared
+been reaped and the items acked elsewhere) gives it back too instead of handing it out. A
+consumer closed meanwhile gives it back at once; another consumer of this process whose get
+finds nothing ready takes it over. Only in shared
 mode without ``max_attempts`` (a ride counts a delivery, which an unused ride would waste), and
 not with a manual clock (whose time moves only when a test moves it).
 """
