@@ -73,13 +73,13 @@ def test_stopped_consumer_past_its_lease_cannot_ack_the_redelivered_item(
 # A consumer in a loop (get, ack, get...) has its next item taken in its ack's commit (a
 # ride, queue/riding.py); it stops itself right after that ack returned, so the ride waits.
 RIDER = """
-import os, signal, sys, ackqueue
+import signal, sys, threading, ackqueue
 q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
 c = q.connect()
 c.ack(c.get(timeout=30))
 c.ack(c.get(timeout=30))  # within the ride window of the first ack: this one takes a ride
 print("acked", flush=True)
-os.kill(os.getpid(), signal.SIGSTOP)
+signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # this thread stops the process
 try:
     item = c.get(timeout=float(sys.argv[3]))
     print("got", item, flush=True)
@@ -116,6 +116,63 @@ def test_an_item_ridden_before_a_stop_past_the_lease_is_not_handed_out_after_its
                 c.ack(item)
             child.send_signal(signal.SIGCONT)
             assert child.stdout.readline().strip() == "empty"
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+                child.wait()
+
+
+# A WorkerPool whose process stops itself in its first handler, with more items prefetched.
+POOL = """
+import signal, sys, threading, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+pool = None
+
+def handle(item):
+    print("ran", item, flush=True)
+    if item == "last":
+        pool.stop()
+    elif item == "i0":  # this thread stops the process, before it goes on
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+pool = ackqueue.WorkerPool(q, handle, threads=1, prefetch=10)
+pool.run()
+q.close()
+print("done", flush=True)
+"""
+
+
+def test_a_pool_stopped_past_the_lease_does_not_run_its_prefetched_items_acked_elsewhere(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    items = [f"i{n}" for n in range(30)]
+    with ackqueue.AckQueue(zeo_server.uri, session_timeout=LEASE) as q:
+        q.put_many(items)
+        child = subprocess.Popen(
+            child_argv(POOL, zeo_server.uri, str(LEASE)),
+            env=child_env(), stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().split() == ["ran", "i0"]
+            wait_until(lambda: stopped(child.pid), what="the pool to stop itself")
+            with q.connect() as c:
+                acked = []
+                for _ in items:  # the prefetched ones once the stopped session was reaped
+                    item = c.get(timeout=30)
+                    c.ack(item)
+                    acked.append(item)
+            assert sorted(acked) == sorted(items)
+            child.send_signal(signal.SIGCONT)
+            q.put("last")
+            ran = []
+            for line in child.stdout:
+                if line.strip() == "done":
+                    break
+                ran.append(line.split()[1])
+            assert ran == ["last"]  # none of the items acked here ran again there
             assert child.wait(timeout=30) == 0
         finally:
             if child.poll() is None:
