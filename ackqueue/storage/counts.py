@@ -204,6 +204,12 @@ def attach(connection: Any, counts: LogCounts) -> None:
     _by_connection[connection] = counts
 
 
+def detach(connection: Any) -> None:
+    """The writer ``connection`` is closed. Its entry must go now: the value refers to its
+    key, so the weak key alone never lets the connection, its database and storage go."""
+    _by_connection.pop(connection, None)
+
+
 def count_change(record: Any, n: int) -> None:
     """``n`` entries were added to ``record`` (removed, if negative), inside a change."""
     counts = _by_connection.get(record._p_jar)

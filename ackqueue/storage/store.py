@@ -284,6 +284,7 @@ class Store:
             abort_quietly(self._tm)
             self.writer.close()
         finally:
+            counting.detach(self.writer)
             if self.owns_db:
                 try:
                     self.db.close()
