@@ -66,7 +66,19 @@ def durable_packer(storage: Any, referencesf: Any, stop: Any, gc: Any) -> Any:
     """
     result = FileStorage.packer(storage, referencesf, stop, gc)
     if result is not None:
-        fsync_path(storage.getName() + ".pack")
+        copy = storage.getName() + ".pack"
+        try:
+            fsync_path(copy)
+        except BaseException as exc:
+            # The packer returns holding the commit lock, and FileStorage.pack releases it
+            # only once the packer has returned: failing here would leave every later commit
+            # and close() waiting for ever. The file stays as it was; the copy goes.
+            storage._commit_lock.release()
+            with contextlib.suppress(OSError):
+                os.remove(copy)
+            log.error("packing %s failed: its packed copy could not be synced (%s); the "
+                      "file is unchanged", storage.getName(), exc)
+            raise
     return result
 
 
