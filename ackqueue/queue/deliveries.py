@@ -21,7 +21,7 @@ from ackqueue.delivery.holding import Holds
 from ackqueue.delivery.holds import Hold, HoldTable
 from ackqueue.delivery.mode import exhausted_reason
 from ackqueue.delivery.recovery import ThreadExitWatch
-from ackqueue.errors import QueueClosedError
+from ackqueue.errors import NotHeldError, QueueClosedError
 from ackqueue.queue.calls import check_timeout
 from ackqueue.queue.claiming import Claimer
 from ackqueue.queue.core import Core
@@ -206,10 +206,14 @@ class Deliveries:
 
             try:
                 self.store.run(change)
-            except BaseException:
+            except BaseException as exc:
                 if ride is not None:
                     ride.failed()
-                undo()
+                if isinstance(exc, NotHeldError):  # fenced: the store says they are not ours
+                    with self.signals.mutex:
+                        self.holds.lost_locked(table, holds)
+                else:
+                    undo()
                 raise
             if ride is not None and self._rides is not None:
                 self._rides.landed(table, ride)

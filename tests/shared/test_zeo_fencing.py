@@ -179,3 +179,48 @@ def test_a_pool_stopped_past_the_lease_does_not_run_its_prefetched_items_acked_e
                 child.send_signal(signal.SIGCONT)
                 child.kill()
                 child.wait()
+
+
+POOL_UNTIL_EMPTY = """
+import signal, sys, threading, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+
+def handle(item):
+    if item == "i0":  # this thread stops the process, before it goes on
+        print("stopping", flush=True)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+stats = ackqueue.WorkerPool(q, handle, threads=2, prefetch=4).run_until_empty()
+print("done", q.qsize(), q.unacked_count(), flush=True)
+q.close()
+"""
+
+
+def test_a_pool_reaped_while_stopped_still_finishes_run_until_empty(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    items = [f"i{n}" for n in range(10)]
+    with ackqueue.AckQueue(zeo_server.uri, session_timeout=LEASE) as q:
+        q.put_many(items)
+        child = subprocess.Popen(
+            child_argv(POOL_UNTIL_EMPTY, zeo_server.uri, str(LEASE)),
+            env=child_env(), stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "stopping"
+            wait_until(lambda: stopped(child.pid), what="the pool to stop itself")
+            with q.connect() as c:
+                while True:  # what is left, the stopped pool's holds once they are reaped
+                    try:
+                        c.ack(c.get(timeout=5))
+                    except ackqueue.Empty:
+                        break
+            child.send_signal(signal.SIGCONT)
+            assert child.wait(timeout=60) == 0
+            assert child.stdout.read().split() == ["done", "0", "0"]
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+                child.wait()
