@@ -87,6 +87,12 @@ class KeyHeldError(AckQueueError, ValueError):
     """``remove(key)`` named an item a consumer holds: its ack or nack decides its fate."""
 
 
+class KeyTakenError(AckQueueError):
+    """A put by key inside a transaction answered True, but another put of the same key
+    committed first: the transaction was rolled back, so that no put that answered True is
+    missing. Run the transaction again."""
+
+
 class AsyncUsageError(AckQueueError, RuntimeError):
     """The asyncio API was used where it cannot keep its promises: on another event loop than
     the one an object is bound to, by a task that does not own a consumer, or a blocking call

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ackqueue.cli import bench, groups, inspection
+from ackqueue.cli import bench, groups, inspection, salvage
 from ackqueue.cli.changing import (
     cmd_drop,
     cmd_pack,
@@ -283,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("--bytes", action="store_true",
                         help="the keys were bytes, not str (given here as UTF-8)")
     remove.add_argument("--yes", action="store_true", help="really remove a whole group")
+    salvage.add_command(commands)
     bench.add_command(commands)
     return parser
 

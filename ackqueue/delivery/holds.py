@@ -115,11 +115,24 @@ class Holds:
         for table in list(self.tables):
             for hold in list(table.by_id.values()):
                 if voided(hold.key) and not hold.settling:
-                    table.remove(hold)
-                    table.expired.append(hold)
-                    self.end_lease_locked(hold)
-                    self.count -= 1
-                    self._supply.released_locked(hold.key)
+                    self._void_hold_locked(table, hold)
+
+    def lost_locked(self, table: HoldTable, holds: list[Hold]) -> None:
+        """A settle of ``holds`` failed because the store says they are no longer ours (their
+        session was reaped, the item acked elsewhere): void them, as :meth:`void_locked` would
+        have had they not been settling, instead of keeping them held for good."""
+        for hold in holds:
+            hold.settling = False
+            if table.by_id.get(hold.delivery.id) is hold:
+                self._void_hold_locked(table, hold)
+        self.forget_if_done_locked(table)
+
+    def _void_hold_locked(self, table: HoldTable, hold: Hold) -> None:
+        table.remove(hold)
+        table.expired.append(hold)
+        self.end_lease_locked(hold)
+        self.count -= 1
+        self._supply.released_locked(hold.key)
 
     def drain_locked(self) -> int:
         """Close every table and forget what it held (an immediate shutdown); return how many."""

@@ -66,6 +66,9 @@ class HeldInMemory:
     def check_extend(self, hold: Hold) -> None:
         pass
 
+    def may_be_void(self, taken_at: float) -> bool:
+        return False  # holds live in memory: only their own lease ends them
+
     def on_session_lost(self, void: Void) -> None:
         pass
 

@@ -111,6 +111,12 @@ class StoredHolds(Protocol):
         """A lease is being extended: fail if the hold is no longer ours."""
         ...
 
+    def may_be_void(self, taken_at: float) -> bool:
+        """Whether a hold taken at ``taken_at`` (``time.monotonic()``) may have been taken back
+        by another process (shared mode: this process's session lapsed or may have): what is
+        handed out from a buffer after such a gap must be given back, not worked on."""
+        ...
+
     def on_session_lost(self, void: Void) -> None:
         """Call ``void(is_void)`` when this process's holds become void (shared mode only)."""
         ...

@@ -19,7 +19,7 @@ from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.holds import Hold, Holds, HoldTable, ThreadExitWatch
 from ackqueue.delivery.mode import Rides, exhausted_reason
 from ackqueue.delivery.supply import Claim
-from ackqueue.errors import QueueClosedError
+from ackqueue.errors import NotHeldError, QueueClosedError
 from ackqueue.queue.claiming import Claimer
 from ackqueue.queue.core import Core, check_timeout
 from ackqueue.storage.book import Settlement
@@ -202,10 +202,14 @@ class Deliveries:
 
             try:
                 self.store.run(change)
-            except BaseException:
+            except BaseException as exc:
                 if ride is not None:
                     ride.failed()
-                undo()
+                if isinstance(exc, NotHeldError):  # fenced: the store says they are not ours
+                    with self.signals.mutex:
+                        self.holds.lost_locked(table, holds)
+                else:
+                    undo()
                 raise
             if ride is not None:
                 self._rides.landed(table, ride)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ackqueue.delivery.groups import check_group
-from ackqueue.errors import ItemLoadError, KeyHeldError, UnknownKeyError
+from ackqueue.errors import ItemLoadError, KeyHeldError, KeyTakenError, UnknownKeyError
 from ackqueue.queue.core import Core
 from ackqueue.queue.putting import Puts
 from ackqueue.shared.holdmarks import holder
@@ -126,10 +126,30 @@ class Keys:
         news = [NewPut(s, indexed[i], remember) for s, i in zip(staged, new, strict=True)]
         if not news and not revisits:
             return result  # every key live or seen: nothing to commit
-        edit = self._book.admitter(news, [r for _, r in revisits], core.clock())
+        now = core.clock()
+        edit = self._book.admitter(news, [r for _, r in revisits], now)
         landing = _Landing(core, self._puts, news, [r for _, r in revisits], tx is not None)
         if tx is not None:
-            tx.add(lambda: landing.note(edit()), after_commit=landing.land, undo=landing.undo)
+            shown = dict(zip(indexed, keys, strict=True))
+            taken = self._book.taken(
+                news, [r for _, r in revisits if r.data is not None], now)
+
+            def check() -> None:
+                # The block was told True from a look before its commit; a put of the same
+                # key committed since (another thread, another process) would make the block
+                # commit without the item. It fails instead, before any of its edits, so
+                # that its caller knows and nothing of it is stored.
+                lost = taken()
+                if lost:
+                    raise KeyTakenError(
+                        f"a put by key inside this transaction on queue {core.book.name!r} "
+                        f"answered True, but another put of key {shown[lost[0]]!r} committed "
+                        "first: the whole transaction was rolled back (nothing of it was "
+                        "stored); run it again to see the key as it is now"
+                    )
+
+            tx.add(lambda: landing.note(edit()), check=check, after_commit=landing.land,
+                   undo=landing.undo)
             pending.update(put.key for put in news)
             for i in new:
                 result[i] = True

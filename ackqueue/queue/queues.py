@@ -324,6 +324,11 @@ class AckQueue(queue.Queue[T], Generic[T]):
         """True when other processes may use this queue too (its holds are stored)."""
         return self._mode.shared
 
+    def _may_be_void(self, taken_at: float) -> bool:
+        """Whether holds taken at ``taken_at`` (``time.monotonic()``) may have been taken back
+        by another process meanwhile (StoredHolds.may_be_void); for buffers such as WorkerPool's."""
+        return self._mode.stored_holds.may_be_void(taken_at)
+
     def unacked_count(self) -> int:
         """How many items are held by consumers, delivered but not acked."""
         with self.mutex:

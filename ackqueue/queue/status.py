@@ -139,8 +139,12 @@ class StatusBeacon:
         tmp = f"{target}.{os.getpid()}.tmp"
         # Owner only: the status file names held items' keys and owners, as the queue file
         # holds their contents, and a process of another user has no business reading either.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # a leftover of a killed writer may have been made otherwise
+        # Made anew, never through a link: in a directory others may write, a name planted
+        # there (a symlink to a file of ours) must not make us truncate and overwrite it. A
+        # leftover of a killed writer, or a planted link, is unlinked first (never followed).
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with open(fd, "w") as f:
             json.dump(body, f)
         os.replace(tmp, target)

@@ -420,6 +420,9 @@ class SharedMode:
                 signals.listeners.wake(len(index))
             signals.not_full.notify_all()
 
+    def may_be_void(self, taken_at: float) -> bool:
+        return self.session.may_be_void(taken_at)
+
     def session_lost(self) -> None:
         """Our session was reaped: every hold we had is void; late acks raise
         LeaseExpiredError."""

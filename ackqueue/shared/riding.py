@@ -9,8 +9,11 @@ commits alone).
 
 A ride is taken only for a consumer that came back for more within :data:`RIDE_SECONDS` of its
 previous ack, and what it took waits for that consumer at most that long: then it is given
-back, in its place, as a released hold. A consumer closed meanwhile gives it back at once;
-another consumer of this process whose get finds nothing ready takes it over. Only in shared
+back, in its place, as a released hold. A get that finds a ride older than that (its timer
+did not run: this process was stopped, maybe past its session lease, and the holds may have
+been reaped and the items acked elsewhere) gives it back too instead of handing it out. A
+consumer closed meanwhile gives it back at once; another consumer of this process whose get
+finds nothing ready takes it over. Only in shared
 mode without ``max_attempts`` (a ride counts a delivery, which an unused ride would waste), and
 not with a manual clock (whose time moves only when a test moves it).
 """
@@ -38,6 +41,7 @@ RIDE_SECONDS = 0.2
 class _Waiting:
     claims: list[Claim]
     timer: Timer | None = None
+    landed_at: float = 0.0  # time.monotonic() when the ack that took them committed
 
 
 class AckRides:
@@ -97,7 +101,7 @@ class AckRides:
                 for claim in kept:
                     self._supply.make_ready_locked(claim.key)
                 return
-            waiting = self._waiting[table] = _Waiting(kept)
+            waiting = self._waiting[table] = _Waiting(kept, landed_at=time.monotonic())
             waiting.timer = self._timers.at(
                 self._clock() + RIDE_SECONDS, lambda: self._expire_locked(table, waiting)
             )
@@ -121,6 +125,13 @@ class AckRides:
             if source is None:
                 return []
             waiting = self._waiting[source]
+            if time.monotonic() - waiting.landed_at > RIDE_SECONDS:
+                # Its wait ran out without its timer running: this process was stopped (or
+                # starved) meanwhile, maybe past its session lease, and then these holds were
+                # reaped and the items given to, and acked by, another process. Fenced like a
+                # late ack: give them back (fenced by their tokens) and take afresh.
+                self._give_back_locked(source, waiting)
+                return []
             claims, waiting.claims = waiting.claims[:n], waiting.claims[n:]
             if not waiting.claims:
                 self._end_locked(source)

@@ -111,6 +111,11 @@ class Session:
         self._stopped = False
         self._back_at = 0.0  # server time of the first renewal after a lost connection
         self._renewed_at = 0.0  # server time of this session's last renewal
+        # This process's monotonic time of the last renewal, and of the last time it found its
+        # session reaped or renewed it after a gap past its lease: what may_be_void measures a
+        # hold against.
+        self._renewed_mono = time.monotonic()
+        self._lost_mono = float("-inf")
         self._failing = False
         self._restart_lock = threading.Lock()
         # Renewals, reaping and releases commit on a connection of their own, so that a lease
@@ -160,6 +165,7 @@ class Session:
         record = self._run(register)
         self.sid = sid
         self._back_at = self._renewed_at = server_time(record._p_serial)
+        self._renewed_mono = time.monotonic()
 
     def check_live(self, consuming: bool = False) -> str:
         """Inside a change: this session's id, or :class:`SessionLost` if it was reaped;
@@ -188,7 +194,23 @@ class Session:
             record.renewals += 1
             return record
 
-        return server_time(self._run(renew)._p_serial)
+        renewed = server_time(self._run(renew)._p_serial)
+        now = time.monotonic()
+        if now - self._renewed_mono > self.lease:
+            # A gap past the lease (this process stopped or cut off): the session may have
+            # been reaped even though this renewal got through (over ZEO it can, before the
+            # reap's invalidation arrives); every hold taken before now is in doubt.
+            self._lost_mono = max(self._lost_mono, now)
+        self._renewed_mono = now
+        return renewed
+
+    def may_be_void(self, taken_at: float) -> bool:
+        """Whether a hold taken at ``taken_at`` (``time.monotonic()``) may have been reaped and
+        its item given to another process: this session was found reaped, or went a whole
+        lease without a renewal, since; or it has not been renewed for a whole lease now (this
+        process was stopped or cut off and the session thread has not looked yet)."""
+        now = time.monotonic()
+        return taken_at <= self._lost_mono or now - self._renewed_mono > self.lease
 
     def reap(self, now: float) -> list[str]:
         """End the sessions not renewed for their lease at server time ``now`` and delete
@@ -319,6 +341,7 @@ class Session:
             self.lease,
         )
         self.lost += 1
+        self._lost_mono = time.monotonic()
         with self._cond:
             self._releases.clear()
         for queue in list(self._queues):

@@ -245,6 +245,29 @@ class KeyBook:
 
         return admit
 
+    def taken(
+        self, new: list[NewPut], revisits: list[Revisit], now: float
+    ) -> Callable[[], list[bytes]]:
+        """A read, inside a commit, of the keys among ``new`` that are no longer free and of
+        ``revisits`` whose item is no longer live, waiting and the same: what ``admitter``
+        would now refuse."""
+        record, held = self.book.record, self._held
+
+        def read() -> list[bytes]:
+            index = record.keyed
+            found = [put.key for put in new
+                     if (index is not None and put.key in index)
+                     or seen_until(record, put.key, now) is not None]
+            for revisit in revisits:
+                entry_key = revisit.live.entry_key
+                entry = record.entries.get(entry_key)
+                if (index is None or index.get(revisit.key) != entry_key or entry is None
+                        or held(entry) is not None):
+                    found.append(revisit.key)
+            return found
+
+        return read
+
     def _insert(self, record: QueueRecord, put: NewPut, now: float) -> None:
         staged = put.staged
         entry = self.book.store_entry(staged, now)

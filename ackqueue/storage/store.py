@@ -341,6 +341,7 @@ class Store:
             abort_quietly(self._tm)
             self.writer.close()
         finally:
+            counting.detach(self.writer)
             if self.owns_db:
                 try:
                     storage = self.db.storage  # the closed database lets go of it

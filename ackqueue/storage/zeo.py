@@ -300,6 +300,11 @@ def _client_storage_class() -> Any:
         """A ZEO client that starts a new server when its server goes away."""
 
         def __init__(self, sock: str, path: str, durability: str, **kw: Any) -> None:
+            # ZEO reconnects by address whenever its server goes: through the directory
+            # checked and pinned at open (see _pinned), never through whatever directory
+            # another user may have put at its name since.
+            self._ackqueue_dir_fd, sock = _pinned(sock)
+            self._ackqueue_sock = sock
             self._ackqueue_path = path
             self._ackqueue_durability = durability
             self._ackqueue_closed = False
@@ -326,7 +331,7 @@ def _client_storage_class() -> Any:
             The dying server's socket may still accept for a moment after the disconnection
             (and is_connected() says True while the notice runs): so watch the socket until a
             new connection is made, not just once."""
-            sock = os.path.join(private_dir(self._ackqueue_path), SOCKET)
+            sock = self._ackqueue_sock
             try:
                 while not self._ackqueue_closed and self._ackqueue_connections == connections:
                     if not listening(sock):
@@ -356,9 +361,41 @@ def _client_storage_class() -> Any:
 
         def close(self) -> None:
             self._ackqueue_closed = True
-            super().close()
+            try:
+                super().close()
+            finally:
+                if self._ackqueue_dir_fd is not None:
+                    os.close(self._ackqueue_dir_fd)
+                    self._ackqueue_dir_fd = None
 
     return RestartingClientStorage
+
+
+def _pinned(sock: str) -> tuple[int | None, str]:
+    """The server's private directory opened, checked, and kept open, and the socket's
+    address through that open directory (``/proc/self/fd/N/zeo.sock``).
+
+    In a directory that others may write (no sticky bit), another user can rename the
+    private directory away and put her own at its name, with her own server: a client
+    reconnecting by path would send its commits there and load her pickles. Through the
+    open directory the address keeps naming the directory checked here. Where /proc is
+    missing, the path itself (checked at open, as before)."""
+    directory = os.path.dirname(sock)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        opened, named = os.fstat(fd), os.lstat(directory)
+        if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+            raise StorageError(f"the directory {directory} of the shared queue's server was "
+                               "replaced while it was being opened; open the queue again")
+        check_private(directory, "directory")
+        address = f"/proc/self/fd/{fd}/{SOCKET}"
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.close(fd)
+            return None, sock
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, address
 
 
 def connect(path: str, durability: str = "strict") -> ZODB.DB:

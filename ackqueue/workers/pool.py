@@ -227,6 +227,7 @@ class WorkerPool(Generic[T]):
         stopping = board.stopping
         handler = self.handler
         lease = getattr(self.queue, "ack_timeout", None)
+        may_be_void = getattr(self.queue, "_may_be_void", lambda taken_at: False)
         try:
             while not stopping.is_set():
                 try:
@@ -236,8 +237,11 @@ class WorkerPool(Generic[T]):
                     continue
                 if buffer and board.waiting:
                     board.wake_one()  # more is left: pass the wake-up on
-                if lease is not None and time.monotonic() - got_at >= lease:
-                    outcome: object = UNSTARTED  # taken back already: another may have it
+                expired = lease is not None and time.monotonic() - got_at >= lease
+                if expired or may_be_void(got_at):
+                    # Taken back already (its lease ran out, or this process was stopped past
+                    # its shared session's lease): another may have it, or have acked it.
+                    outcome: object = UNSTARTED
                 else:
                     running[index] = True
                     try:

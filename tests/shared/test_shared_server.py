@@ -8,6 +8,7 @@ The servers these tests start stop themselves one second after their last client
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -428,3 +429,48 @@ def test_a_server_that_stopped_leaves_only_what_a_closed_queue_leaves(
         left = sorted(n.replace(name, "FILE") for n in os.listdir(os.path.dirname(qpath)))
         assert left == closed == ["FILE", "FILE.index", "FILE.lock"], left
     assert stored_items(qpath) == ["kept 0", "kept 1"]
+
+
+def test_a_private_directory_swapped_by_another_user_is_not_reconnected_to(
+    tmp_path, caplog
+) -> None:
+    """In a directory everyone may write (no sticky bit), another user renames the server's
+    private directory away and puts her own, with her own socket, at its name; then the
+    server dies. The connected client must not reconnect to her socket: it reconnects
+    through the directory it checked at open, and refuses to start a server in hers."""
+    parent = tmp_path / "open-to-all"
+    parent.mkdir()
+    parent.chmod(0o777)
+    path = str(parent / "q.fs")
+    nobody = 65534
+    with ackqueue.AckQueue(path, shared=True) as q:
+        q.put("mine")
+        directory = sharedserver.private_dir(path)
+        pid = server_pid(path)
+        os.rename(directory, directory + ".moved")  # what any user may do in this parent
+        os.mkdir(directory, 0o700)
+        her = socket.socket(socket.AF_UNIX)
+        her.bind(os.path.join(directory, sharedserver.SOCKET))
+        her.listen()
+        her.setblocking(False)
+        for made in (os.path.join(directory, sharedserver.SOCKET), directory):
+            os.chown(made, nobody, nobody)
+        connected_to_her = []
+
+        def her_accepts() -> bool:
+            with contextlib.suppress(BlockingIOError):
+                connected_to_her.append(her.accept()[0])
+            return bool(connected_to_her)
+
+        try:
+            os.kill(pid, signal.SIGKILL)
+            wait_until(
+                lambda: her_accepts() or "belongs to nobody" in caplog.text,
+                timeout=20, what="the client to reconnect somewhere or refuse",
+            )
+            assert not her_accepts()
+        finally:
+            her.close()
+            shutil.rmtree(directory)
+            os.rename(directory + ".moved", directory)
+        assert q.get(timeout=30) == "mine"  # a server started again in its own directory

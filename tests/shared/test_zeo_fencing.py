@@ -6,7 +6,9 @@ from __future__ import annotations
 import signal
 import subprocess
 
+import pytest
 from conftest import child_argv, child_env
+from polling import wait_until
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -61,6 +63,162 @@ def test_stopped_consumer_past_its_lease_cannot_ack_the_redelivered_item(
             except ackqueue.Empty:
                 extra = None
             assert extra is None
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+                child.wait()
+
+
+# A consumer in a loop (get, ack, get...) has its next item taken in its ack's commit (a
+# ride, queue/riding.py); it stops itself right after that ack returned, so the ride waits.
+RIDER = """
+import signal, sys, threading, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+c = q.connect()
+c.ack(c.get(timeout=30))
+c.ack(c.get(timeout=30))  # within the ride window of the first ack: this one takes a ride
+print("acked", flush=True)
+signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # this thread stops the process
+try:
+    item = c.get(timeout=float(sys.argv[3]))
+    print("got", item, flush=True)
+except ackqueue.Empty:
+    print("empty", flush=True)
+q.close()
+"""
+
+
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_an_item_ridden_before_a_stop_past_the_lease_is_not_handed_out_after_its_ack(
+    zeo_server: ZEOServer, round_: int  # noqa: F811
+) -> None:
+    """The ride's holds were reaped while the process was stopped; another process got the
+    item and acked it. On SIGCONT the stopped consumer's next get must not return it."""
+    with ackqueue.AckQueue(zeo_server.uri, session_timeout=LEASE) as q:
+        q.put_many(["one", "two", "three"])
+        child = subprocess.Popen(
+            child_argv(RIDER, zeo_server.uri, str(LEASE), "3"),
+            env=child_env(), stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "acked"
+            wait_until(lambda: stopped(child.pid), what="the consumer to stop itself")
+            with q.connect() as c:
+                item = c.get(timeout=30)  # once the stopped process's session was reaped
+                assert item == "three"
+                c.ack(item)
+            child.send_signal(signal.SIGCONT)
+            assert child.stdout.readline().strip() == "empty"
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+                child.wait()
+
+
+# A WorkerPool whose process stops itself in its first handler, with more items prefetched.
+POOL = """
+import signal, sys, threading, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+pool = None
+
+def handle(item):
+    print("ran", item, flush=True)
+    if item == "last":
+        pool.stop()
+    elif item == "i0":  # this thread stops the process, before it goes on
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+pool = ackqueue.WorkerPool(q, handle, threads=1, prefetch=10)
+pool.run()
+q.close()
+print("done", flush=True)
+"""
+
+
+def test_a_pool_stopped_past_the_lease_does_not_run_its_prefetched_items_acked_elsewhere(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    items = [f"i{n}" for n in range(30)]
+    with ackqueue.AckQueue(zeo_server.uri, session_timeout=LEASE) as q:
+        q.put_many(items)
+        child = subprocess.Popen(
+            child_argv(POOL, zeo_server.uri, str(LEASE)),
+            env=child_env(), stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().split() == ["ran", "i0"]
+            wait_until(lambda: stopped(child.pid), what="the pool to stop itself")
+            with q.connect() as c:
+                acked = []
+                for _ in items:  # the prefetched ones once the stopped session was reaped
+                    item = c.get(timeout=30)
+                    c.ack(item)
+                    acked.append(item)
+            assert sorted(acked) == sorted(items)
+            child.send_signal(signal.SIGCONT)
+            q.put("last")
+            ran = []
+            for line in child.stdout:
+                if line.strip() == "done":
+                    break
+                ran.append(line.split()[1])
+            assert ran == ["last"]  # none of the items acked here ran again there
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+                child.wait()
+
+
+POOL_UNTIL_EMPTY = """
+import signal, sys, threading, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
+
+def handle(item):
+    if item == "i0":  # this thread stops the process, before it goes on
+        print("stopping", flush=True)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+stats = ackqueue.WorkerPool(q, handle, threads=2, prefetch=4).run_until_empty()
+print("done", q.qsize(), q.unacked_count(), flush=True)
+q.close()
+"""
+
+
+def test_a_pool_reaped_while_stopped_still_finishes_run_until_empty(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    items = [f"i{n}" for n in range(10)]
+    with ackqueue.AckQueue(zeo_server.uri, session_timeout=LEASE) as q:
+        q.put_many(items)
+        child = subprocess.Popen(
+            child_argv(POOL_UNTIL_EMPTY, zeo_server.uri, str(LEASE)),
+            env=child_env(), stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "stopping"
+            wait_until(lambda: stopped(child.pid), what="the pool to stop itself")
+            with q.connect() as c:
+                while True:  # what is left, the stopped pool's holds once they are reaped
+                    try:
+                        c.ack(c.get(timeout=5))
+                    except ackqueue.Empty:
+                        break
+            child.send_signal(signal.SIGCONT)
+            assert child.wait(timeout=60) == 0
+            assert child.stdout.read().split() == ["done", "0", "0"]
         finally:
             if child.poll() is None:
                 child.send_signal(signal.SIGCONT)

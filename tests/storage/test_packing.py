@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 
+import pytest
 from conftest import child_argv, child_env
 from polling import bounded
 from ZODB.FileStorage import FileStorage
@@ -227,3 +228,45 @@ def test_a_burn_down_is_packed_near_its_end_not_halfway(tmp_path):
         assert largest <= 1.75 * filled + packer.min_bytes
         packer.pack()  # what the last acks left: the file ends near empty
     assert os.path.getsize(path) < filled / 10
+
+
+def test_a_pack_whose_copy_cannot_be_synced_releases_the_commit_lock_and_the_queue_goes_on(
+    tmp_path, monkeypatch
+):
+    """The packed copy vanishes (its directory was taken away, say) after FileStorage's
+    packer wrote it and took the commit lock, and before ackqueue fsyncs it: the pack fails
+    with a clear error, and puts, acks and close go on instead of waiting for ever."""
+
+    from ackqueue.storage import durability
+
+    real_fsync_path = durability.fsync_path
+
+    def vanishing(path: str) -> None:
+        if path.endswith(".pack"):
+            os.remove(path)  # the real call below then fails as the operating system says
+        real_fsync_path(path)
+
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, autopack=False) as q:
+        q.put_many(range(50))
+        with q.connect() as c:
+            for _ in range(25):
+                c.ack(c.get())
+        monkeypatch.setattr(durability, "fsync_path", vanishing)
+        with pytest.raises(ackqueue.StorageError, match="pack"):
+            q.pack()
+        monkeypatch.setattr(durability, "fsync_path", real_fsync_path)
+        done = threading.Event()
+
+        def put_and_ack() -> None:
+            q.put("after")
+            with q.connect() as c:
+                c.ack(c.get())
+            done.set()
+
+        worker = threading.Thread(target=put_and_ack, daemon=True)
+        worker.start()
+        assert done.wait(30), "a put after the failed pack never returned (commit lock held)"
+        q.pack()  # and packing works again
+    with ackqueue.AckQueue(path) as q:
+        assert q.qsize() == 25

@@ -1,0 +1,43 @@
+"""Files ackqueue makes beside a queue file are made anew, never through a planted symlink:
+in a directory others may write, a link at one of their names must not make the queue's owner
+truncate, overwrite or chmod a file the link points to."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from polling import wait_until
+
+import ackqueue
+from ackqueue.queue.status import status_path
+
+
+def test_a_symlink_planted_at_the_status_scratch_name_is_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    victim.chmod(0o644)
+    path = str(tmp_path / "q.fs")
+    os.symlink(victim, f"{status_path(path)}.{os.getpid()}.tmp")
+    with ackqueue.AckQueue(path) as q:
+        q.put(1)
+        with q.connect() as c:
+            c.get()  # a held item: the status file is written
+            wait_until(lambda: os.path.isfile(status_path(path)), what="the status file")
+    assert victim.read_text() == "precious"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+    assert not os.path.islink(status_path(path))
+
+
+def test_a_damaged_files_kept_copy_is_not_written_through_a_planted_symlink(tmp_path):
+    from ackqueue.storage.filestorage import copy_exclusively
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    source = tmp_path / "q.fs"
+    source.write_bytes(b"FS21data")
+    os.symlink(victim, str(source) + ".tr0.before")
+    with pytest.raises(FileExistsError):
+        copy_exclusively(str(source), str(source) + ".tr0.before")
+    assert victim.read_text() == "precious"

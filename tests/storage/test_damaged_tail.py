@@ -1,0 +1,136 @@
+"""A damaged byte in the middle of a queue file must not cost the commits after it.
+
+With a stale index (a kill -9 after the last close) FileStorage scans the newer part of the
+file when it opens; a transaction header with a wrong length or status there makes it cut the
+file at that point and save everything after it as ``.trN``. That copy holds commits whose puts
+and acks returned: it is kept, an error names it, and ``ackqueue salvage`` puts its items back.
+Only a tail that is the unfinished last commit is dropped (test_leftover_files.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import pytest
+from ZODB.FileStorage import FileStorage
+
+import ackqueue
+from ackqueue.cli.commands import main as cli
+
+CLOSED_WITH = 100  # items in the file when its index was last saved
+PUT_AFTER = 200  # items put afterwards, each its own commit, before the "kill -9"
+
+
+def killed_file(tmp_path, acks: int = 0) -> tuple[str, list[int], set[int]]:
+    """A queue file as a kill -9 leaves it: its index saved at an earlier close, then more
+    commits, puts and ``acks`` acks (copied while the queue is open, which is what is on disk
+    after SIGKILL); the items put, and those acked."""
+    work = str(tmp_path / "work.fs")
+    with ackqueue.AckQueue(work, autopack=False) as q:
+        q.put_many(range(CLOSED_WITH))
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    path = str(killed / "q.fs")
+    acked: set[int] = set()
+    with ackqueue.AckQueue(work, autopack=False) as q, q.connect() as c:
+        for n in range(CLOSED_WITH, CLOSED_WITH + PUT_AFTER):
+            q.put(n)
+            if len(acked) < acks and n % 2:
+                item = c.get_nowait()
+                c.ack(item)
+                acked.add(item)
+        shutil.copy(work + ".index", path + ".index")  # the one saved at the earlier close
+        shutil.copy(work, path)
+    return path, list(range(CLOSED_WITH + PUT_AFTER)), acked
+
+
+def transaction_starts(path: str) -> list[int]:
+    storage = FileStorage(path, read_only=True)
+    try:
+        return [t._tpos for t in storage.iterator()]
+    finally:
+        storage.close()
+
+
+def damage(path: str, offset: int, byte: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(byte)
+
+
+def drained(path: str) -> list[int]:
+    with ackqueue.AckQueue(path) as q:
+        return sorted(q.get_nowait() for _ in range(q.qsize()))
+
+
+def stored(path: str) -> list[int]:
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        return sorted(c.get_nowait() for _ in range(q.qsize()))  # given back on close
+
+
+@pytest.mark.parametrize("field", ["length", "status"])
+def test_a_damaged_header_mid_file_keeps_the_commits_after_it_and_salvage_puts_them_back(
+    tmp_path, caplog, field
+):
+    path, put, acked = killed_file(tmp_path, acks=60)
+    starts = transaction_starts(path)
+    middle = starts[-PUT_AFTER // 2]  # a put of the second half, long returned
+    if field == "length":
+        damage(path, middle + 8, b"\x7f")  # the high byte of the transaction length
+    else:
+        damage(path, middle + 16, b"c")  # flagged as if still between vote and finish
+    with caplog.at_level(logging.WARNING, logger="ackqueue"):
+        left = stored(path)
+    assert len(left) < len(put)  # FileStorage cut the file: the later puts are not in it
+    copies = sorted(n for n in os.listdir(tmp_path / "killed") if ".tr" in n)
+    assert copies == ["q.fs.tr0", "q.fs.tr0.before"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("q.fs.tr0" in e and "ackqueue salvage" in e for e in errors), errors
+
+    assert cli(["salvage", path + ".tr0", "--into", path]) == 0
+    got = drained(path)
+    # Every put that returned and was not acked, once. An ack cut off with the tail gives its
+    # item again (at least once); one that stayed in the file does not.
+    assert len(got) == len(set(got))
+    assert set(put) - acked <= set(got) <= set(put)
+    assert acked & set(left) == acked & set(got)
+    # A copy is salvaged once: a second run refuses instead of putting the items twice.
+    assert cli(["salvage", path + ".tr0", "--into", path]) != 0
+
+
+def test_an_unfinished_last_commit_after_a_kill_is_still_dropped(tmp_path):
+    path, put, _ = killed_file(tmp_path)
+    last = transaction_starts(path)[-1]
+    damage(path, last + 16, b"c")  # killed between the last commit's vote and its finish
+    assert drained(path) == put[:-1]
+    assert not [n for n in os.listdir(tmp_path / "killed") if ".tr" in n]
+
+
+def test_a_wrong_count_recorded_by_a_commit_is_repaired_when_the_file_is_opened_after_a_kill(
+    tmp_path, caplog
+):
+    """Each commit records its change of the count in its transaction header (counts.py);
+    one wrong byte there must not strand an item: after an unclean stop the opener checks
+    the count against the entries and puts it right."""
+    path, put, _ = killed_file(tmp_path)
+    start = transaction_starts(path)[-PUT_AFTER // 2]
+    with open(path, "r+b") as f:
+        f.seek(start)
+        head = f.read(200)
+        change = b"defaultq\x03K\x01"  # {"default": 1} pickled: this put's change
+        at = head.index(change) + len(change) - 1
+        f.seek(start + at)
+        f.write(b"\x00")
+    with caplog.at_level(logging.WARNING, logger="ackqueue"), ackqueue.AckQueue(path) as q:
+        assert q.qsize() == len(put)
+    assert any("count" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    with ackqueue.AckQueue(path) as q:
+        got = []
+        while True:
+            try:
+                got.append(q.get_nowait())
+            except ackqueue.Empty:
+                break
+        assert got == put and q.qsize() == 0
