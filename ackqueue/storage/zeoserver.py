@@ -83,6 +83,14 @@ def _watch_idle(server: Any, idle: float, replaced: Callable[[], bool]) -> None:
             return
 
 
+# A client holds the storage's commit lock from its vote to its finish: one stopped there
+# (SIGSTOP, a debugger, a frozen VM) would hold every other process's commits for as long as it
+# stays stopped. ZEO closes such a client's connection after this many seconds and aborts its
+# commit (the client sees a StorageError; nothing it committed is lost). Generous: a commit of
+# a huge batch on a slow disk takes seconds, and a stopped process is reaped after its lease.
+TRANSACTION_TIMEOUT = 30.0
+
+
 def _server_class() -> Any:
     from ZEO.StorageServer import StorageServer
 
@@ -91,7 +99,7 @@ def _server_class() -> Any:
         path is another one (see the module's docstring)."""
 
         def __init__(self, sock: str, storage: Any, path: str) -> None:
-            super().__init__(sock, {"1": storage})
+            super().__init__(sock, {"1": storage}, transaction_timeout=TRANSACTION_TIMEOUT)
             self.ackqueue_path = path
 
         def replaced(self) -> bool:
