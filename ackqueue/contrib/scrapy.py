@@ -245,13 +245,16 @@ def frontier_path(settings: Any) -> str:
 
 def check_spider(path: str, name: str, options: dict[str, Any]) -> None:
     """The file belongs to the spider ``name`` (the first to open it), or a clear error."""
+    owner: ackqueue.AckQueue[str]
     with ackqueue.AckQueue(path, name="spider", **options) as owner:
         owner.put(name, key="spider")  # False: the file has its spider already
         with owner.connect() as c:
             try:
                 stored = c.get(timeout=30)  # another process of the crawl may hold it a moment
             except ackqueue.Empty:
-                raise ForeignFrontierError(f"{path}: cannot read which spider it belongs to")
+                raise ForeignFrontierError(
+                    f"{path}: cannot read which spider it belongs to"
+                ) from None
             c.nack(stored)
     if stored != name:
         raise ForeignFrontierError(

@@ -1,0 +1,105 @@
+"""ackqueue's Scrapy scheduler (``ackqueue.contrib.scrapy``) with real Scrapy processes crawling
+a site served on 127.0.0.1, killed with SIGKILL at random moments of the crawl.
+
+What a kill may cost: the requests Scrapy had in flight are fetched again; nothing else. Every
+page's item and child requests are committed once, in the commit that acks the page.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from conftest import REPO_ROOT, child_env, seed_for
+
+pytest.importorskip("scrapy")
+
+import ackqueue  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from scrapy_crawler import Site  # noqa: E402
+
+PAGES, KILLS, CONCURRENCY = 250, 10, 8
+
+
+def start_crawl(site: Site, directory: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "scrapy_crawler.py"), "--port", str(site.port),
+         "--dir", directory, "--concurrency", str(CONCURRENCY), *extra],
+        env=child_env(PYTHONPATH=os.pathsep.join([REPO_ROOT, HERE])),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def stored_items(path: str) -> list[dict[str, object]]:
+    """The items the crawl committed (read without taking them)."""
+    with ackqueue.AckQueue(path, name="items") as q, q.connect() as c:
+        got = []
+        while True:
+            try:
+                got.append(c.get_nowait())
+            except ackqueue.Empty:
+                return got
+
+
+def test_a_crawl_killed_at_random_moments_fetches_every_page_and_commits_each_once(tmp_path):
+    rng = random.Random(seed_for(23))
+    site = Site(PAGES)
+    directory = str(tmp_path / "job")
+    in_flight_at_kills = 0
+    kills = 0
+    try:
+        while kills < KILLS:
+            before = site.fetched()
+            crawl = start_crawl(site, directory)
+            assert crawl.stdout is not None
+            wanted = rng.randint(1, 25)  # kill after this many pages came through
+            done = 0
+            for line in crawl.stdout:
+                if line.startswith("done"):
+                    done += 1
+                    if done == wanted:
+                        crawl.send_signal(signal.SIGKILL)
+                        break
+            rest, err = crawl.communicate(timeout=120)
+            if crawl.returncode != -signal.SIGKILL:
+                assert crawl.returncode == 0, err
+                break  # the crawl ended before the kill: nothing left to kill
+            kills += 1
+            done += rest.count("done")
+            fetched_now = sum((site.fetched() - before).values())
+            # Fetched in this run, and not come through as an item before the kill.
+            in_flight_at_kills += max(0, fetched_now - done)
+        assert kills >= KILLS, "the crawl ended too soon to be killed often enough"
+        final = start_crawl(site, directory)
+        out, err = final.communicate(timeout=300)
+        assert final.returncode == 0, err
+        assert "finished" in out
+    finally:
+        site.close()
+    fetched = site.fetched()
+    assert set(fetched) == set(range(PAGES)), "pages never fetched"
+    items = Counter(item["page"] for item in stored_items(os.path.join(directory, "frontier.fs")))
+    assert items == Counter(range(PAGES)), "each page's item committed exactly once"
+    twice = sum(n - 1 for n in fetched.values())
+    print(f"{kills} kills, {twice} pages fetched again, {in_flight_at_kills} in flight at kills")
+    assert twice <= in_flight_at_kills
+    with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
+        assert q.qsize() == 0 and q.delayed_count() == 0  # every request acked
+        # Each page's child requests were committed once: every page is in the seen-set.
+        assert all(q.seen(key) for key in seen_keys(PAGES, site.port))
+
+
+def seen_keys(pages: int, port: int) -> list[str]:
+    from scrapy import Request
+    from scrapy.utils.test import get_crawler
+
+    crawler = get_crawler(settings_dict={"REQUEST_FINGERPRINTER_IMPLEMENTATION": "2.7"})
+    fingerprint = crawler.request_fingerprinter.fingerprint
+    return [fingerprint(Request(f"http://127.0.0.1:{port}/p/{n}")).hex() for n in range(pages)]
