@@ -245,9 +245,10 @@ def frontier_path(settings: Any) -> str:
 
 def check_spider(path: str, name: str, options: dict[str, Any]) -> None:
     """The file belongs to the spider ``name`` (the first to open it), or a clear error."""
-    owner: ackqueue.AckQueue[str]
-    with ackqueue.AckQueue(path, name="spider", **options) as owner:
+    owner: ackqueue.AckQueue[str] = ackqueue.AckQueue(path, name="spider", **options)
+    with owner:
         owner.put(name, key="spider")  # False: the file has its spider already
+        c: ackqueue.Consumer[str]
         with owner.connect() as c:
             try:
                 stored = c.get(timeout=30)  # another process of the crawl may hold it a moment
