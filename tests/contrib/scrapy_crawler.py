@@ -25,8 +25,10 @@ import scrapy
 class Site:
     """``pages`` pages on 127.0.0.1, served by a thread until :meth:`close`."""
 
-    def __init__(self, pages: int) -> None:
+    def __init__(self, pages: int, flaky: frozenset[int] = frozenset()) -> None:
+        """``flaky``: pages that answer 503 the first time (Scrapy retries them)."""
         self.pages = pages
+        self.flaky = flaky
         self.fetches: Counter[int] = Counter()
         self._lock = threading.Lock()
         site = self
@@ -40,6 +42,10 @@ class Site:
                 page = int(found.group(1))
                 with site._lock:
                     site.fetches[page] += 1
+                    first = site.fetches[page] == 1
+                if first and page in site.flaky:
+                    self.send_error(503)
+                    return
                 links = [(2 * page + 1) % site.pages, (2 * page + 2) % site.pages]
                 body = (
                     f"<html><title>page {page}</title><body>"
@@ -73,14 +79,21 @@ class Site:
 class PagesSpider(scrapy.Spider):
     name = "pages"
 
-    def __init__(self, port: int = 0, **kwargs: object) -> None:
+    def __init__(
+        self, port: int = 0, start_dont_filter: bool = False, bad_callback: bool = False,
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)
         self.port = int(port)
+        self.start_dont_filter = start_dont_filter
+        self.bad_callback = bad_callback
 
     def start_requests(self):  # Scrapy < 2.13
-        # Keyed like any page (Scrapy's default start requests are dont_filter; ackqueue keys
-        # those too, under a key of their own: tests/contrib/test_scrapy.py).
-        yield scrapy.Request(f"http://127.0.0.1:{self.port}/p/0")
+        # Keyed like any page by default (Scrapy's own start requests are dont_filter;
+        # ackqueue keys those too, under a key of their own: tests/contrib/test_scrapy.py).
+        yield scrapy.Request(
+            f"http://127.0.0.1:{self.port}/p/0", dont_filter=self.start_dont_filter
+        )
 
     async def start(self):
         for request in self.start_requests():
@@ -88,9 +101,15 @@ class PagesSpider(scrapy.Spider):
 
     def parse(self, response):
         page = int(response.url.rsplit("/", 1)[1])
-        yield {"page": page, "title": response.css("title::text").get()}
+        yield {
+            "page": page,
+            "title": response.css("title::text").get(),
+            "retry_times": response.meta.get("retry_times", 0),
+        }
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)
+        if self.bad_callback and page == 1:
+            yield response.follow("/p/1?again", callback=lambda r: None)
 
 
 class PrintPipeline:
@@ -124,12 +143,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frontier", choices=["ackqueue", "jobdir"], default="ackqueue")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--spider-name", default="pages")
+    parser.add_argument("--start-dont-filter", action="store_true")
+    parser.add_argument("--bad-callback", action="store_true")
+    parser.add_argument("--no-jobdir", action="store_true")
+    parser.add_argument("--shared", action="store_true")
     args = parser.parse_args(argv)
     from scrapy.crawler import CrawlerProcess
 
     PagesSpider.name = args.spider_name
-    process = CrawlerProcess(settings_for(args.frontier, args.dir, args.concurrency))
-    process.crawl(PagesSpider, port=args.port)
+    settings = settings_for(args.frontier, args.dir, args.concurrency)
+    if args.no_jobdir:
+        del settings["JOBDIR"]
+    if args.shared:
+        settings["ACKQUEUE_SHARED"] = True
+    process = CrawlerProcess(settings)
+    process.crawl(
+        PagesSpider, port=args.port, start_dont_filter=args.start_dont_filter,
+        bad_callback=args.bad_callback,
+    )
     process.start()
     print("finished", flush=True)
 

@@ -103,3 +103,76 @@ def seen_keys(pages: int, port: int) -> list[str]:
     crawler = get_crawler(settings_dict={"REQUEST_FINGERPRINTER_IMPLEMENTATION": "2.7"})
     fingerprint = crawler.request_fingerprinter.fingerprint
     return [fingerprint(Request(f"http://127.0.0.1:{port}/p/{n}")).hex() for n in range(pages)]
+
+
+def crawl_to_end(site: Site, directory: str, *extra: str) -> tuple[int, str, str]:
+    crawl = start_crawl(site, directory, *extra)
+    out, err = crawl.communicate(timeout=300)
+    return crawl.returncode, out, err
+
+
+def test_retries_keep_their_key_and_meta_and_commit_once(tmp_path):
+    site = Site(40, flaky=frozenset({3, 7, 20}))
+    try:
+        code, out, err = crawl_to_end(site, str(tmp_path / "job"))
+    finally:
+        site.close()
+    assert code == 0, err
+    items = stored_items(str(tmp_path / "job" / "frontier.fs"))
+    assert Counter(item["page"] for item in items) == Counter(range(40))
+    retried = {item["page"]: item["retry_times"] for item in items if item["retry_times"]}
+    assert retried == {3: 1, 7: 1, 20: 1}  # the retry's meta reached the callback
+    assert site.fetched() == Counter({n: 2 if n in (3, 7, 20) else 1 for n in range(40)})
+    with ackqueue.AckQueue(str(tmp_path / "job" / "frontier.fs"), name="requests") as q:
+        assert q.qsize() == 0 and q.unacked_count() == 0
+
+
+def test_a_finished_crawl_run_again_fetches_nothing_not_even_its_start_request(tmp_path):
+    site = Site(20)
+    try:
+        code, _, err = crawl_to_end(site, str(tmp_path / "job"), "--start-dont-filter")
+        assert code == 0, err
+        first = site.fetched()
+        code, out, err = crawl_to_end(site, str(tmp_path / "job"), "--start-dont-filter")
+        assert code == 0, err
+        assert site.fetched() == first  # the dont_filter start request was keyed too
+        assert "done" not in out
+    finally:
+        site.close()
+    # Page 0 twice: once as the dont_filter start request, once linked (as Scrapy does).
+    assert first == Counter({n: 2 if n == 0 else 1 for n in range(20)})
+
+
+def test_a_request_with_a_lambda_callback_is_a_clear_error_naming_it(tmp_path):
+    site = Site(10)
+    try:
+        code, _, err = crawl_to_end(site, str(tmp_path / "job"), "--bad-callback")
+    finally:
+        site.close()
+    assert "ackqueue cannot store <GET http://127.0.0.1:" in err
+    assert "/p/1?again>" in err and "must be methods of the spider" in err
+    items = stored_items(str(tmp_path / "job" / "frontier.fs"))
+    assert 1 not in {item["page"] for item in items}  # page 1's outcome was not committed
+
+
+def test_a_frontier_of_another_spider_is_refused(tmp_path):
+    site = Site(5)
+    try:
+        code, _, err = crawl_to_end(site, str(tmp_path / "job"))
+        assert code == 0, err
+        before = site.fetched()
+        code, out, err = crawl_to_end(site, str(tmp_path / "job"), "--spider-name", "other")
+        assert site.fetched() == before
+    finally:
+        site.close()
+    assert "is the frontier of spider 'pages', not of 'other'" in err
+
+
+def test_a_crawl_without_jobdir_or_ackqueue_path_says_to_set_one(tmp_path):
+    site = Site(5)
+    try:
+        code, out, err = crawl_to_end(site, str(tmp_path / "job"), "--no-jobdir")
+    finally:
+        site.close()
+    assert "set ACKQUEUE_PATH" in err and "JOBDIR" in err
+    assert not site.fetched()
