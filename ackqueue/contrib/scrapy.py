@@ -105,7 +105,7 @@ class Frontier:
         self.consumer = self.requests.connect()
         self.held: dict[int, dict[str, Any]] = {}
         self._tokens = itertools.count(1)
-        self.path = path
+        self.path, self.shared = path, shared
 
     # -- putting ------------------------------------------------------------------------------
 
@@ -315,7 +315,11 @@ class Scheduler:
         if frontier.held and not scrapy_busy(self.crawler):
             frontier.settle_orphans()
         q = frontier.requests
-        return bool(frontier.held) or q.qsize() > 0 or q.delayed_count() > 0
+        if frontier.held or q.qsize() > 0 or q.delayed_count() > 0:
+            return True
+        # Another process's holds (ACKQUEUE_SHARED) may still yield requests; in one process
+        # this is 0 here. One read of the stored count.
+        return frontier.shared and q.stored_count() > 0
 
     def enqueue_request(self, request: Request) -> bool:
         frontier = self._open()

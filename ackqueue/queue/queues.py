@@ -322,6 +322,13 @@ class AckQueue(queue.Queue[T], Generic[T]):
         with self.mutex:
             return self._holds.listing_locked()
 
+    def stored_count(self) -> int:
+        """How many items the queue stores: ready, delayed and held, by every process (in
+        shared mode ``unacked_count`` and ``qsize`` see this process only). A read, no commit:
+        a crawler asks it before it calls a crawl finished while another process works."""
+        self._life.check_open()
+        return self._book.count()
+
     def delayed_count(self) -> int:
         """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
         with self.mutex:

@@ -181,3 +181,15 @@ def test_nack_with_an_unpicklable_replacement_changes_nothing(queues) -> None:
             c.nack(item, replace=lambda: None)
         c.nack(item)  # still held, as it was
         assert c.get(timeout=GIVE_BACK_TIMEOUT) == "v1"
+
+
+def test_stored_count_counts_ready_delayed_and_held_items(queues) -> None:
+    clock = ackqueue.ManualClock(1_000_000.0)
+    q = queues(clock=clock)
+    q.put_many(["a", "b"])
+    q.put("later", delay=60)
+    with q.connect() as c:
+        held = c.get_nowait()
+        assert q.stored_count() == 3
+        c.ack(held)
+    assert q.stored_count() == 2

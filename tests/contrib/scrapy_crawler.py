@@ -30,6 +30,7 @@ class Site:
         self.pages = pages
         self.flaky = flaky
         self.fetches: Counter[int] = Counter()
+        self.serving = self.most_serving = 0  # requests being answered at once, and the most
         self._lock = threading.Lock()
         site = self
 
@@ -43,6 +44,15 @@ class Site:
                 with site._lock:
                     site.fetches[page] += 1
                     first = site.fetches[page] == 1
+                    site.serving += 1
+                    site.most_serving = max(site.most_serving, site.serving)
+                try:
+                    self._answer(page, first)
+                finally:
+                    with site._lock:
+                        site.serving -= 1
+
+            def _answer(self, page: int, first: bool) -> None:
                 if first and page in site.flaky:
                     self.send_error(503)
                     return
@@ -142,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", required=True, help="JOBDIR (ackqueue's file lies in it)")
     parser.add_argument("--frontier", choices=["ackqueue", "jobdir"], default="ackqueue")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--per-domain", type=int, default=0, help="default: --concurrency")
+    parser.add_argument("--delay", type=float, default=0.0, help="DOWNLOAD_DELAY")
     parser.add_argument("--spider-name", default="pages")
     parser.add_argument("--start-dont-filter", action="store_true")
     parser.add_argument("--bad-callback", action="store_true")
@@ -152,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
 
     PagesSpider.name = args.spider_name
     settings = settings_for(args.frontier, args.dir, args.concurrency)
+    settings["CONCURRENT_REQUESTS_PER_DOMAIN"] = args.per_domain or args.concurrency
+    settings["DOWNLOAD_DELAY"] = args.delay
     if args.no_jobdir:
         del settings["JOBDIR"]
     if args.shared:

@@ -8,10 +8,12 @@ page's item and child requests are committed once, in the commit that acks the p
 from __future__ import annotations
 
 import os
+import queue
 import random
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 
 import pytest
@@ -37,9 +39,9 @@ def start_crawl(site: Site, directory: str, *extra: str) -> subprocess.Popen[str
     )
 
 
-def stored_items(path: str) -> list[dict[str, object]]:
+def stored_items(path: str, shared: bool = False) -> list[dict[str, object]]:
     """The items the crawl committed (read without taking them)."""
-    with ackqueue.AckQueue(path, name="items") as q, q.connect() as c:
+    with ackqueue.AckQueue(path, name="items", shared=shared) as q, q.connect() as c:
         got = []
         while True:
             try:
@@ -176,3 +178,39 @@ def test_a_crawl_without_jobdir_or_ackqueue_path_says_to_set_one(tmp_path):
         site.close()
     assert "set ACKQUEUE_PATH" in err and "JOBDIR" in err
     assert not site.fetched()
+
+
+def test_two_crawls_share_one_frontier_and_a_killed_one_loses_nothing(tmp_path):
+    """Two crawls with ``ACKQUEUE_SHARED``; the one that passes 20 items first is SIGKILLed.
+    The per-host cap (``CONCURRENT_REQUESTS_PER_DOMAIN``) counts the holds of both."""
+    site = Site(PAGES)
+    directory = str(tmp_path / "job")
+    per_host = 12  # each crawl has at most 8 requests out: only both together reach it
+    try:
+        crawls = [start_crawl(site, directory, "--shared", "--per-domain", str(per_host))
+                  for _ in range(2)]
+        lines: queue.Queue[tuple[int, str]] = queue.Queue()
+        for n, crawl in enumerate(crawls):
+            threading.Thread(
+                target=lambda n=n, out=crawl.stdout: [lines.put((n, line)) for line in out],
+                daemon=True,
+            ).start()
+        done = Counter()
+        while True:
+            n, line = lines.get(timeout=120)
+            done[n] += line.startswith("done")
+            if done[n] >= 20:
+                crawls[n].send_signal(signal.SIGKILL)
+                break
+        killed, survivor = crawls[n], crawls[1 - n]
+        assert killed.wait(timeout=60) == -signal.SIGKILL
+        assert survivor.wait(timeout=300) == 0, survivor.stderr.read()
+        # What the killed one held comes back when its session lapses; a rerun takes it.
+        code, _, err = crawl_to_end(site, directory, "--shared", "--per-domain", str(per_host))
+        assert code == 0, err
+    finally:
+        site.close()
+    assert set(site.fetched()) == set(range(PAGES))
+    items = stored_items(os.path.join(directory, "frontier.fs"), shared=True)
+    assert Counter(item["page"] for item in items) == Counter(range(PAGES))
+    assert site.most_serving <= per_host
