@@ -40,12 +40,16 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from scrapy import Request, signals
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import request_from_dict
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.threadpool import ThreadPool
 
 import ackqueue
 
@@ -106,6 +110,11 @@ class Frontier:
         self.held: dict[int, dict[str, Any]] = {}
         self._tokens = itertools.count(1)
         self.path, self.shared = path, shared
+        self.counted: deque[tuple[int, int, int, bool]] = deque()
+        # Each page's commit runs in a thread of its own, so that the reactor goes on while it
+        # waits for the disk and the commits of pages scraped at once share one fsync.
+        self.pool = ThreadPool(1, max(1, settings.getint("CONCURRENT_REQUESTS", 16)), "ackqueue")
+        self.pool.start()
 
     # -- putting ------------------------------------------------------------------------------
 
@@ -164,10 +173,12 @@ class Frontier:
         self.count("redone")
         return True
 
-    def settle(self, request: Request | None, children: list[Request], items: list[Any]) -> None:
-        """Commit what Scrapy made of ``request`` (its child requests and items) and its ack,
-        in one transaction. ``request`` None or not held (an errback's output, a request made
-        elsewhere): the children and items alone."""
+    def settle(
+        self, request: Request | None, children: list[Request], items: list[Any]
+    ) -> Callable[[], None]:
+        """What Scrapy made of ``request`` (its child requests and items) and its ack, as one
+        commit to run (in a thread: it waits for the disk). ``request`` None or not held (an
+        errback's output, a request made elsewhere): the children and items alone."""
         data = None if request is None else self.held.pop(request.meta.get(HOLD, 0), None)
         entries = []
         keys: set[str] = set()
@@ -178,20 +189,29 @@ class Frontier:
                     continue  # one page linking one URL twice
                 keys.add(key)
             entries.append((self.entry(child), key, slot_of(child), priority_of(child)))
-        stored = 0
-        with self.consumer.transaction():
-            for entry, key, group, priority in entries:
-                if self.requests.put(entry, key=key, group=group, priority=priority) is not False:
-                    stored += 1
-            for item in items:
-                self.items.put(item)
-            if data is not None:
-                self.consumer.ack(data)
-        self.count("enqueued", stored)
-        self.count("duplicates", len(entries) - stored)
-        self.count("items", len(items))
-        if data is not None:
-            self.count("acked")
+
+        def commit() -> None:
+            stored = 0
+            with self.consumer.transaction():
+                for entry, key, group, priority in entries:
+                    put = self.requests.put(entry, key=key, group=group, priority=priority)
+                    stored += put is not False
+                for item in items:
+                    self.items.put(item)
+                if data is not None:
+                    self.consumer.ack(data)
+            self.counted.append((stored, len(entries) - stored, len(items), data is not None))
+
+        return commit
+
+    def account(self) -> None:
+        """Count in Scrapy's stats what commits in threads did (in the reactor's thread)."""
+        while self.counted:
+            stored, duplicates, items, acked = self.counted.popleft()
+            self.count("enqueued", stored)
+            self.count("duplicates", duplicates)
+            self.count("items", items)
+            self.count("acked", int(acked))
 
     def drop(self, request: Request) -> None:
         """Scrapy is done with ``request`` and made nothing of it (a failure)."""
@@ -222,6 +242,8 @@ class Frontier:
 
     def close(self) -> None:
         try:
+            self.pool.stop()
+            self.account()
             self.publish_stats()
         finally:
             self.consumer.close()  # what is still held is ready again for the next run
@@ -372,47 +394,43 @@ class FrontierMiddleware:
                 thing.meta.setdefault(START, True)
             yield thing
 
-    def process_spider_output(
-        self, response: Any, result: Iterable[Any], **_: Any
-    ) -> Iterator[Any]:
-        children: list[Request] = []
-        items: list[Any] = []
-        try:
-            for thing in result:
-                (children if isinstance(thing, Request) else items).append(thing)
-        except Exception:
-            self._settle(response, children, items)  # what it yielded before it raised
-            raise
-        self._settle(response, children, items)
-        yield from items
-
-    async def process_spider_output_async(
+    async def process_spider_output(
         self, response: Any, result: AsyncIterator[Any], **_: Any
     ) -> AsyncIterator[Any]:
+        """Collect the output; once it ends (or raises), commit it with the ack, then pass
+        the items on. An async generator: Scrapy hands it every output as an async iterable
+        (this middleware is the last before the engine, so nothing after it needs a sync one)."""
         children: list[Request] = []
         items: list[Any] = []
         try:
             async for thing in result:
                 (children if isinstance(thing, Request) else items).append(thing)
         except Exception:
-            self._settle(response, children, items)
+            await self._settle(response, children, items)  # what it yielded before it raised
             raise
-        self._settle(response, children, items)
+        await self._settle(response, children, items)
         for item in items:
             yield item
 
-    def _settle(self, response: Any, children: list[Request], items: list[Any]) -> None:
+    async def _settle(self, response: Any, children: list[Request], items: list[Any]) -> None:
         frontier = frontier_of(self.crawler)
         if frontier is None:
             raise RuntimeError(
                 "ackqueue's FrontierMiddleware needs ackqueue's scheduler: enable it with "
                 'ADDONS = {"ackqueue.contrib.scrapy.Addon": 0}'
             )
-        frontier.settle(None if response is None else response.request, children, items)
+        commit = frontier.settle(None if response is None else response.request, children, items)
+        from twisted.internet import reactor  # here: Scrapy chooses the reactor at start
+
+        try:
+            await maybe_deferred_to_future(deferToThreadPool(reactor, frontier.pool, commit))
+        finally:
+            frontier.account()
         if children:
             engine = self.crawler.engine
             # The children went to the queue, not through engine.crawl: ask for the next
-            # request now rather than at the engine's next heartbeat.
+            # request now rather than at the engine's next heartbeat (an internal attribute:
+            # the engine's slot, ``_slot`` from Scrapy 2.13 on, ``slot`` before).
             slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
             if slot is not None:
                 slot.nextcall.schedule()

@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--per-domain", type=int, default=0, help="default: --concurrency")
     parser.add_argument("--delay", type=float, default=0.0, help="DOWNLOAD_DELAY")
+    parser.add_argument("--durability", default="strict", help="ACKQUEUE_DURABILITY")
     parser.add_argument("--spider-name", default="pages")
     parser.add_argument("--start-dont-filter", action="store_true")
     parser.add_argument("--bad-callback", action="store_true")
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = settings_for(args.frontier, args.dir, args.concurrency)
     settings["CONCURRENT_REQUESTS_PER_DOMAIN"] = args.per_domain or args.concurrency
     settings["DOWNLOAD_DELAY"] = args.delay
+    settings["ACKQUEUE_DURABILITY"] = args.durability
     if args.no_jobdir:
         del settings["JOBDIR"]
     if args.shared:
