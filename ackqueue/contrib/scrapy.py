@@ -381,7 +381,7 @@ class FrontierMiddleware:
     def from_crawler(cls, crawler: Any) -> FrontierMiddleware:
         return cls(crawler)
 
-    def process_start_requests(self, start: Iterable[Any], **_: Any) -> Iterator[Any]:
+    def process_start_requests(self, start: Iterable[Any], *_: Any, **__: Any) -> Iterator[Any]:
         """Scrapy < 2.13: mark start requests (they are keyed even with ``dont_filter``)."""
         for thing in start:
             if isinstance(thing, Request):
@@ -395,7 +395,7 @@ class FrontierMiddleware:
             yield thing
 
     async def process_spider_output(
-        self, response: Any, result: AsyncIterator[Any], **_: Any
+        self, response: Any, result: AsyncIterator[Any], *_: Any, **__: Any
     ) -> AsyncIterator[Any]:
         """Collect the output; once it ends (or raises), commit it with the ack, then pass
         the items on. An async generator: Scrapy hands it every output as an async iterable
@@ -454,7 +454,9 @@ class FailureMiddleware:
     def from_crawler(cls, crawler: Any) -> FailureMiddleware:
         return cls(crawler)
 
-    def process_exception(self, request: Request, exception: Exception, **_: Any) -> None:
+    def process_exception(
+        self, request: Request, exception: Exception, *_: Any, **__: Any
+    ) -> None:
         frontier = frontier_of(self.crawler)
         if frontier is not None:
             frontier.drop(request)
