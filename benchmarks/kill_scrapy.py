@@ -29,11 +29,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRIB = os.path.join(ROOT, "tests", "contrib")
 sys.path.insert(0, CONTRIB)
 
-import ackqueue  # noqa: E402
 from scrapy_crawler import Site  # noqa: E402
 
+import ackqueue  # noqa: E402
 
-def crawl(site: Site, directory: str, frontier: str, args: argparse.Namespace) -> subprocess.Popen[str]:
+
+def crawl(
+    site: Site, directory: str, frontier: str, args: argparse.Namespace
+) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, CONTRIB]))
     return subprocess.Popen(
         [sys.executable, os.path.join(CONTRIB, "scrapy_crawler.py"), "--port", str(site.port),
@@ -83,7 +86,8 @@ def campaign(frontier: str, args: argparse.Namespace, tmp: str) -> dict[str, obj
         "seconds": round(time.monotonic() - started),
     }
     if frontier == "ackqueue":
-        items = Counter(item["page"] for item in stored_items(os.path.join(directory, "frontier.fs")))
+        stored = stored_items(os.path.join(directory, "frontier.fs"))
+        items = Counter(item["page"] for item in stored)
         result["items not committed exactly once"] = sum(
             1 for page in range(args.pages) if items[page] != 1
         )
@@ -140,7 +144,8 @@ def main() -> None:
                 rates[frontier].append(speed(frontier, args, os.path.join(tmp, str(run))))
         best = {frontier: max(r) for frontier, r in rates.items()}
         for frontier, r in rates.items():
-            print(f"{frontier}: {', '.join(f'{x:.0f}' for x in r)} pages/s (best {best[frontier]:.0f})")
+            runs = ", ".join(f"{x:.0f}" for x in r)
+            print(f"{frontier}: {runs} pages/s (best {best[frontier]:.0f})")
         print(f"ackqueue / JOBDIR: {best['ackqueue'] / best['jobdir']:.2f}x (target >= 0.8x)")
 
 

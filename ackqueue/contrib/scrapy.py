@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
@@ -272,12 +273,19 @@ def check_spider(path: str, name: str, options: dict[str, Any]) -> None:
         owner.put(name, key="spider")  # False: the file has its spider already
         c: ackqueue.Consumer[str]
         with owner.connect() as c:
-            try:
-                stored = c.get(timeout=30)  # another process of the crawl may hold it a moment
-            except ackqueue.Empty:
-                raise ForeignFrontierError(
-                    f"{path}: cannot read which spider it belongs to"
-                ) from None
+            # Not a blocking get: Scrapy's event loop runs on this thread. Empty only while
+            # another process of a shared crawl makes the same check.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    stored = c.get_nowait()
+                    break
+                except ackqueue.Empty:
+                    if time.monotonic() > deadline:
+                        raise ForeignFrontierError(
+                            f"{path}: cannot read which spider it belongs to"
+                        ) from None
+                    time.sleep(0.05)
             c.nack(stored)
     if stored != name:
         raise ForeignFrontierError(

@@ -214,3 +214,21 @@ def test_two_crawls_share_one_frontier_and_a_killed_one_loses_nothing(tmp_path):
     items = stored_items(os.path.join(directory, "frontier.fs"), shared=True)
     assert Counter(item["page"] for item in items) == Counter(range(PAGES))
     assert site.most_serving <= per_host
+
+
+def test_the_scrapy_example_resumes_after_killing_itself(tmp_path):
+    example = os.path.join(REPO_ROOT, "examples", "scrapy_crawl.py")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, example, "job", "--pages", "80", *args],
+                              cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+                              timeout=120)
+
+    killed = run("--die-after", "20")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert "killing the crawl (SIGKILL) after 20 items" in killed.stdout
+    resumed = run()
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.rstrip().endswith("for 80 of the 80 pages"), resumed.stdout
+    again = run()
+    assert again.stdout.startswith("this run: 0 items"), again.stdout
