@@ -9,7 +9,7 @@ no page whose outcome was committed is fetched again, and each page's item is st
     python examples/scrapy_crawl.py crawl-job --pages 200 --die-after 50
     python examples/scrapy_crawl.py crawl-job --pages 200
 
-Needs Scrapy: ``pip install 'ackqueue[scrapy]'``.
+Needs Scrapy: ``pip install Scrapy`` (or, in a checkout, ``pip install '.[scrapy]'``).
 """
 
 from __future__ import annotations

@@ -45,7 +45,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from scrapy import Request, signals
+try:
+    from scrapy import Request, signals
+except ImportError as exc:  # pragma: no cover - said to whoever enables the add-on without it
+    raise ImportError(
+        "ackqueue.contrib.scrapy needs Scrapy: pip install Scrapy (or install ackqueue with "
+        "its [scrapy] extra)"
+    ) from exc
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import request_from_dict
