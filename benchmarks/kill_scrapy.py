@@ -40,7 +40,8 @@ def crawl(
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, CONTRIB]))
     return subprocess.Popen(
         [sys.executable, os.path.join(CONTRIB, "scrapy_crawler.py"), "--port", str(site.port),
-         "--dir", directory, "--frontier", frontier, "--concurrency", str(args.concurrency)],
+         "--dir", directory, "--frontier", frontier, "--concurrency", str(args.concurrency),
+         *(["--start-dont-filter"] if args.start_dont_filter else [])],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -129,9 +130,11 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=8, help="CONCURRENT_REQUESTS")
-    parser.add_argument("--most-between", type=int, default=20,
+    parser.add_argument("--most-between", type=int, default=8,
                         help="a kill comes after 1..N items of a run")
     parser.add_argument("--speed-runs", type=int, default=3)
+    parser.add_argument("--start-dont-filter", action="store_true",
+                        help="the start request dont_filter, as Scrapy's default start_requests")
     args = parser.parse_args()
     _common.header("Scrapy crawls under SIGKILL: ackqueue's add-on and Scrapy's JOBDIR")
     print(f"{args.pages} pages, up to {args.kills} kills, CONCURRENT_REQUESTS={args.concurrency}")

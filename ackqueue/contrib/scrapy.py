@@ -40,9 +40,11 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 try:
@@ -55,8 +57,7 @@ except ImportError as exc:  # pragma: no cover - said to whoever enables the add
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import request_from_dict
-from twisted.internet.threads import deferToThreadPool
-from twisted.python.threadpool import ThreadPool
+from twisted.internet.defer import Deferred
 
 import ackqueue
 
@@ -117,11 +118,8 @@ class Frontier:
         self.held: dict[int, dict[str, Any]] = {}
         self._tokens = itertools.count(1)
         self.path, self.shared = path, shared
-        self.counted: deque[tuple[int, int, int, bool]] = deque()
-        # Each page's commit runs in a thread of its own, so that the reactor goes on while it
-        # waits for the disk and the commits of pages scraped at once share one fsync.
-        self.pool = ThreadPool(1, max(1, settings.getint("CONCURRENT_REQUESTS", 16)), "ackqueue")
-        self.pool.start()
+        self.counted: deque[tuple[int, int, int, int]] = deque()
+        self.committer = Committer(self)
 
     # -- putting ------------------------------------------------------------------------------
 
@@ -180,45 +178,49 @@ class Frontier:
         self.count("redone")
         return True
 
-    def settle(
-        self, request: Request | None, children: list[Request], items: list[Any]
-    ) -> Callable[[], None]:
-        """What Scrapy made of ``request`` (its child requests and items) and its ack, as one
-        commit to run (in a thread: it waits for the disk). ``request`` None or not held (an
-        errback's output, a request made elsewhere): the children and items alone."""
+    def settle(self, request: Request | None, children: list[Request], items: list[Any]) -> Job:
+        """What Scrapy made of ``request`` (its child requests and items) and its ack, ready
+        for the :class:`Committer`. ``request`` None or not held (an errback's output, a
+        request made elsewhere): the children and items alone."""
         data = None if request is None else self.held.pop(request.meta.get(HOLD, 0), None)
-        entries = []
-        keys: set[str] = set()
-        for child in children:
-            key = self.key(child)
-            if key is not None:
-                if key in keys:
-                    continue  # one page linking one URL twice
-                keys.add(key)
-            entries.append((self.entry(child), key, slot_of(child), priority_of(child)))
+        entries = [
+            (self.entry(child), self.key(child), slot_of(child), priority_of(child))
+            for child in children
+        ]
+        return Job(entries, items, data)
 
-        def commit() -> None:
-            stored = 0
-            with self.consumer.transaction():
-                for entry, key, group, priority in entries:
+    def commit(self, jobs: list[Job]) -> None:
+        """Commit the outcomes of ``jobs`` in one transaction (in the committer's thread)."""
+        keys: set[str] = set()
+        stored = duplicates = 0
+        with self.consumer.transaction():
+            for job in jobs:
+                for entry, key, group, priority in job.entries:
+                    if key is not None:
+                        if key in keys:  # linked twice by the pages of this commit
+                            duplicates += 1
+                            continue
+                        keys.add(key)
                     put = self.requests.put(entry, key=key, group=group, priority=priority)
                     stored += put is not False
-                for item in items:
-                    self.items.put(item)
-                if data is not None:
-                    self.consumer.ack(data)
-            self.counted.append((stored, len(entries) - stored, len(items), data is not None))
-
-        return commit
+                    duplicates += put is False
+                if job.items:
+                    self.items.put_many(job.items)
+                if job.data is not None:
+                    self.consumer.ack(job.data)
+        acked = sum(job.data is not None for job in jobs)
+        items = sum(len(job.items) for job in jobs)
+        self.counted.append((stored, duplicates, items, acked))
 
     def account(self) -> None:
-        """Count in Scrapy's stats what commits in threads did (in the reactor's thread)."""
+        """Count in Scrapy's stats what commits in the committer's thread did (in the
+        reactor's thread, where Scrapy's stats live)."""
         while self.counted:
             stored, duplicates, items, acked = self.counted.popleft()
             self.count("enqueued", stored)
             self.count("duplicates", duplicates)
             self.count("items", items)
-            self.count("acked", int(acked))
+            self.count("acked", acked)
 
     def drop(self, request: Request) -> None:
         """Scrapy is done with ``request`` and made nothing of it (a failure)."""
@@ -249,13 +251,88 @@ class Frontier:
 
     def close(self) -> None:
         try:
-            self.pool.stop()
+            self.committer.stop()
             self.account()
             self.publish_stats()
         finally:
             self.consumer.close()  # what is still held is ready again for the next run
             self.items.close()
             self.requests.close()
+
+
+@dataclass
+class Job:
+    """One page's outcome: child requests as ``(entry, key, group, priority)``, its items,
+    and the held request to ack (None: none)."""
+
+    entries: list[tuple[dict[str, Any], str | None, str, int]]
+    items: list[Any]
+    data: dict[str, Any] | None
+
+
+class Committer:
+    """A thread that commits the outcomes of the pages Scrapy finished, those that finished
+    while it committed the last ones together in one transaction: the reactor goes on while
+    a commit waits for the disk, and a commit's cost is shared by the pages in it. Each page's
+    outcome is whole in one commit, whichever commit that is."""
+
+    most = 64  # pages in one commit at most
+
+    def __init__(self, frontier: Frontier) -> None:
+        from twisted.internet import reactor  # here: Scrapy installs its reactor at start
+
+        self._frontier, self._reactor = frontier, reactor
+        self._cond = threading.Condition()
+        self._work: list[tuple[Job, Deferred[None]]] = []
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="ackqueue-committer", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> Deferred[None]:
+        """Fires (in the reactor's thread) once ``job`` is committed."""
+        done: Deferred[None] = Deferred()
+        with self._cond:
+            self._work.append((job, done))
+            self._cond.notify()
+        return done
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._work and not self._stopping:
+                    self._cond.wait()
+                if not self._work:
+                    return
+                batch, self._work = self._work[: self.most], self._work[self.most :]
+            outcomes: list[tuple[Deferred[None], Exception | None]]
+            try:
+                self._frontier.commit([job for job, _ in batch])
+                outcomes = [(done, None) for _, done in batch]
+            except Exception:
+                # Nothing of the batch was committed: each page on its own, so that one page's
+                # error (a held request acked elsewhere, say) is only that page's.
+                outcomes = []
+                for job, done in batch:
+                    try:
+                        self._frontier.commit([job])
+                        outcomes.append((done, None))
+                    except Exception as exc:
+                        outcomes.append((done, exc))
+            self._reactor.callFromThread(_fire, outcomes)
+
+
+def _fire(outcomes: list[tuple[Deferred[None], Exception | None]]) -> None:
+    for done, failure in outcomes:
+        if failure is None:
+            done.callback(None)
+        else:
+            done.errback(failure)
 
 
 def frontier_path(settings: Any) -> str:
@@ -433,21 +510,19 @@ class FrontierMiddleware:
                 "ackqueue's FrontierMiddleware needs ackqueue's scheduler: enable it with "
                 'ADDONS = {"ackqueue.contrib.scrapy.Addon": 0}'
             )
-        commit = frontier.settle(None if response is None else response.request, children, items)
-        from twisted.internet import reactor  # here: Scrapy chooses the reactor at start
-
+        job = frontier.settle(None if response is None else response.request, children, items)
         try:
-            await maybe_deferred_to_future(deferToThreadPool(reactor, frontier.pool, commit))
+            await maybe_deferred_to_future(frontier.committer.submit(job))
         finally:
             frontier.account()
-        if children:
-            engine = self.crawler.engine
-            # The children went to the queue, not through engine.crawl: ask for the next
-            # request now rather than at the engine's next heartbeat (an internal attribute:
-            # the engine's slot, ``_slot`` from Scrapy 2.13 on, ``slot`` before).
-            slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-            if slot is not None:
-                slot.nextcall.schedule()
+        # The children went to the queue, not through engine.crawl, and the ack made room in
+        # the page's group: ask for the next request now rather than at the engine's next
+        # heartbeat (seconds away). An internal attribute: the engine's slot, ``_slot`` from
+        # Scrapy 2.13 on, ``slot`` before.
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        if slot is not None:
+            slot.nextcall.schedule()
 
     def _spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         """A response whose processing raised before any output (a spider middleware's
