@@ -7,6 +7,7 @@ page's item and child requests are committed once, in the commit that acks the p
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import random
@@ -232,3 +233,25 @@ def test_the_scrapy_example_resumes_after_killing_itself(tmp_path):
     assert resumed.stdout.rstrip().endswith("for 80 of the 80 pages"), resumed.stdout
     again = run()
     assert again.stdout.startswith("this run: 0 items"), again.stdout
+
+
+def test_ackqueue_stats_reads_the_frontier_while_the_crawl_runs(tmp_path):
+    site = Site(30)
+    directory = str(tmp_path / "job")
+    try:
+        # DOWNLOAD_DELAY 0.2 s becomes the host's group_interval: a crawl of some seconds.
+        crawl = start_crawl(site, directory, "--delay", "0.2")
+        assert crawl.stdout is not None
+        assert crawl.stdout.readline().startswith("done")
+        stats = subprocess.run(
+            [sys.executable, "-m", "ackqueue", "stats", "--json", "--name", "requests",
+             os.path.join(directory, "frontier.fs")],
+            env=child_env(), capture_output=True, text=True, timeout=60,
+        )
+        out, err = crawl.communicate(timeout=120)
+        assert crawl.returncode == 0, err
+    finally:
+        site.close()
+    assert stats.returncode == 0, stats.stderr
+    (requests,) = json.loads(stats.stdout)["queues"]
+    assert requests["name"] == "requests" and requests["stored"] > 0  # the crawl was on
