@@ -25,10 +25,14 @@ import scrapy
 class Site:
     """``pages`` pages on 127.0.0.1, served by a thread until :meth:`close`."""
 
-    def __init__(self, pages: int, flaky: frozenset[int] = frozenset()) -> None:
-        """``flaky``: pages that answer 503 the first time (Scrapy retries them)."""
+    def __init__(
+        self, pages: int, flaky: frozenset[int] = frozenset(), gone: frozenset[int] = frozenset()
+    ) -> None:
+        """``flaky``: pages that answer 503 the first time (Scrapy retries them); ``gone``:
+        pages that answer 404."""
         self.pages = pages
         self.flaky = flaky
+        self.gone = gone
         self.fetches: Counter[int] = Counter()
         self.serving = self.most_serving = 0  # requests being answered at once, and the most
         self._lock = threading.Lock()
@@ -55,6 +59,9 @@ class Site:
             def _answer(self, page: int, first: bool) -> None:
                 if first and page in site.flaky:
                     self.send_error(503)
+                    return
+                if page in site.gone:
+                    self.send_error(404)
                     return
                 links = [(2 * page + 1) % site.pages, (2 * page + 2) % site.pages]
                 body = (

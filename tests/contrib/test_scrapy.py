@@ -255,3 +255,23 @@ def test_ackqueue_stats_reads_the_frontier_while_the_crawl_runs(tmp_path):
     assert stats.returncode == 0, stats.stderr
     (requests,) = json.loads(stats.stdout)["queues"]
     assert requests["name"] == "requests" and requests["stored"] > 0  # the crawl was on
+
+
+def test_a_page_that_fails_is_settled_and_the_crawl_ends(tmp_path):
+    site = Site(30, gone=frozenset({2}))  # a 404: HttpErrorMiddleware drops the response
+    directory = str(tmp_path / "job")
+    try:
+        code, _, err = crawl_to_end(site, directory)
+        assert code == 0, err
+        first = site.fetched()
+        code, _, err = crawl_to_end(site, directory)
+        assert code == 0, err
+        assert site.fetched() == first  # settled: not fetched again
+    finally:
+        site.close()
+    assert first[2] == 1
+    items = stored_items(os.path.join(directory, "frontier.fs"))
+    pages = Counter(item["page"] for item in items)
+    assert 2 not in pages and all(n == 1 for n in pages.values())
+    with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
+        assert q.stored_count() == 0
