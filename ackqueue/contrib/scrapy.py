@@ -117,7 +117,7 @@ class Frontier:
         self.consumer = self.requests.connect()
         self.held: dict[int, dict[str, Any]] = {}
         self._tokens = itertools.count(1)
-        self.path, self.shared = path, shared
+        self.path = path
         self.counted: deque[tuple[int, int, int, int]] = deque()
         self.committer = Committer(self)
 
@@ -431,8 +431,8 @@ class Scheduler:
         if frontier.held or q.qsize() > 0 or q.delayed_count() > 0:
             return True
         # Another process's holds (ACKQUEUE_SHARED) may still yield requests; in one process
-        # this is 0 here. One read of the stored count.
-        return frontier.shared and q.stored_count() > 0
+        # this is 0 here. One read, and Scrapy asks only when it has nothing in flight.
+        return q.stored_count() > 0
 
     def enqueue_request(self, request: Request) -> bool:
         frontier = self._open()
