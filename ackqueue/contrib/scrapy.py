@@ -146,10 +146,13 @@ class Frontier:
         return None
 
     def put(self, request: Request) -> bool:
-        """Store a new request; False if its key was seen (a duplicate)."""
+        """Store a new request; False if its key was seen (a duplicate) or it cannot be
+        stored (see :meth:`storable`)."""
+        entry = self.storable(request)
+        if entry is None:
+            return False
         stored = self.requests.put(
-            self.entry(request), key=self.key(request), group=slot_of(request),
-            priority=priority_of(request),
+            entry, key=self.key(request), group=slot_of(request), priority=priority_of(request),
         )
         self.count("enqueued" if stored is not False else "duplicates")
         return stored is not False
@@ -174,7 +177,11 @@ class Frontier:
         data = self.held.pop(request.meta.get(HOLD, 0), None)
         if data is None:
             return False
-        self.consumer.nack(data, replace=self.entry(request))
+        entry = self.storable(request)
+        if entry is None:  # the retry cannot be stored: the held request is done
+            self.consumer.ack(data)
+            return True
+        self.consumer.nack(data, replace=entry)
         self.count("redone")
         return True
 
@@ -183,11 +190,23 @@ class Frontier:
         for the :class:`Committer`. ``request`` None or not held (an errback's output, a
         request made elsewhere): the children and items alone."""
         data = None if request is None else self.held.pop(request.meta.get(HOLD, 0), None)
-        entries = [
-            (self.entry(child), self.key(child), slot_of(child), priority_of(child))
-            for child in children
-        ]
+        entries = []
+        for child in children:
+            stored = self.storable(child)
+            if stored is not None:
+                entries.append((stored, self.key(child), slot_of(child), priority_of(child)))
         return Job(entries, items, data)
+
+    def storable(self, request: Request) -> dict[str, Any] | None:
+        """``request`` as stored, or None with the error logged (naming the request) and the
+        request dropped, as Scrapy drops a request it cannot schedule; raising here would
+        lose the rest of the page's outcome."""
+        try:
+            return self.entry(request)
+        except UnserializableRequestError as exc:
+            log.error("%s", exc)
+            self.count("unserializable")
+            return None
 
     def commit(self, jobs: list[Job]) -> None:
         """Commit the outcomes of ``jobs`` in one transaction (in the committer's thread)."""

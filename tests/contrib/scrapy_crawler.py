@@ -98,12 +98,13 @@ class PagesSpider(scrapy.Spider):
 
     def __init__(
         self, port: int = 0, start_dont_filter: bool = False, bad_callback: bool = False,
-        **kwargs: object,
+        raise_on: int = -1, **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)
         self.port = int(port)
         self.start_dont_filter = start_dont_filter
         self.bad_callback = bad_callback
+        self.raise_on = raise_on
 
     def start_requests(self):  # Scrapy < 2.13
         # Keyed like any page by default (Scrapy's own start requests are dont_filter;
@@ -127,6 +128,8 @@ class PagesSpider(scrapy.Spider):
             yield response.follow(href, callback=self.parse)
         if self.bad_callback and page == 1:
             yield response.follow("/p/1?again", callback=lambda r: None)
+        if page == self.raise_on:
+            raise ValueError(f"the spider fails on page {page}, after its output")
 
 
 class PrintPipeline:
@@ -165,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spider-name", default="pages")
     parser.add_argument("--start-dont-filter", action="store_true")
     parser.add_argument("--bad-callback", action="store_true")
+    parser.add_argument("--raise-on", type=int, default=-1, help="parse raises on this page")
     parser.add_argument("--no-jobdir", action="store_true")
     parser.add_argument("--shared", action="store_true")
     args = parser.parse_args(argv)
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     process = CrawlerProcess(settings)
     process.crawl(
         PagesSpider, port=args.port, start_dont_filter=args.start_dont_filter,
-        bad_callback=args.bad_callback,
+        bad_callback=args.bad_callback, raise_on=args.raise_on,
     )
     process.start()
     print("finished", flush=True)

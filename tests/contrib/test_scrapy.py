@@ -152,10 +152,13 @@ def test_a_request_with_a_lambda_callback_is_a_clear_error_naming_it(tmp_path):
         code, _, err = crawl_to_end(site, str(tmp_path / "job"), "--bad-callback")
     finally:
         site.close()
+    assert code == 0, err
     assert "ackqueue cannot store <GET http://127.0.0.1:" in err
     assert "/p/1?again>" in err and "must be methods of the spider" in err
+    # The bad request is dropped, as Scrapy drops a request it cannot schedule; the rest of
+    # page 1's outcome is committed and the crawl goes on.
     items = stored_items(str(tmp_path / "job" / "frontier.fs"))
-    assert 1 not in {item["page"] for item in items}  # page 1's outcome was not committed
+    assert Counter(item["page"] for item in items) == Counter(range(10))
 
 
 def test_a_frontier_of_another_spider_is_refused(tmp_path):
@@ -273,5 +276,21 @@ def test_a_page_that_fails_is_settled_and_the_crawl_ends(tmp_path):
     items = stored_items(os.path.join(directory, "frontier.fs"))
     pages = Counter(item["page"] for item in items)
     assert 2 not in pages and all(n == 1 for n in pages.values())
+    with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
+        assert q.stored_count() == 0
+
+
+def test_a_callback_that_raises_commits_what_it_yielded_and_the_crawl_ends(tmp_path):
+    site = Site(30)
+    directory = str(tmp_path / "job")
+    try:
+        code, _, err = crawl_to_end(site, directory, "--raise-on", "3")
+    finally:
+        site.close()
+    assert code == 0, err
+    assert "the spider fails on page 3" in err
+    items = stored_items(os.path.join(directory, "frontier.fs"))
+    assert Counter(item["page"] for item in items) == Counter(range(30))  # page 3's too
+    assert site.fetched() == Counter(range(30))  # its children were committed: all fetched
     with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
         assert q.stored_count() == 0
