@@ -118,6 +118,8 @@ class Frontier:
         self.held: dict[int, dict[str, Any]] = {}
         self._tokens = itertools.count(1)
         self.path = path
+        # How soon to look again when nothing may go out: a fraction of the host's interval.
+        self.poll = min(1.0, max(0.01, delay / 4)) if delay else 0.05
         self.counted: deque[tuple[int, int, int, int]] = deque()
         self.committer = Committer(self)
 
@@ -419,6 +421,7 @@ class Scheduler:
     def __init__(self, crawler: Any) -> None:
         self.crawler = crawler
         self.frontier: Frontier | None = None
+        self._waking: Any = None  # a pending reactor.callLater of _look_again
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> Scheduler:
@@ -434,6 +437,8 @@ class Scheduler:
         )
 
     def close(self, reason: str) -> None:
+        if self._waking is not None and self._waking.active():
+            self._waking.cancel()
         frontier, self.frontier = self.frontier, None
         if frontier is not None:
             _frontiers.pop(id(self.crawler), None)
@@ -461,12 +466,37 @@ class Scheduler:
         return frontier.put(request)
 
     def next_request(self) -> Request | None:
-        return self._open().next_request()
+        frontier = self._open()
+        request = frontier.next_request()
+        if request is None:
+            # Nothing may go out now, though requests may wait for their host's interval, cap
+            # or delay, which no timer of Scrapy's knows: look again soon, not at the engine's
+            # next heartbeat (seconds away).
+            self._look_again(frontier.poll)
+        return request
+
+    def _look_again(self, seconds: float) -> None:
+        if self._waking is not None and self._waking.active():
+            return
+        from twisted.internet import reactor
+
+        clock: Any = reactor  # the installed reactor; its stub types say too little
+        self._waking = clock.callLater(seconds, ask_engine, self.crawler)
 
     def _open(self) -> Frontier:
         if self.frontier is None:
             raise RuntimeError("the ackqueue scheduler is not open")
         return self.frontier
+
+
+def ask_engine(crawler: Any) -> None:
+    """Have the engine ask for the next request now rather than at its next heartbeat
+    (seconds away). An internal attribute: the engine's slot, ``_slot`` from Scrapy 2.13 on,
+    ``slot`` before."""
+    engine = crawler.engine
+    slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+    if slot is not None:
+        slot.nextcall.schedule()
 
 
 def scrapy_busy(crawler: Any) -> bool:
@@ -535,13 +565,8 @@ class FrontierMiddleware:
         finally:
             frontier.account()
         # The children went to the queue, not through engine.crawl, and the ack made room in
-        # the page's group: ask for the next request now rather than at the engine's next
-        # heartbeat (seconds away). An internal attribute: the engine's slot, ``_slot`` from
-        # Scrapy 2.13 on, ``slot`` before.
-        engine = self.crawler.engine
-        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-        if slot is not None:
-            slot.nextcall.schedule()
+        # the page's group: ask for the next request now.
+        ask_engine(self.crawler)
 
     def _spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         """A response whose processing raised before any output (a spider middleware's
