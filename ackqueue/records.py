@@ -118,6 +118,8 @@ class QueueRecord(Persistent):
     grouped = False  # True once an entry was put with a group: the ready index must know them
     group_pauses: Any = None  # OOBTree: group -> paused until (epoch seconds), q.pause_group()
     group_turns: Any = None  # OOBTree: group -> last delivery (shared mode with group rules)
+    # OOBTree: group -> (max_held, interval), None for the queue's option; q.set_group()
+    group_settings: Any = None
     keyed: Any = None  # OOBTree: indexed key -> entry key, for every live item put by key
     seen: Any = None  # OOBTree: indexed key -> until when it is remembered (math.inf: forever)
     # True once shared mode may have left entries marked ``done``: the next single-process open
@@ -149,6 +151,11 @@ class QueueRecord(Persistent):
         if self.group_pauses is None:
             self.group_pauses = OOBTree()
         return self.group_pauses
+
+    def group_setting_index(self) -> Any:
+        if self.group_settings is None:
+            self.group_settings = OOBTree()
+        return self.group_settings
 
     def group_turn_index(self) -> Any:
         if self.group_turns is None:

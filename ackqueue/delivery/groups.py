@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ackqueue.base.clock import Clock
@@ -72,7 +72,7 @@ class GroupedReadyIndex:
         self._group_of: dict[Any, str] = group_of if group_of is not None else {}
         self._out: dict[Any, Group] = {}  # key id -> group, for keys popped and not back
         self._held: dict[Group, int] = {}
-        self._next_at: dict[Group, float] = {}  # the interval's end after the last delivery
+        self._last_at: dict[Group, float] = {}  # the last delivery, while its interval runs
         self._paused: dict[Group, float] = {g: until for g, until in (pauses or {}).items()}
         self._rotation: deque[Group] = deque()
         self._counted: dict[Group, int] = {}  # groups in the rotation -> keys counted in len
@@ -132,8 +132,8 @@ class GroupedReadyIndex:
             self._in_grouped_lanes -= 1
         self._out[self._key_id(key)] = group
         self._held[group] = self._held.get(group, 0) + 1
-        if self.rules.interval:
-            self._next_at[group] = self._clock() + self.rules.interval
+        if self.rules.limits(group)[1]:
+            self._last_at[group] = self._clock()
         if group is not None and not len(lane):
             del self._lanes[group]  # lanes of drained groups are made again when needed
         else:
@@ -176,6 +176,17 @@ class GroupedReadyIndex:
             self._reconsider(group)
             return False
         self._paused.pop(group, None)
+        return self._reconsider(group)
+
+    def changed(self, group: str) -> bool:
+        """``group``'s own settings changed (:attr:`GroupRules.own`); True if it may deliver
+        now because of that."""
+        if group in self._counted and (
+            self.rules.group_at_cap(group, self._held.get(group, 0))
+            or self._due(group, self._clock())
+        ):
+            self._rotation.remove(group)
+            self._ready_now -= self._counted.pop(group)
         return self._reconsider(group)
 
     def discard(self, key: Key) -> bool:
@@ -245,9 +256,11 @@ class GroupedReadyIndex:
 
     def _due(self, group: Group, now: float) -> float:
         """When ``group`` may deliver again as far as time goes (0: now)."""
-        due = max(self._next_at.get(group, 0.0), self._paused.get(group, 0.0))
+        last = self._last_at.get(group)
+        spaced = 0.0 if last is None else last + self.rules.limits(group)[1]
+        due = max(spaced, self._paused.get(group, 0.0))
         if due and due <= now:
-            self._next_at.pop(group, None)
+            self._last_at.pop(group, None)
             self._paused.pop(group, None)
             return 0.0
         return due
@@ -259,7 +272,7 @@ class GroupedReadyIndex:
         lane = self._lanes.get(group)
         if lane is None or not len(lane):
             return False
-        if self.rules.at_cap(self._held.get(group, 0)):
+        if self.rules.group_at_cap(group, self._held.get(group, 0)):
             return False  # a release brings it back
         due = self._due(group, self._clock())
         if due:
@@ -286,19 +299,46 @@ class GroupedReadyIndex:
 Group = str | None
 
 
+# A group's own settings (``q.set_group``): max_held and interval, None for the queue's option.
+GroupSetting = tuple[int | None, float | None]
+
+
 @dataclass(frozen=True)
 class GroupRules:
-    """A queue's group options (``max_held`` None: no cap; ``interval`` 0: no spacing)."""
+    """A queue's group options (``max_held`` None: no cap; ``interval`` 0: no spacing), and
+    the settings of single groups that :meth:`AckQueue.set_group` gave (``own``: group ->
+    ``(max_held, interval)``, None for the queue's option), kept in step with the stored ones."""
 
     max_held: int | None = None
     interval: float = 0.0
+    own: dict[str, GroupSetting] = field(default_factory=dict, compare=False)
 
     @property
     def limited(self) -> bool:
-        return self.max_held is not None or self.interval > 0
+        return self.max_held is not None or self.interval > 0 or bool(self.own)
 
     def at_cap(self, held: int) -> bool:
         return self.max_held is not None and held >= self.max_held
+
+    def limits(
+        self, group: Group, settings: Mapping[str, GroupSetting] | None = None
+    ) -> tuple[int | None, float]:
+        """``(max_held, interval)`` of ``group``: its own settings (from ``settings``, the
+        stored ones in shared mode, else :attr:`own`) over the queue's options."""
+        if group is None:
+            return self.max_held, self.interval
+        found = (self.own if settings is None else settings).get(group)
+        if found is None:
+            return self.max_held, self.interval
+        max_held, interval = found
+        return (
+            self.max_held if max_held is None else max_held,
+            self.interval if interval is None else interval,
+        )
+
+    def group_at_cap(self, group: Group, held: int) -> bool:
+        max_held = self.limits(group)[0]
+        return max_held is not None and held >= max_held
 
 
 def group_rules(max_held_per_group: object, group_interval: object) -> GroupRules:

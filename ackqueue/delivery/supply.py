@@ -174,6 +174,13 @@ class Supply:
         if groups is not None and groups.pause(group, until):
             self._signals.not_empty.notify_all()
 
+    def group_changed_locked(self, group: str) -> None:
+        """``group``'s own settings changed (the rules' ``own`` says how)."""
+        groups = self._grouped()
+        # None: the mode reads the rules from the store, so gets look again there.
+        if groups is None or groups.changed(group):
+            self._signals.not_empty.notify_all()
+
     def take_group_locked(self, group: str) -> list[tuple[Any, float]]:
         """Take the waiting keys of ``group`` out, ready ones with due time 0 (to remove them;
         :meth:`land_locked` puts one back, :meth:`removed_locked` forgets them)."""

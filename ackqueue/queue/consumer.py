@@ -12,9 +12,11 @@ from ackqueue.delivery.groups import checked_seconds
 from ackqueue.delivery.holds import Delivery, Hold, HoldTable
 from ackqueue.errors import LeaseExpiredError, NotHeldError, QueueClosedError
 from ackqueue.queue.deliveries import Deliveries, Outcome
+from ackqueue.storage.items import pickle_item
 from ackqueue.storage.transactions import Transaction, transaction
 
 T = TypeVar("T")
+_KEEP: Any = object()  # nack(replace=) not given: None is an item like any other
 
 
 class Consumer(Generic[T]):
@@ -84,16 +86,20 @@ class Consumer(Generic[T]):
             if holds:
                 self._deliveries.settle(self._table, holds, "ack")
 
-    def nack(self, item: Any, delay: float | None = None) -> None:
+    def nack(self, item: Any, delay: float | None = None, *, replace: Any = _KEEP) -> None:
         """Give the held ``item`` back to the queue, in its original place.
 
         With ``delay`` (seconds), it is not delivered again before then (stored, so this
         commits). With ``max_attempts`` reached, it goes to the dead letters instead.
+        With ``replace``, the item given back is ``replace`` instead (a retry's new request,
+        say), stored in the same commit, keeping its place, its key, its group and its
+        delivery count; an unpicklable ``replace`` raises before anything changes.
         """
         if delay is not None and delay < 0:
             raise ValueError(f"delay must not be negative, not {delay!r}")
+        data = None if replace is _KEEP else pickle_item(replace)
         with Shield(interruptible=False):
-            self._settle([self._find(item, "nack")], "nack", delay=delay)
+            self._settle([self._find(item, "nack")], "nack", delay=delay, data=data)
 
     def snooze(self, item: Any, seconds: float) -> None:
         """Give the held ``item`` back for later without spending an attempt: it is not

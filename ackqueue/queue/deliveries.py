@@ -27,7 +27,7 @@ from ackqueue.storage.transactions import current
 
 Outcome = Literal["ack", "nack", "reject", "snooze"]
 # What settling does to one hold: a stored settlement, or "return" (ready again, nothing stored).
-Action = Literal["delete", "bury", "delay", "snooze", "return"]
+Action = Literal["delete", "bury", "delay", "snooze", "rewrite", "return"]
 
 
 class Deliveries:
@@ -163,18 +163,22 @@ class Deliveries:
         *,
         delay: float | None = None,
         reason: str | None = None,
+        data: bytes | None = None,
     ) -> None:
-        """Settle holds already marked ``settling``: ``ack``, ``nack`` or ``reject`` them."""
+        """Settle holds already marked ``settling``: ``ack``, ``nack`` or ``reject`` them;
+        ``data``: a nack's new pickle for the items given back (stored, so it commits)."""
         now = self._clock()
         due = now + (delay or 0.0) if delay or outcome == "snooze" else 0.0
         plan = [(hold, self._action(hold, outcome, due)) for hold in holds]
+        if data is not None:
+            plan = [(hold, "rewrite" if act == "return" else act) for hold, act in plan]
         why = self._reason(outcome, reason)
         stored = [
             (hold.key, action, why, hold.delivery.attempts)
             for hold, action in plan
             if action != "return"
         ]
-        edit = self._book.settler(stored, due, now) if stored else None
+        edit = self._book.settler(stored, due, now, data) if stored else None
         check = self._book.require_stored([key for key, *_ in stored])
         edit, check = self._stored.fence(holds, edit, check)
 
@@ -238,7 +242,7 @@ class Deliveries:
             now = time.time()
             for hold, action in plan:
                 self.holds.drop_locked(table, hold)
-                if action == "return":
+                if action in ("return", "rewrite"):
                     self._supply.make_ready_locked(hold.key)
                     self.meter.nacked_locked()
                 elif action == "delay":

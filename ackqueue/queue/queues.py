@@ -40,7 +40,12 @@ import ZODB
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
 from ackqueue.delivery.conditions import Lifecycle, ReadyListeners, Tasks
-from ackqueue.delivery.groups import GroupRules, check_named_group, checked_seconds
+from ackqueue.delivery.groups import (
+    GroupRules,
+    check_named_group,
+    checked_seconds,
+    group_rules,
+)
 from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.queue import lifecycle, status
@@ -57,7 +62,7 @@ from ackqueue.queue.core import Core
 from ackqueue.queue.keying import Unique
 from ackqueue.queue.metrics import QueueMetrics, measure_locked
 from ackqueue.queue.putting import Puts
-from ackqueue.storage.book import group_pauser
+from ackqueue.storage.book import group_pauser, group_setter, group_settings
 from ackqueue.storage.deadletters import DeadLetter
 from ackqueue.storage.items import Serializer, codec_for
 from ackqueue.storage.transactions import Transaction, transaction
@@ -154,6 +159,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
         )
         self._store, self._book = store, book = opened.store, opened.book
         try:
+            rules.own.update(group_settings(book))  # before the ready index is made
             opts = Options(
                 name, maxsize, max_attempts, ack_timeout, clock or time.time, session_timeout,
                 opened.shared, rules, unique,
@@ -339,6 +345,13 @@ class AckQueue(queue.Queue[T], Generic[T]):
         with self.mutex:
             return self._holds.listing_locked()
 
+    def stored_count(self) -> int:
+        """How many items the queue stores: ready, delayed and held, by every process (in
+        shared mode ``unacked_count`` and ``qsize`` see this process only). A read, no commit:
+        a crawler asks it before it calls a crawl finished while another process works."""
+        self._life.check_open()
+        return self._book.count()
+
     def delayed_count(self) -> int:
         """How many stored items are waiting for their delay to pass (not in ``qsize()``)."""
         with self.mutex:
@@ -360,6 +373,17 @@ class AckQueue(queue.Queue[T], Generic[T]):
     def remove_group(self, group: str) -> int:
         """Remove the waiting items of ``group`` (held ones stay held); return how many."""
         return self._groups.remove(group)
+
+    def set_group(
+        self, group: str, *, max_held: int | None = None, interval: float | None = None
+    ) -> None:
+        """Give ``group`` its own ``max_held`` (its ``max_held_per_group``) and ``interval``
+        (its ``group_interval``) while the queue runs; None for either is the queue's option
+        (so ``set_group(g)`` returns ``g`` to the queue's options). Stored, so it holds in every
+        process and after a reopen; the next delivery of the group follows it (a running
+        interval is measured with the new one). A crawler turns a host's delay up when it
+        answers slowly, say."""
+        self._groups.set(group, max_held, interval)
 
     # -- dead letters --------------------------------------------------------------------------
 
@@ -515,6 +539,21 @@ class GroupControl:
         self._store.run(group_pauser(self._book, name, until))
         with self._signals.mutex:
             self._supply.pause_group_locked(name, until)
+
+    def set(self, group: object, max_held: object, interval: object) -> None:
+        """Store ``group``'s own settings, then apply them here."""
+        name = check_named_group(group)
+        own_max = group_rules(max_held, None).max_held
+        own_interval = None if interval is None else checked_seconds("interval", interval)
+        self._life.check_open()
+        setting = (own_max, own_interval)
+        self._store.run(group_setter(self._book, name, setting))
+        with self._signals.mutex:
+            if setting == (None, None):
+                self.rules.own.pop(name, None)
+            else:
+                self.rules.own[name] = setting
+            self._supply.group_changed_locked(name)
 
     def remove(self, group: object) -> int:
         """Remove every waiting item of ``group`` (held ones stay held); return how many."""

@@ -44,13 +44,17 @@ class GroupGate:
         if not record.grouped:
             return set()
         stopped = {g for g, until in (record.group_pauses or {}).items() if until > now}
-        interval = self.rules.interval
-        if interval:
-            turns = record.group_turns or {}
-            stopped.update(g for g, last in turns.items() if now < last + interval)
-        if self.rules.max_held is not None:
+        settings = record.group_settings or {}
+        turns = record.group_turns or {}
+        stopped.update(
+            g for g, last in turns.items() if now < last + self.rules.limits(g, settings)[1]
+        )
+        if self.rules.max_held is not None or settings:
             held = held_by_group(root, self._name)
-            stopped.update(g for g, n in held.items() if self.rules.at_cap(n))
+            stopped.update(
+                g for g, n in held.items()
+                if (cap := self.rules.limits(g, settings)[0]) is not None and n >= cap
+            )
         return stopped
 
     def admitter(self, record: QueueRecord, root: Any, now: float) -> Callable[[Any], bool]:
@@ -74,14 +78,16 @@ class GroupGate:
         pauses = record.group_pauses
         if pauses is not None and pauses.get(group, 0.0) > now:
             return False
-        if not self.rules.limited:
+        # Another process's set_group is read here, inside the take's commit.
+        max_held, interval = self.rules.limits(group, record.group_settings or {})
+        if max_held is None and not interval:
             return True
         turns = record.group_turn_index()
-        if self.rules.interval and now < turns.get(group, float("-inf")) + self.rules.interval:
+        if interval and now < turns.get(group, float("-inf")) + interval:
             return False
-        if self.rules.max_held is not None:
+        if max_held is not None:
             held = held_by_group(root, self._name)[group] + taking[group]
-            if self.rules.at_cap(held):
+            if held >= max_held:
                 return False
         turns[group] = now
         taking[group] += 1

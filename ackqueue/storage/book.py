@@ -57,7 +57,7 @@ T = TypeVar("T")
 # What settling a held entry does to it: delete (ack), bury (dead letters), delay (a nack with
 # a delay: a new due time). A nack without delay stores nothing.
 # A snooze is a delay that also gives back the delivery's attempt (c.snooze()).
-Settlement = Literal["delete", "bury", "delay", "snooze"]
+Settlement = Literal["delete", "bury", "delay", "snooze", "rewrite"]
 
 
 class Keeping(Protocol):
@@ -310,13 +310,23 @@ class Book:
         return bury(self.record, key, reason, now, attempts)
 
     def settler(
-        self, plan: list[tuple[Any, Settlement, str, int]], due: float, now: float
+        self,
+        plan: list[tuple[Any, Settlement, str, int]],
+        due: float,
+        now: float,
+        data: bytes | None = None,
     ) -> Callable[[], None]:
-        """The edit settling held entries: ``(key, settlement, reason, attempts)`` each."""
+        """The edit settling held entries: ``(key, settlement, reason, attempts)`` each;
+        ``data``: the new pickle of every entry given back or buried (``nack(replace=)``;
+        ``rewrite`` gives an entry back with only that)."""
         record = self.record
 
         def edit() -> None:
             for key, settlement, reason, attempts in plan:
+                if data is not None and settlement != "delete":
+                    record.entries[key].data = data
+                if settlement == "rewrite":
+                    continue
                 if settlement == "delete":
                     self.retire_entry(key)
                 elif settlement == "bury":
@@ -532,6 +542,33 @@ def group_pauser(book: Book, group: str, until: float) -> Callable[[], None]:
             del pauses[group]
 
     return set_pause
+
+
+def group_settings(book: Book) -> dict[str, tuple[int | None, float | None]]:
+    """Every group's own settings (``q.set_group``): ``(max_held, interval)``."""
+
+    def read(record: QueueRecord) -> dict[str, tuple[int | None, float | None]]:
+        settings = record.group_settings
+        return dict(settings.items()) if settings is not None else {}
+
+    return book.read(read)
+
+
+def group_setter(
+    book: Book, group: str, setting: tuple[int | None, float | None]
+) -> Callable[[], None]:
+    """The edit storing ``group``'s own settings (both None: the queue's options again)."""
+    record = book.record
+
+    def set_group() -> None:
+        settings = record.group_setting_index()
+        if setting != (None, None):
+            if settings.get(group) != setting:
+                settings[group] = setting
+        elif group in settings:
+            del settings[group]
+
+    return set_group
 
 
 def group_remover(book: Book, group: str) -> Callable[[], int]:

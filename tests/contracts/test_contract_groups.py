@@ -75,3 +75,121 @@ def test_snooze_gives_the_item_back_for_later_without_spending_an_attempt(queues
         assert c.delivery(again).attempts == 1
         c.ack(again)
     assert q.dead_count() == 0
+
+
+def test_set_group_changes_one_groups_cap_while_the_queue_runs(queues) -> None:
+    q = queues(max_held_per_group=1)
+    q.put_many(["a1", "a2", "a3"], group="a")
+    q.put_many(["b1", "b2"], group="b")
+    with q.connect() as c:
+        got = drain(c)
+        assert sorted(got) == ["a1", "b1"]  # one of each group out
+        q.set_group("a", max_held=3)  # only "a" may have more out now
+        more = [c.get(timeout=GIVE_BACK_TIMEOUT), c.get(timeout=GIVE_BACK_TIMEOUT)]
+        assert sorted(more) == ["a2", "a3"]
+        with pytest.raises(ackqueue.Empty):
+            c.get_nowait()  # "b" is still at the queue's cap
+        q.set_group("a", max_held=1)
+        c.ack_many(got + more)
+    q.set_group("b")  # back to the queue's options
+    assert drain(q) == ["b2"]
+
+
+def test_set_group_interval_spaces_one_group_and_not_the_others(queues) -> None:
+    clock = ackqueue.ManualClock(1_000_000.0)
+    q = queues(clock=clock)
+    q.put_many(["a1", "a2"], group="a")
+    q.put_many(["b1", "b2"], group="b")
+    q.set_group("a", interval=60)
+    with q.connect() as c:
+        got = drain(c)
+        assert sorted(got) == ["a1", "b1", "b2"]  # a2 waits for a's interval
+        clock.advance(61)
+        got.append(c.get(timeout=GIVE_BACK_TIMEOUT))
+        assert got[-1] == "a2"
+        c.ack_many(got)
+
+
+def test_set_group_is_stored_and_holds_after_a_reopen(queues) -> None:
+    if not queues.reopens:
+        pytest.skip("an in-memory queue keeps nothing once closed")
+    q = queues(name="groups")
+    q.set_group("a", max_held=1)
+    q.put_many(["a1", "a2"], group="a")
+    q.close()
+    q = queues(name="groups")
+    with q.connect() as c:
+        got = drain(c)
+        assert got == ["a1"]  # the group's own cap, read back from the store
+        q.set_group("a")
+        c.ack_many(got)
+    assert drain(q) == ["a2"]
+
+
+def test_set_group_refuses_bad_settings_and_stores_nothing(queues) -> None:
+    q = queues()
+    with pytest.raises(TypeError):
+        q.set_group(5, max_held=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        q.set_group("a", max_held=0)
+    with pytest.raises(ValueError):
+        q.set_group("a", interval=-1)
+    q.put_many(["a1", "a2"], group="a")
+    with q.connect() as c:
+        got = drain(c)
+        assert got == ["a1", "a2"]
+        c.ack_many(got)
+
+
+def test_nack_with_replace_gives_back_the_new_item_in_one_step(queues) -> None:
+    q = queues(unique="forever")
+    q.put({"url": "/a", "retries": 0}, key="/a")
+    q.put("later")
+    with q.connect() as c:
+        first = c.get_nowait()
+        c.nack(first, replace={"url": "/a", "retries": 1})
+        again = c.get(timeout=GIVE_BACK_TIMEOUT)
+        assert again == {"url": "/a", "retries": 1}  # in its place, before "later"
+        assert c.delivery(again).attempts == 2
+        assert q.put("dup", key="/a") is False  # the key stayed with it
+        c.ack(again)
+    assert drain(q) == ["later"]
+    assert q.seen("/a")
+
+
+def test_nack_with_replace_and_delay_keeps_the_key_and_waits(queues) -> None:
+    clock = ackqueue.ManualClock(1_000_000.0)
+    q = queues(clock=clock)
+    q.put("v1", key="k")
+    with q.connect() as c:
+        c.nack(c.get_nowait(), delay=30, replace=None)
+        with pytest.raises(ackqueue.Empty):
+            c.get_nowait()
+        assert q.put("dup", key="k") is False
+        clock.advance(31)
+        again = c.get(timeout=GIVE_BACK_TIMEOUT)
+        assert again is None  # None is an item like any other
+        c.ack(again)
+
+
+def test_nack_with_an_unpicklable_replacement_changes_nothing(queues) -> None:
+    q = queues()
+    q.put("v1")
+    with q.connect() as c:
+        item = c.get_nowait()
+        with pytest.raises(ackqueue.UnpicklableItemError):
+            c.nack(item, replace=lambda: None)
+        c.nack(item)  # still held, as it was
+        assert c.get(timeout=GIVE_BACK_TIMEOUT) == "v1"
+
+
+def test_stored_count_counts_ready_delayed_and_held_items(queues) -> None:
+    clock = ackqueue.ManualClock(1_000_000.0)
+    q = queues(clock=clock)
+    q.put_many(["a", "b"])
+    q.put("later", delay=60)
+    with q.connect() as c:
+        held = c.get_nowait()
+        assert q.stored_count() == 3
+        c.ack(held)
+    assert q.stored_count() == 2

@@ -79,3 +79,16 @@ else:
     assert done.stdout.startswith("refused: PrometheusCollector needs the prometheus_client "
                                   "package: pip install prometheus_client"), done
     assert "[metrics] extra" in done.stdout
+
+
+def test_the_scrapy_add_on_without_scrapy_names_the_package_and_ackqueue_does_not_need_it():
+    done = _run_without("scrapy", """
+import ackqueue
+assert "scrapy" not in sys.modules or sys.modules["scrapy"] is None
+try:
+    import ackqueue.contrib.scrapy
+except ImportError as exc:
+    print(exc)
+""")
+    assert done.returncode == 0, done.stderr
+    assert "ackqueue.contrib.scrapy needs Scrapy: pip install Scrapy" in done.stdout

@@ -192,3 +192,33 @@ def test_a_killed_process_in_one_process_mode_gives_every_group_back(tmp_path) -
             got.append(item)
             c.ack(item)
         assert sorted(got) == sorted(items)
+
+
+SETTER = """
+import sys
+import ackqueue
+q = ackqueue.AckQueue(sys.argv[1], shared=True, max_held_per_group=1)
+q.set_group("a", max_held=3)
+q.close()
+print("set", flush=True)
+"""
+
+
+def test_set_group_in_one_process_holds_in_another(tmp_path) -> None:
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, shared=True, max_held_per_group=1) as q:
+        q.put_many(["a1", "a2", "a3"], group="a")
+        with q.connect() as c:
+            first = c.get_nowait()
+            try:
+                c.get_nowait()
+                raise AssertionError("the queue's cap let a second item of 'a' out")
+            except ackqueue.Empty:
+                pass
+            setter = spawn_child(SETTER, path)
+            out, _ = setter.communicate(timeout=120)
+            assert setter.returncode == 0 and "set" in out
+            # Read from the store inside this process's take: the other process's setting.
+            more = [c.get(timeout=10), c.get(timeout=10)]
+            assert sorted([first, *more]) == ["a1", "a2", "a3"]
+            c.ack_many([first, *more])

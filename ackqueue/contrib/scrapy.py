@@ -1,0 +1,595 @@
+"""A Scrapy crawl that survives ``kill -9``: the frontier, the seen-set and the scraped items in
+one ackqueue file, each page's outcome committed once.
+
+Enable it with one line in the project's settings::
+
+    ADDONS = {"ackqueue.contrib.scrapy.Addon": 0}
+    JOBDIR = "crawls/books"          # the frontier is JOBDIR/frontier.fs
+    # or ACKQUEUE_PATH = "books.fs"
+
+How a request lives (one queue file, two named queues: ``requests`` and ``items``):
+
+- the :class:`Scheduler` puts each request (``Request.to_dict``) by key, the request's
+  fingerprint, with ``unique="forever"``: a request seen once is never put again, also after a
+  restart (this replaces ``requests.seen`` and its memory). A ``dont_filter`` request is put
+  without the check; start requests are keyed even then, so a resumed crawl does not fetch them
+  again. Its group is its download slot (the host, or ``meta["download_slot"]``), so
+  ``CONCURRENT_REQUESTS_PER_DOMAIN`` becomes ``max_held_per_group`` and ``DOWNLOAD_DELAY``
+  ``group_interval``; Scrapy's priority orders it (higher first).
+- ``next_request`` gets the request and holds it. It is acked only when Scrapy is done with it:
+  the :class:`FrontierMiddleware` (a spider middleware at the engine end) collects what the
+  callback yielded, and when the callback's output ends it commits, in one transaction, the
+  child requests, the items (into the ``items`` queue) and the ack. Only then are the items
+  passed on to the item pipelines. A kill at any moment leaves each page's outcome committed
+  once; only the requests Scrapy had in flight are fetched again.
+- A retry or a redirect (a downloader middleware hands the engine a new request made from a
+  held one, whose ``meta`` it copies) gives the held request back as the new one in one commit
+  (``nack(replace=)``): it keeps its key, and the retry's ``meta``.
+- A request that fails for good (the download raised past every downloader middleware) is
+  acked; an errback's output then goes through the scheduler as Scrapy sends it (each request
+  durable on its own, not in one commit with the ack). A request that Scrapy dropped in a way
+  no interface reports is acked when Scrapy is idle (see :meth:`Scheduler.has_pending_requests`).
+
+Settings: ``ACKQUEUE_PATH`` (default ``JOBDIR/frontier.fs``), ``ACKQUEUE_SHARED`` (several
+Scrapy processes on one frontier: ``shared=True``), ``ACKQUEUE_DURABILITY`` (``"strict"``, the
+default, or ``"relaxed"``). A frontier file written for another spider is refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from scrapy import Request, signals
+except ImportError as exc:  # pragma: no cover - said to whoever enables the add-on without it
+    raise ImportError(
+        "ackqueue.contrib.scrapy needs Scrapy: pip install Scrapy (or install ackqueue with "
+        "its [scrapy] extra)"
+    ) from exc
+from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.request import request_from_dict
+from twisted.internet.defer import Deferred
+
+import ackqueue
+
+log = logging.getLogger("ackqueue")
+
+HOLD = "ackqueue_hold"  # meta: which held request a request is (retries and redirects copy it)
+START = "ackqueue_start"  # meta: a start request (keyed even with dont_filter)
+PRIORITY_LIMIT = (1 << 22) - 1  # ackqueue's priorities are ints in [-2**22, 2**22)
+_frontiers: dict[int, Frontier] = {}  # id(crawler) -> its frontier, for the middlewares
+
+
+class UnserializableRequestError(TypeError):
+    """A request cannot be stored: its callback or errback is not a method of the spider (a
+    lambda, a function), or its ``meta`` or ``cb_kwargs`` cannot be pickled."""
+
+
+class ForeignFrontierError(ackqueue.AckQueueError):
+    """The frontier file belongs to another spider."""
+
+
+class Addon:
+    """``ADDONS = {"ackqueue.contrib.scrapy.Addon": 0}``: the scheduler and its middlewares."""
+
+    def update_settings(self, settings: Any) -> None:
+        settings.set("SCHEDULER", "ackqueue.contrib.scrapy.Scheduler", priority="addon")
+        # The lowest order puts both at the engine end: the spider middleware sees the output
+        # every other middleware let through, the downloader middleware a failure none handled.
+        settings["SPIDER_MIDDLEWARES"]["ackqueue.contrib.scrapy.FrontierMiddleware"] = 1
+        settings["DOWNLOADER_MIDDLEWARES"]["ackqueue.contrib.scrapy.FailureMiddleware"] = 1
+
+
+class Frontier:
+    """The two queues of one crawl and the requests this process holds."""
+
+    def __init__(self, crawler: Any, spider: Any) -> None:
+        settings = crawler.settings
+        self.crawler, self.spider, self.stats = crawler, spider, crawler.stats
+        path = frontier_path(settings)
+        shared = settings.getbool("ACKQUEUE_SHARED", False)
+        options: dict[str, Any] = {
+            "durability": settings.get("ACKQUEUE_DURABILITY", "strict"),
+            "shared": shared,
+        }
+        per_slot = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
+        delay = settings.getfloat("DOWNLOAD_DELAY", 0.0)
+        self.requests: ackqueue.AckQueue[dict[str, Any]] = ackqueue.AckQueue(
+            path, name="requests", unique="forever",
+            max_held_per_group=per_slot if per_slot > 0 else None, group_interval=delay,
+            **options,
+        )
+        try:
+            self.items: ackqueue.AckQueue[Any] = ackqueue.AckQueue(path, name="items", **options)
+            check_spider(path, spider.name, options)
+        except BaseException:
+            self.requests.close()
+            raise
+        self.consumer = self.requests.connect()
+        self.held: dict[int, dict[str, Any]] = {}
+        self._tokens = itertools.count(1)
+        self.path = path
+        # How soon to look again when nothing may go out: a fraction of the host's interval.
+        self.poll = min(1.0, max(0.01, delay / 4)) if delay else 0.05
+        self.counted: deque[tuple[int, int, int, int]] = deque()
+        self.committer = Committer(self)
+
+    # -- putting ------------------------------------------------------------------------------
+
+    def entry(self, request: Request) -> dict[str, Any]:
+        """``request`` as stored (without this process's hold mark)."""
+        try:
+            data: dict[str, Any] = request.to_dict(spider=self.spider)
+        except Exception as exc:
+            raise UnserializableRequestError(
+                f"ackqueue cannot store {request!r}: {exc} (a request's callback and errback "
+                "must be methods of the spider, and its meta and cb_kwargs picklable)"
+            ) from exc
+        data["meta"] = {k: v for k, v in (data.get("meta") or {}).items() if k != HOLD}
+        return data
+
+    def key(self, request: Request) -> str | None:
+        """The request's key: its fingerprint; a ``dont_filter`` request has none unless it is
+        a start request (so that a resumed crawl does not put its start requests again)."""
+        fingerprint = self.crawler.request_fingerprinter.fingerprint(request).hex()
+        if not request.dont_filter:
+            return str(fingerprint)
+        if request.meta.get(START) or request.meta.get("is_start_request"):
+            return f"start:{fingerprint}"
+        return None
+
+    def put(self, request: Request) -> bool:
+        """Store a new request; False if its key was seen (a duplicate) or it cannot be
+        stored (see :meth:`storable`)."""
+        entry = self.storable(request)
+        if entry is None:
+            return False
+        stored = self.requests.put(
+            entry, key=self.key(request), group=slot_of(request), priority=priority_of(request),
+        )
+        self.count("enqueued" if stored is not False else "duplicates")
+        return stored is not False
+
+    # -- holding and settling -----------------------------------------------------------------
+
+    def next_request(self) -> Request | None:
+        try:
+            data = self.consumer.get_nowait()
+        except ackqueue.Empty:
+            return None
+        request = request_from_dict(data, spider=self.spider)
+        token = next(self._tokens)
+        request.meta[HOLD] = token
+        self.held[token] = data
+        self.count("dequeued")
+        return request
+
+    def redo(self, request: Request) -> bool:
+        """``request`` was made from one we hold (a retry, a redirect): give the held one back
+        as ``request``, keeping its key. False if it is not made from a held one."""
+        data = self.held.pop(request.meta.get(HOLD, 0), None)
+        if data is None:
+            return False
+        entry = self.storable(request)
+        if entry is None:  # the retry cannot be stored: the held request is done
+            self.consumer.ack(data)
+            return True
+        self.consumer.nack(data, replace=entry)
+        self.count("redone")
+        return True
+
+    def settle(self, request: Request | None, children: list[Request], items: list[Any]) -> Job:
+        """What Scrapy made of ``request`` (its child requests and items) and its ack, ready
+        for the :class:`Committer`. ``request`` None or not held (an errback's output, a
+        request made elsewhere): the children and items alone."""
+        data = None if request is None else self.held.pop(request.meta.get(HOLD, 0), None)
+        entries = []
+        for child in children:
+            stored = self.storable(child)
+            if stored is not None:
+                entries.append((stored, self.key(child), slot_of(child), priority_of(child)))
+        return Job(entries, items, data)
+
+    def storable(self, request: Request) -> dict[str, Any] | None:
+        """``request`` as stored, or None with the error logged (naming the request) and the
+        request dropped, as Scrapy drops a request it cannot schedule; raising here would
+        lose the rest of the page's outcome."""
+        try:
+            return self.entry(request)
+        except UnserializableRequestError as exc:
+            log.error("%s", exc)
+            self.count("unserializable")
+            return None
+
+    def commit(self, jobs: list[Job]) -> None:
+        """Commit the outcomes of ``jobs`` in one transaction (in the committer's thread)."""
+        keys: set[str] = set()
+        stored = duplicates = 0
+        with self.consumer.transaction():
+            for job in jobs:
+                for entry, key, group, priority in job.entries:
+                    if key is not None:
+                        if key in keys:  # linked twice by the pages of this commit
+                            duplicates += 1
+                            continue
+                        keys.add(key)
+                    put = self.requests.put(entry, key=key, group=group, priority=priority)
+                    stored += put is not False
+                    duplicates += put is False
+                if job.items:
+                    self.items.put_many(job.items)
+                if job.data is not None:
+                    self.consumer.ack(job.data)
+        acked = sum(job.data is not None for job in jobs)
+        items = sum(len(job.items) for job in jobs)
+        self.counted.append((stored, duplicates, items, acked))
+
+    def account(self) -> None:
+        """Count in Scrapy's stats what commits in the committer's thread did (in the
+        reactor's thread, where Scrapy's stats live)."""
+        while self.counted:
+            stored, duplicates, items, acked = self.counted.popleft()
+            self.count("enqueued", stored)
+            self.count("duplicates", duplicates)
+            self.count("items", items)
+            self.count("acked", acked)
+
+    def drop(self, request: Request) -> None:
+        """Scrapy is done with ``request`` and made nothing of it (a failure)."""
+        data = self.held.pop(request.meta.get(HOLD, 0), None)
+        if data is not None:
+            self.consumer.ack(data)
+            self.count("failed")
+
+    def settle_orphans(self) -> None:
+        """Ack every request still held while Scrapy has none in flight: Scrapy dropped it in a
+        way that no interface reports (an IgnoreRequest from a downloader middleware's
+        process_response goes straight to the errback, say), and it made what it made of it."""
+        for token in list(self.held):
+            self.consumer.ack(self.held.pop(token))
+            self.count("settled_when_idle")
+
+    # -- figures ------------------------------------------------------------------------------
+
+    def count(self, what: str, n: int = 1) -> None:
+        if n:
+            self.stats.inc_value(f"ackqueue/{what}", n)
+
+    def publish_stats(self) -> None:
+        m = self.requests.metrics()
+        for name in ("ready", "held", "delayed", "dead"):
+            self.stats.set_value(f"ackqueue/frontier/{name}", getattr(m, name))
+        self.stats.set_value("ackqueue/items/stored", self.items.qsize())
+
+    def close(self) -> None:
+        try:
+            self.committer.stop()
+            self.account()
+            self.publish_stats()
+        finally:
+            self.consumer.close()  # what is still held is ready again for the next run
+            self.items.close()
+            self.requests.close()
+
+
+@dataclass
+class Job:
+    """One page's outcome: child requests as ``(entry, key, group, priority)``, its items,
+    and the held request to ack (None: none)."""
+
+    entries: list[tuple[dict[str, Any], str | None, str, int]]
+    items: list[Any]
+    data: dict[str, Any] | None
+
+
+class Committer:
+    """A thread that commits the outcomes of the pages Scrapy finished, those that finished
+    while it committed the last ones together in one transaction: the reactor goes on while
+    a commit waits for the disk, and a commit's cost is shared by the pages in it. Each page's
+    outcome is whole in one commit, whichever commit that is."""
+
+    most = 64  # pages in one commit at most
+
+    def __init__(self, frontier: Frontier) -> None:
+        from twisted.internet import reactor  # here: Scrapy installs its reactor at start
+
+        self._frontier, self._reactor = frontier, reactor
+        self._cond = threading.Condition()
+        self._work: list[tuple[Job, Deferred[None]]] = []
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="ackqueue-committer", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> Deferred[None]:
+        """Fires (in the reactor's thread) once ``job`` is committed."""
+        done: Deferred[None] = Deferred()
+        with self._cond:
+            self._work.append((job, done))
+            self._cond.notify()
+        return done
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._work and not self._stopping:
+                    self._cond.wait()
+                if not self._work:
+                    return
+                batch, self._work = self._work[: self.most], self._work[self.most :]
+            outcomes: list[tuple[Deferred[None], Exception | None]]
+            try:
+                self._frontier.commit([job for job, _ in batch])
+                outcomes = [(done, None) for _, done in batch]
+            except Exception:
+                # Nothing of the batch was committed: each page on its own, so that one page's
+                # error (a held request acked elsewhere, say) is only that page's.
+                outcomes = []
+                for job, done in batch:
+                    try:
+                        self._frontier.commit([job])
+                        outcomes.append((done, None))
+                    except Exception as exc:
+                        outcomes.append((done, exc))
+            self._reactor.callFromThread(_fire, outcomes)
+
+
+def _fire(outcomes: list[tuple[Deferred[None], Exception | None]]) -> None:
+    for done, failure in outcomes:
+        if failure is None:
+            done.callback(None)
+        else:
+            done.errback(failure)
+
+
+def frontier_path(settings: Any) -> str:
+    path = settings.get("ACKQUEUE_PATH")
+    if path:
+        return str(path)
+    jobdir = settings.get("JOBDIR")
+    if jobdir:
+        os.makedirs(jobdir, exist_ok=True)
+        return os.path.join(jobdir, "frontier.fs")
+    raise ValueError(
+        "ackqueue.contrib.scrapy needs a file for the frontier: set ACKQUEUE_PATH (a file "
+        "path) or JOBDIR (the frontier is then JOBDIR/frontier.fs)"
+    )
+
+
+def check_spider(path: str, name: str, options: dict[str, Any]) -> None:
+    """The file belongs to the spider ``name`` (the first to open it), or a clear error."""
+    owner: ackqueue.AckQueue[str] = ackqueue.AckQueue(path, name="spider", **options)
+    with owner:
+        owner.put(name, key="spider")  # False: the file has its spider already
+        c: ackqueue.Consumer[str]
+        with owner.connect() as c:
+            # Not a blocking get: Scrapy's event loop runs on this thread. Empty only while
+            # another process of a shared crawl makes the same check.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    stored = c.get_nowait()
+                    break
+                except ackqueue.Empty:
+                    if time.monotonic() > deadline:
+                        raise ForeignFrontierError(
+                            f"{path}: cannot read which spider it belongs to"
+                        ) from None
+                    time.sleep(0.05)
+            c.nack(stored)
+    if stored != name:
+        raise ForeignFrontierError(
+            f"{path} is the frontier of spider {stored!r}, not of {name!r}: give this spider "
+            "its own ACKQUEUE_PATH or JOBDIR"
+        )
+
+
+def slot_of(request: Request) -> str:
+    """The request's download slot, as Scrapy's downloader names it by default."""
+    slot = request.meta.get("download_slot")
+    if slot is not None:
+        return str(slot)
+    return urlparse_cached(request).hostname or ""
+
+
+def priority_of(request: Request) -> int:
+    """Scrapy's priority (higher first) as ackqueue's (lower first), within its range."""
+    return max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, -int(request.priority)))
+
+
+def frontier_of(crawler: Any) -> Frontier | None:
+    return _frontiers.get(id(crawler))
+
+
+class Scheduler:
+    """Scrapy's scheduler on an ackqueue file (see the module docstring)."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+        self.frontier: Frontier | None = None
+        self._waking: Any = None  # a pending reactor.callLater of _look_again
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> Scheduler:
+        return cls(crawler)
+
+    def open(self, spider: Any) -> None:
+        self.frontier = Frontier(self.crawler, spider)
+        _frontiers[id(self.crawler)] = self.frontier
+        m = self.frontier.requests.metrics()
+        log.info(
+            "ackqueue frontier %s: %d requests ready, %d delayed, %d items stored",
+            self.frontier.path, m.ready, m.delayed, self.frontier.items.qsize(),
+        )
+
+    def close(self, reason: str) -> None:
+        if self._waking is not None and self._waking.active():
+            self._waking.cancel()
+        frontier, self.frontier = self.frontier, None
+        if frontier is not None:
+            _frontiers.pop(id(self.crawler), None)
+            frontier.close()
+
+    def has_pending_requests(self) -> bool:
+        """Requests ready, delayed or held (a held one may still yield requests). Scrapy asks
+        this only once it has nothing in flight: a request still held then was dropped without
+        a word (see :meth:`Frontier.settle_orphans`)."""
+        frontier = self._open()
+        if frontier.held and not scrapy_busy(self.crawler):
+            frontier.settle_orphans()
+        q = frontier.requests
+        if frontier.held or q.qsize() > 0 or q.delayed_count() > 0:
+            return True
+        # Another process's holds (ACKQUEUE_SHARED) may still yield requests; in one process
+        # this is 0 here. One read, and Scrapy asks only when it has nothing in flight.
+        return q.stored_count() > 0
+
+    def enqueue_request(self, request: Request) -> bool:
+        frontier = self._open()
+        if frontier.redo(request):
+            return True
+        request.meta.pop(HOLD, None)  # copied from a request no longer held: a new one
+        return frontier.put(request)
+
+    def next_request(self) -> Request | None:
+        frontier = self._open()
+        request = frontier.next_request()
+        if request is None:
+            # Nothing may go out now, though requests may wait for their host's interval, cap
+            # or delay, which no timer of Scrapy's knows: look again soon, not at the engine's
+            # next heartbeat (seconds away).
+            self._look_again(frontier.poll)
+        return request
+
+    def _look_again(self, seconds: float) -> None:
+        if self._waking is not None and self._waking.active():
+            return
+        from twisted.internet import reactor
+
+        clock: Any = reactor  # the installed reactor; its stub types say too little
+        self._waking = clock.callLater(seconds, ask_engine, self.crawler)
+
+    def _open(self) -> Frontier:
+        if self.frontier is None:
+            raise RuntimeError("the ackqueue scheduler is not open")
+        return self.frontier
+
+
+def ask_engine(crawler: Any) -> None:
+    """Have the engine ask for the next request now rather than at its next heartbeat
+    (seconds away). An internal attribute: the engine's slot, ``_slot`` from Scrapy 2.13 on,
+    ``slot`` before."""
+    engine = crawler.engine
+    slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+    if slot is not None:
+        slot.nextcall.schedule()
+
+
+def scrapy_busy(crawler: Any) -> bool:
+    """Whether Scrapy has a request in the downloader or a response in the spider. Only
+    internal attributes serve here (``engine.downloader.active``, ``engine.scraper.slot``);
+    tests/contrib/test_scrapy.py runs on every Scrapy version the extra allows."""
+    engine = crawler.engine
+    if engine.downloader.active:
+        return True
+    slot = getattr(engine.scraper, "slot", None)
+    return slot is not None and not slot.is_idle()
+
+
+class FrontierMiddleware:
+    """Spider middleware at the engine end: collects a response's output and settles it."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+        crawler.signals.connect(self._spider_error, signal=signals.spider_error)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> FrontierMiddleware:
+        return cls(crawler)
+
+    def process_start_requests(self, start: Iterable[Any], *_: Any, **__: Any) -> Iterator[Any]:
+        """Scrapy < 2.13: mark start requests (they are keyed even with ``dont_filter``)."""
+        for thing in start:
+            if isinstance(thing, Request):
+                thing.meta.setdefault(START, True)
+            yield thing
+
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for thing in start:
+            if isinstance(thing, Request):
+                thing.meta.setdefault(START, True)
+            yield thing
+
+    async def process_spider_output(
+        self, response: Any, result: AsyncIterator[Any], *_: Any, **__: Any
+    ) -> AsyncIterator[Any]:
+        """Collect the output; once it ends (or raises), commit it with the ack, then pass
+        the items on. An async generator: Scrapy hands it every output as an async iterable
+        (this middleware is the last before the engine, so nothing after it needs a sync one)."""
+        children: list[Request] = []
+        items: list[Any] = []
+        try:
+            async for thing in result:
+                (children if isinstance(thing, Request) else items).append(thing)
+        except Exception:
+            await self._settle(response, children, items)  # what it yielded before it raised
+            raise
+        await self._settle(response, children, items)
+        for item in items:
+            yield item
+
+    async def _settle(self, response: Any, children: list[Request], items: list[Any]) -> None:
+        frontier = frontier_of(self.crawler)
+        if frontier is None:
+            raise RuntimeError(
+                "ackqueue's FrontierMiddleware needs ackqueue's scheduler: enable it with "
+                'ADDONS = {"ackqueue.contrib.scrapy.Addon": 0}'
+            )
+        job = frontier.settle(None if response is None else response.request, children, items)
+        try:
+            await maybe_deferred_to_future(frontier.committer.submit(job))
+        finally:
+            frontier.account()
+        # The children went to the queue, not through engine.crawl, and the ack made room in
+        # the page's group: ask for the next request now.
+        ask_engine(self.crawler)
+
+    def _spider_error(self, failure: Any, response: Any, **_: Any) -> None:
+        """A response whose processing raised before any output (a spider middleware's
+        process_spider_input, no errback): Scrapy is done with its request."""
+        frontier = frontier_of(self.crawler)
+        if frontier is not None and response is not None and response.request is not None:
+            frontier.drop(response.request)
+
+
+class FailureMiddleware:
+    """Downloader middleware at the engine end: a failure that reaches it was handled by no
+    other middleware (no retry left), so Scrapy is done with the request."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> FailureMiddleware:
+        return cls(crawler)
+
+    def process_exception(
+        self, request: Request, exception: Exception, *_: Any, **__: Any
+    ) -> None:
+        frontier = frontier_of(self.crawler)
+        if frontier is not None:
+            frontier.drop(request)
