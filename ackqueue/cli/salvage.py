@@ -30,8 +30,8 @@ from ZODB.FileStorage.format import TRANS_HDR_LEN
 
 from ackqueue.cli.common import CommandError, open_queue
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.storage.items import unpickle_item
 from ackqueue.storage.filestorage import BEFORE_SUFFIX
+from ackqueue.storage.items import unpickle_item
 
 SALVAGED_SUFFIX = ".salvaged"
 
