@@ -164,7 +164,7 @@ class Holds:
 
     def arm_lease_locked(self, table: HoldTable, hold: Hold, seconds: float) -> None:
         """Give ``hold`` a lease of ``seconds`` from now."""
-        deadline = self._clock() + seconds
+        deadline = self._timers.monotonic() + seconds
         hold.deadline = deadline
         if hold.lease_timer is not None:
             self._timers.cancel(hold.lease_timer)
@@ -199,7 +199,7 @@ class Holds:
         )
 
     def expire_overdue_locked(self, table: HoldTable, holds: list[Hold]) -> None:
-        now = self._clock()
+        now = self._timers.monotonic()
         for hold in holds:
             if hold.deadline is not None and hold.deadline <= now:
                 self._lease_ran_out_locked(table, hold, hold.deadline)

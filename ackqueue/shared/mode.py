@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ackqueue.base.clock import Clock
+from ackqueue.base.clock import Clock, durations_clock
 from ackqueue.base.keyids import KeyMap, KeySet
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.conditions import Lifecycle, Signals
@@ -259,7 +259,8 @@ class SharedMode:
         if self._max_attempts is not None or getattr(self._clock, "manual", False):
             return NoRides()
         return AckRides(
-            self._signals, self._life, supply, self._clock, timers, claim_ready, next_id,
+            self._signals, self._life, supply, durations_clock(self._clock), timers, claim_ready,
+            next_id,
             self.ride,
         )
 
