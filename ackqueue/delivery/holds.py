@@ -115,6 +115,7 @@ class Holds:
         for table in list(self.tables):
             for hold in list(table.by_id.values()):
                 if voided(hold.key) and not hold.settling:
+                    hold.voided = True
                     table.remove(hold)
                     table.expired.append(hold)
                     self.end_lease_locked(hold)
@@ -234,7 +235,8 @@ class Hold:
     key: Any
     delivery: Delivery
     settling: bool = False
-    deadline: float | None = None  # when the lease runs out (ack_timeout), epoch seconds
+    deadline: float | None = None  # when the lease runs out (ack_timeout), monotonic seconds
+    voided: bool = False  # taken back because this process lost its session (shared mode)
     lease_timer: Any = None  # the timers entry of that deadline, cancelled when settled
 
 
