@@ -4,6 +4,7 @@ ClientDisconnected (or a StorageError wrapping it) out (issue 21, item 16)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -33,10 +34,8 @@ def server_pid(path: str) -> int | None:
 
 
 def kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # gone already
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # gone already
 
 
 def test_an_open_survives_its_server_being_killed(tmp_path: Path) -> None:
