@@ -1,8 +1,20 @@
-"""Time as the queue sees it: wall-clock epoch seconds, injectable for tests.
+"""Time as the queue sees it: wall-clock epoch seconds where time is stored, a monotonic
+clock for durations inside one process; both injectable for tests.
 
-Delays (``not_before``) must mean the same after a restart, so deadlines are epoch times from
-``time.time`` rather than monotonic ones. Tests pass a :class:`ManualClock` and move time by
-hand: every queue using it fires what fell due at once, in the thread that advanced it.
+What is stored must mean the same after a restart and in another process, so a delayed item's
+due time (``not_before``), a snoozed group's end and a stored lease are epoch times from the
+queue's ``clock`` (``time.time`` by default). A duration measured inside one process (a lease's
+``ack_timeout``, ``group_interval``, a wait) runs on :func:`durations_clock` instead, so that a
+step of the wall clock (NTP, a suspended VM, an operator) neither freezes it nor cuts it short.
+
+A stored due time stays a wall-clock time: when the wall clock steps forward past it, the item
+falls due (a running queue notices within :data:`WALL_RECHECK_SECONDS`), as it would if the
+queue were reopened then; a backward step postpones it by the step. A snooze read back from the
+store at open is turned into a duration from then.
+
+Tests pass a :class:`ManualClock` and move time by hand (it is both clocks): every queue using
+it fires what fell due at once, in the thread that advanced it. A clock object may carry its own
+``monotonic`` function for durations; without one, durations use ``time.monotonic``.
 """
 
 from __future__ import annotations
@@ -13,6 +25,16 @@ import weakref
 from collections.abc import Callable
 
 Clock = Callable[[], float]
+
+# How often a waiting timer thread reads the wall clock again while a stored due time is
+# pending: no system call says when the wall clock was stepped.
+WALL_RECHECK_SECONDS = 1.0
+
+
+def durations_clock(clock: Clock) -> Clock:
+    """The monotonic clock that measures durations for a queue whose wall clock is ``clock``."""
+    monotonic: Clock = getattr(clock, "monotonic", time.monotonic)
+    return monotonic
 
 
 class ManualClock:
@@ -30,6 +52,10 @@ class ManualClock:
         self._listeners: weakref.WeakSet[_Listener] = weakref.WeakSet()
 
     def __call__(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
+        """Durations move with the same hand."""
         return self._now
 
     def advance(self, seconds: float) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ackqueue.base.clock import Clock
+from ackqueue.base.clock import Clock, durations_clock
 from ackqueue.delivery.ready import Key, ReadyIndex, ReadyKeys, ScanAfter
 from ackqueue.storage.book import Book, group_pauses, grouped_entries, has_groups
 
@@ -66,6 +66,9 @@ class GroupedReadyIndex:
         live grouped key by its id (ready, delayed or held); ``pauses``: group -> paused until."""
         self.rules = rules
         self._clock = clock
+        # Intervals and pauses run as durations (see ackqueue.base.clock): a pause's stored
+        # wall-clock end is turned into a monotonic one when it is learnt.
+        self._monotonic = durations_clock(clock)
         self._key_id = key_id
         self._schedule = schedule
         self._lanes: dict[Group, ReadyKeys] = {None: ungrouped}
@@ -73,7 +76,9 @@ class GroupedReadyIndex:
         self._out: dict[Any, Group] = {}  # key id -> group, for keys popped and not back
         self._held: dict[Group, int] = {}
         self._last_at: dict[Group, float] = {}  # the last delivery, while its interval runs
-        self._paused: dict[Group, float] = {g: until for g, until in (pauses or {}).items()}
+        self._paused: dict[Group, float] = {
+            g: self._monotonic_end(until) for g, until in (pauses or {}).items()
+        }
         self._rotation: deque[Group] = deque()
         self._counted: dict[Group, int] = {}  # groups in the rotation -> keys counted in len
         self._ready_now = 0
@@ -133,7 +138,7 @@ class GroupedReadyIndex:
         self._out[self._key_id(key)] = group
         self._held[group] = self._held.get(group, 0) + 1
         if self.rules.limits(group)[1]:
-            self._last_at[group] = self._clock()
+            self._last_at[group] = self._monotonic()
         if group is not None and not len(lane):
             del self._lanes[group]  # lanes of drained groups are made again when needed
         else:
@@ -169,7 +174,7 @@ class GroupedReadyIndex:
         """No delivery of ``group`` before ``until`` (a time in the past resumes it); True if
         it may deliver now."""
         if until > self._clock():
-            self._paused[group] = until
+            self._paused[group] = self._monotonic_end(until)
             if group in self._counted:
                 self._rotation.remove(group)
                 self._ready_now -= self._counted.pop(group)
@@ -183,11 +188,14 @@ class GroupedReadyIndex:
         now because of that."""
         if group in self._counted and (
             self.rules.group_at_cap(group, self._held.get(group, 0))
-            or self._due(group, self._clock())
+            or self._due(group, self._monotonic())
         ):
             self._rotation.remove(group)
             self._ready_now -= self._counted.pop(group)
         return self._reconsider(group)
+
+    def _monotonic_end(self, until: float) -> float:
+        return self._monotonic() + (until - self._clock())
 
     def discard(self, key: Key) -> bool:
         """Take a ready key out of its lane (removing one item); True if it was there."""
@@ -274,7 +282,7 @@ class GroupedReadyIndex:
             return False
         if self.rules.group_at_cap(group, self._held.get(group, 0)):
             return False  # a release brings it back
-        due = self._due(group, self._clock())
+        due = self._due(group, self._monotonic())
         if due:
             self._wake_at(group, due)
             return False

@@ -115,6 +115,7 @@ class Holds:
         for table in list(self.tables):
             for hold in list(table.by_id.values()):
                 if voided(hold.key) and not hold.settling:
+                    hold.voided = True  # taken back with the session: its lease, not ack_timeout
                     self._void_hold_locked(table, hold)
 
     def lost_locked(self, table: HoldTable, holds: list[Hold]) -> None:
@@ -177,7 +178,7 @@ class Holds:
 
     def arm_lease_locked(self, table: HoldTable, hold: Hold, seconds: float) -> None:
         """Give ``hold`` a lease of ``seconds`` from now."""
-        deadline = self._clock() + seconds
+        deadline = self._timers.monotonic() + seconds
         hold.deadline = deadline
         if hold.lease_timer is not None:
             self._timers.cancel(hold.lease_timer)
@@ -212,7 +213,7 @@ class Holds:
         )
 
     def expire_overdue_locked(self, table: HoldTable, holds: list[Hold]) -> None:
-        now = self._clock()
+        now = self._timers.monotonic()
         for hold in holds:
             if hold.deadline is not None and hold.deadline <= now:
                 self._lease_ran_out_locked(table, hold, hold.deadline)
@@ -247,7 +248,8 @@ class Hold:
     key: Any
     delivery: Delivery
     settling: bool = False
-    deadline: float | None = None  # when the lease runs out (ack_timeout), epoch seconds
+    deadline: float | None = None  # when the lease runs out (ack_timeout), monotonic seconds
+    voided: bool = False  # taken back because this process lost its session (shared mode)
     lease_timer: Any = None  # the timers entry of that deadline, cancelled when settled
 
 

@@ -74,7 +74,7 @@ class Supply:
             for key in self.delays.due_at_open:
                 self.ready.offer(key)
             for key, when in self.delays.pending.values():
-                timers.at(when, self._fall_due_callback(key))
+                timers.at_wall(when, self._fall_due_callback(key))
             # Under the mutex: in shared mode the session's watcher reads through the same
             # book as soon as the index exists.
             tasks.unfinished = self.ready_total() + len(self.delays)
@@ -138,7 +138,7 @@ class Supply:
         """A stored ``key`` is ready now, or once ``due`` has passed."""
         if due and due > self._clock() and not self._life.drained:
             self.delays.add(key, due)
-            self._timers.at(due, self._fall_due_callback(key))
+            self._timers.at_wall(due, self._fall_due_callback(key))
         else:
             self.offer_locked(key)
 

@@ -10,10 +10,13 @@ given what it works with here, once; none of them reaches into another.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import ZODB
 
@@ -26,6 +29,7 @@ from ackqueue.delivery.local import LocalMode
 from ackqueue.delivery.mode import Mode
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import Supply
+from ackqueue.errors import StorageError
 from ackqueue.queue.claiming import Claimer, StdlibGet
 from ackqueue.queue.core import Calls, Core
 from ackqueue.queue.deliveries import Deliveries
@@ -37,6 +41,7 @@ from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
 from ackqueue.storage.engine import restricts
+from ackqueue.storage.failures import connection_lost
 from ackqueue.storage.items import PICKLE_CODEC, Codec
 from ackqueue.storage.keys import remember_seconds
 from ackqueue.storage.store import Store
@@ -104,6 +109,39 @@ def open_book(
         store.release(name)
         raise
     return Opened(store, claim, book, is_shared)
+
+
+T = TypeVar("T")
+log = logging.getLogger("ackqueue")
+
+# How long an open goes on trying while the server it talks to dies and is started again.
+OPEN_THROUGH_RESTARTS_SECONDS = 30.0
+
+
+def open_through_server_restarts(open_once: Callable[[], T], where: object) -> T:
+    """``open_once()``, tried again while its server connection drops (a shared queue's
+    server killed during the open: its clients start a new one); a
+    :class:`~ackqueue.StorageError` once that goes on for
+    :data:`OPEN_THROUGH_RESTARTS_SECONDS`. ``open_once`` leaves nothing acquired when it
+    fails, and what it committed before failing is what a second open finds."""
+    deadline = time.monotonic() + OPEN_THROUGH_RESTARTS_SECONDS
+    while True:
+        try:
+            return open_once()
+        except Exception as exc:
+            lost = connection_lost(exc) or (
+                exc.__cause__ is not None and connection_lost(exc.__cause__)
+            )
+            if not lost:
+                raise
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    f"cannot open queue {where}: its server connection kept dropping for "
+                    f"{OPEN_THROUGH_RESTARTS_SECONDS:.0f} s ({exc})"
+                ) from exc
+            log.info("ackqueue: the server of %s went away during the open; opening again: %s",
+                     where, exc)
+            time.sleep(0.05)  # the clients are starting a new server
 
 
 @dataclass(frozen=True)

@@ -215,11 +215,16 @@ class Consumer(Generic[T]):
         """Why ``item`` is not held here (with the queue's mutex held)."""
         expired = self._table.find_expired(item)
         if expired is not None:
+            lease = (
+                "this process's session lease (it was stopped or cut off longer than "
+                "session_timeout)"
+                if expired.voided
+                else f"its lease (ack_timeout={self._deliveries.holds.ack_timeout}s)"
+            )
             raise LeaseExpiredError(
-                f"this consumer held that {type(item).__qualname__} longer than its lease "
-                f"(ack_timeout={self._deliveries.holds.ack_timeout}s); it went back to the queue "
-                "and may "
-                "have been delivered to another consumer, so nothing was changed"
+                f"this consumer held that {type(item).__qualname__} longer than {lease}; it "
+                "went back to the queue and may have been delivered to another consumer, so "
+                "nothing was changed"
             )
         owner = self._deliveries.holds.holder_of_locked(item, besides=self._table)
         if owner is not None:

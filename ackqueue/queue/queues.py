@@ -50,11 +50,14 @@ from ackqueue.delivery.holds import Delivery
 from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.queue import lifecycle, status
 from ackqueue.queue.assembly import (
+    Opened,
     Options,
+    Parts,
     assemble,
     check_arguments,
     check_options,
     open_book,
+    open_through_server_restarts,
     signals_of,
 )
 from ackqueue.queue.consumer import Consumer
@@ -153,26 +156,34 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._order = order
         self._life = life = Lifecycle(name)
         self._tasks = Tasks()
-        opened = open_book(
-            self, path, db, name, order.kind, type(self).__name__, durability, autopack, shared,
-            codec,
-        )
+
+        def open_once() -> tuple[Opened, Parts]:
+            opened = open_book(
+                self, path, db, name, order.kind, type(self).__name__, durability, autopack,
+                shared, codec,
+            )
+            try:
+                rules.own.update(group_settings(opened.book))  # before the ready index is made
+                opts = Options(
+                    name, maxsize, max_attempts, ack_timeout, clock or time.time,
+                    session_timeout, opened.shared, rules, unique,
+                )
+                super(AckQueue, self).__init__(maxsize)  # the stdlib's mutex and conditions
+                self._tasks.wake_on(self.all_tasks_done)
+                signals = signals_of(
+                    self.mutex, self.not_empty, self.not_full, self.all_tasks_done
+                )
+                parts = assemble(
+                    signals, opened.book, order, life, self._tasks, opts, self._stdlib_get,
+                    self._stdlib_put,
+                )
+            except BaseException:
+                opened.store.release(name)
+                raise
+            return opened, parts
+
+        opened, parts = open_through_server_restarts(open_once, path if db is None else db)
         self._store, self._book = store, book = opened.store, opened.book
-        try:
-            rules.own.update(group_settings(book))  # before the ready index is made
-            opts = Options(
-                name, maxsize, max_attempts, ack_timeout, clock or time.time, session_timeout,
-                opened.shared, rules, unique,
-            )
-            super().__init__(maxsize)  # the standard library's mutex and conditions
-            self._tasks.wake_on(self.all_tasks_done)
-            signals = signals_of(self.mutex, self.not_empty, self.not_full, self.all_tasks_done)
-            parts = assemble(
-                signals, book, order, life, self._tasks, opts, self._stdlib_get, self._stdlib_put
-            )
-        except BaseException:
-            store.release(name)
-            raise
         core = parts.core
         self._signals, self._mode, self._supply = core.signals, core.mode, core.supply
         self._meter, self._clock = core.meter, core.clock

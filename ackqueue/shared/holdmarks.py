@@ -74,13 +74,23 @@ def drop_session_holds(root: Any, sid: str) -> None:
     del holds_by_session[sid]
 
 
-def check_holds(record: Any, name: str, expected: list[tuple[Any, HoldValue | None, int]]) -> None:
+def check_holds(
+    record: Any,
+    name: str,
+    expected: list[tuple[Any, HoldValue | None, int]],
+    session_lost: Callable[[str | None], bool] = lambda sid: False,
+) -> None:
     """Inside a change: every ``(key, hold, token)`` of queue ``name`` (its ``record``) is still
-    held so, by this session with this token (fencing); else raise, changing nothing."""
+    held so, by this session with this token (fencing); else raise, changing nothing.
+
+    ``session_lost(sid)`` says whether the stored sessions no longer list the holding one: an
+    item acked elsewhere after that session was reaped was lost with the lease
+    (LeaseExpiredError), while one acked under a live session was acked by its own earlier
+    try."""
     for key, value, token in expected:
         entry = record.entries.get(key)
         if value is None or value[1] != token or entry is None or holder(entry) != value:
-            if entry is None or entry.done:
+            if (entry is None or entry.done) and not session_lost(value[0] if value else None):
                 raise NotHeldError(
                     f"this item of queue {name!r} is no longer stored: it was acked "
                     "already (by an earlier try whose commit outcome was lost with the "
@@ -94,12 +104,17 @@ def check_holds(record: Any, name: str, expected: list[tuple[Any, HoldValue | No
             )
 
 
-def fencer(record: Any, name: str, expected: list[tuple[Any, HoldValue | None, int]]) -> Edit:
+def fencer(
+    record: Any,
+    name: str,
+    expected: list[tuple[Any, HoldValue | None, int]],
+    session_lost: Callable[[str | None], bool] = lambda sid: False,
+) -> Edit:
     """The check, to run inside a commit, that every hold in ``expected`` is still so
     (:func:`check_holds`)."""
 
     def check() -> None:
-        check_holds(record, name, expected)
+        check_holds(record, name, expected, session_lost)
 
     return check
 

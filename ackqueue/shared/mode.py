@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ackqueue.base.clock import Clock
+from ackqueue.base.clock import Clock, durations_clock
 from ackqueue.base.keyids import KeyMap, KeySet
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.conditions import Lifecycle, Signals
@@ -71,7 +71,7 @@ from ackqueue.shared.holdmarks import (
 )
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.riding import AckRides
-from ackqueue.shared.sessions import SessionLost
+from ackqueue.shared.sessions import SESSIONS_KEY, SessionLost
 from ackqueue.storage.book import Book, Keeping, group_remover
 from ackqueue.storage.counts import count_change, settle
 from ackqueue.storage.keys import release
@@ -259,7 +259,8 @@ class SharedMode:
         if self._max_attempts is not None or getattr(self._clock, "manual", False):
             return NoRides()
         return AckRides(
-            self._signals, self._life, supply, self._clock, timers, claim_ready, next_id,
+            self._signals, self._life, supply, durations_clock(self._clock), timers, claim_ready,
+            next_id,
             self.ride,
         )
 
@@ -370,7 +371,13 @@ class SharedMode:
 
     def _fence(self, expected: list[tuple[Any, HoldValue | None, int]]) -> Edit:
         """A check (inside the commit) that every hold is still this session's, same token."""
-        return fencer(self._book.record, self.name, expected)
+        current, root = self.session.sid, self._store.root
+
+        def session_lost(sid: str | None) -> bool:
+            record = root().get(SESSIONS_KEY, {}).get(sid or current)
+            return record is None or bool(getattr(record, "reaped", False))
+
+        return fencer(self._book.record, self.name, expected, session_lost)
 
     def _unhold(self, keys: list[Any]) -> Edit:
         return unholder(self._store.root, self.name, keys)

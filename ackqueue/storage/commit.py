@@ -26,7 +26,7 @@ from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as POSStorageError
 
 from ackqueue.errors import QueueClosedError
-from ackqueue.storage.failures import abort_quietly
+from ackqueue.storage.failures import abort_quietly, committed_despite
 
 log = logging.getLogger("ackqueue")
 
@@ -262,12 +262,25 @@ class GroupCommitter:
         if hooks is not None:
             hooks.before_commit()
         if self._syncer is None:
-            self._tm.commit()
+            self._finish()
             mark = None
         else:
             with self._syncer.deferring_sync():
-                self._tm.commit()
+                self._finish()
             mark = self._syncer.flushed()
         if hooks is not None:
             hooks.committed()
         return mark
+
+    def _finish(self) -> None:
+        """Commit the transaction; a commit the storage made and then reported failed (see
+        :func:`committed_despite`) is a commit: the transaction's cleanup turned what it
+        changed into ghosts, read again from the storage, which holds the change."""
+        try:
+            self._tm.commit()
+        except ValueError as exc:
+            if not committed_despite(exc):
+                raise
+            abort_quietly(self._tm)
+            log.warning("ackqueue: a commit was made, and then reported failed by the ZEO "
+                        "client (ZEO issue 193, %s): taken as made", exc)

@@ -39,6 +39,29 @@ def storage_failed(exc: BaseException) -> bool:
     return connection_lost(exc) or driver_error(exc)
 
 
+def committed_despite(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a commit, came after the storage had committed it: ZEO's
+    client-cache check "new last tid ... must be greater than previous one" in the client's own
+    ``tpc_finish`` (ZEO issue 193).
+
+    ZEO's ``tpc_finish_co`` awaits the server's answer to ``tpc_finish`` (so the transaction
+    is committed and durable on the server, its tid known), then records that tid as the
+    cache's last one. The answer wakes that coroutine through a scheduled callback, while an
+    invalidation message that arrived in the same read is handled at once: when another
+    client's later commit (tid T2) is read together with this answer (T1 < T2), the cache
+    already says T2, and recording T1 raises ValueError. ZEO then closes the connection (its
+    cache is checked again at the reconnection) and lets the error out of a commit that
+    happened. Only that frame and that message are taken for it."""
+    if not isinstance(exc, ValueError) or "must be greater than previous one" not in str(exc):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "tpc_finish_co":
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def abort_quietly(tm: Any) -> None:
     """Abort ``tm``'s transaction, which is already failing. An abort that cannot reach the
     storage (RelStorage rolls back on a connection that is gone) has nothing to undo there:

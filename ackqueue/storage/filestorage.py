@@ -227,6 +227,9 @@ class QueueFileStorage(FileStorage):
     """
 
     replaced_bytes = 0
+    # A write of a commit failed (disk full): FileStorage's own cut-back could not flush, and
+    # the unwritten rest of that commit waits in the file's buffer (see FailedWriteRepair).
+    _write_failed = False
     """Bytes of the file that became garbage (what a pack reclaims) since the count was reset:
     object revisions stored over an older revision, and records whose object was dropped
     (see :meth:`note_dropped`)."""
@@ -333,6 +336,31 @@ class QueueFileStorage(FileStorage):
             if len(self._headers) > HEADER_CACHE:
                 del self._headers[next(iter(self._headers))]
 
+    def tpc_vote(self, transaction: Any) -> Any:
+        """FileStorage's vote, first cutting off what a failed write left buffered (so that
+        the private server of a shared file, which has no Store and its FailedWriteRepair,
+        never writes that debris once space returns)."""
+        self._cut_failed_write()
+        try:
+            return super().tpc_vote(transaction)
+        except OSError:
+            self._write_failed = True
+            raise
+
+    def _cut_failed_write(self) -> None:
+        with self._lock:
+            if self._write_failed:
+                self._file.truncate(self._pos)  # flushes the debris first: fails while full
+                self._file.flush()
+                self._write_failed = False
+
+    def _abort(self) -> None:
+        try:
+            super()._abort()
+        except OSError:
+            self._write_failed = True
+            raise
+
     def _begin(self, tid: bytes, u: Any, d: Any, e: Any) -> None:
         self._txn_headers = []  # an aborted commit's records were never written
         self._txn_positions = []
@@ -409,6 +437,12 @@ class QueueFileStorage(FileStorage):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.sync_through(self._flushed)
+        # Closing flushes the buffer: debris of a failed write must be cut first, or it lands
+        # past the last commit. If that still fails, the debris is dropped with the buffer
+        # unwritten (or cut off as a torn tail at the next open).
+        with contextlib.suppress(Exception):
+            if self._file is not None and not self._file.closed:
+                self._cut_failed_write()
         super().close()
 
 

@@ -2,7 +2,8 @@
 
 :mod:`.zeo` starts it (``python -c SERVER_MAIN``) as a process of its own; it opens the
 file as a single process would (:mod:`.filestorage`), serves it on the Unix socket in the file's
-private directory, and exits once it has had no client for a while.
+private directory, packs it when due as a queue in one process does (every client's commit
+passes through it), and exits once it has had no client for a while.
 
 It serves the file it opened, which stays the file at the path until someone deletes or
 replaces it. A server lingering without clients then (``ACKQUEUE_SERVER_IDLE``) must not take
@@ -31,7 +32,7 @@ from typing import Any
 
 from ackqueue.errors import QueueLockedError, StorageError
 from ackqueue.records import restricted_class_factory
-from ackqueue.storage.filestorage import open_file_storage, remove_commit_scratch
+from ackqueue.storage.filestorage import AutoPacker, open_file_storage, remove_commit_scratch
 from ackqueue.storage.zeo import (
     EXIT_FILE_LOCKED,
     IDLE_EXIT_SECONDS,
@@ -89,6 +90,42 @@ def _watch_idle(server: Any, idle: float, replaced: Callable[[], bool]) -> None:
 # commit (the client sees a StorageError; nothing it committed is lost). Generous: a commit of
 # a huge batch on a slow disk takes seconds, and a stopped process is reaped after its lease.
 TRANSACTION_TIMEOUT = 30.0
+
+
+# How often the server looks whether its file is worth packing (a look reads two numbers).
+PACK_CHECK_SECONDS = 0.5
+
+
+class _Served:
+    """What :class:`AutoPacker` needs of a database, for the file the server serves without
+    one: a pack to now, as a client's ``q.pack()`` asks the server for."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+
+    def pack(self, t: float | None = None) -> None:
+        from ZODB.serialize import referencesf
+
+        self.storage.pack(time.time() if t is None else t, referencesf)
+
+
+def _autopack(storage: Any, stop: threading.Event) -> None:
+    """Pack the served file whenever it is due, as a queue in one process does (the clients'
+    commits all pass through here, so the garbage estimate sees them); save its index as it
+    grows. The estimate starts afresh with each server."""
+    packer = AutoPacker(_Served(storage), lambda state: None, None)
+    while not stop.wait(PACK_CHECK_SECONDS):
+        try:
+            if packer.due():
+                packer.pack()
+                log.info("packed %s: %d bytes", storage.getName(), storage.getSize())
+            elif packer.index_due():
+                storage.save_index()
+                packer.record()
+        except Exception:
+            # Tried again as the file grows; a failed pack leaves the file as it was.
+            packer.packed_size = storage.getSize()
+            log.exception("automatic pack of %s failed", storage.getName())
 
 
 def _server_class() -> Any:
@@ -158,18 +195,25 @@ def serve(path: str, directory: str, idle: float, durability: str) -> int:
     restrict_conflict_resolution()
     server, mine = None, None
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    stop_packing = threading.Event()
+    packing = threading.Thread(target=_autopack, args=(storage, stop_packing),
+                               name="ackqueue-server-autopack", daemon=True)
     try:
         server = _server_class()(sock, storage, path)
         os.chmod(sock, 0o600)
         mine = os.stat(sock).st_ino
         watch = (server, idle, server.replaced)
         threading.Thread(target=_watch_idle, args=watch, daemon=True).start()
+        packing.start()
         log.info("serving %s on %s (pid %d)", path, sock, os.getpid())
         server.loop()
     finally:
         with contextlib.suppress(OSError):
             if mine is not None and os.stat(sock).st_ino == mine:
                 os.unlink(sock)  # first: new clients start a new server, not wait on this one
+        stop_packing.set()
+        if packing.is_alive():
+            packing.join()  # a pack in progress finishes before the file is closed
         if server is not None:
             server.close()
         else:

@@ -41,6 +41,9 @@ EXIT_GRACE = 30.0
 # Seconds this process's view of the queue must show it empty before run_until_empty ends
 # (other processes' last commits reach it within the session watcher's poll).
 SETTLE = 1.0
+# Worker processes killed by a signal before opening the queue, in a row, that stop the pool
+# (each is restarted until then: one SIGKILLed while it starts is a death like any other).
+MAX_KILLED_UNOPENED = 5
 
 
 class _Worker:
@@ -149,6 +152,7 @@ class ProcessPool:
         queue = job.kind(job.where, shared=True, name=job.name, **job.options)
         self.stats, self._stopped_by, self._workers, self._ended = PoolStats(), None, [], []
         self.restarts, self._last_death = 0, -math.inf
+        self._killed_unopened = 0  # worker processes killed by a signal before opening, in a row
         self._signals.clear()
         self._asked_to_stop.clear()
         restore = self._install_signal_handlers()
@@ -227,13 +231,15 @@ class ProcessPool:
         code = worker.process.exitcode
         ended = worker.counts[child.ENDED]
         if not worker.counts[child.OPENED]:
-            self._stop_all("error")
-            raise WorkerProcessError(
-                f"a worker process exited with code {code} before it opened the queue "
-                f"{self.job.where}; its error is above. The handler and queue options must be "
-                "importable in a fresh interpreter, and a script that starts a ProcessPool "
-                "must do so under `if __name__ == \"__main__\":`"
-            )
+            # Killed by a signal while it started (SIGKILL, the OOM killer): a death like any
+            # other, unless it keeps happening to every new process before any opens.
+            killed = code is not None and code < 0
+            self._killed_unopened = self._killed_unopened + 1 if killed else 0
+            if not killed or self._killed_unopened > MAX_KILLED_UNOPENED:
+                self._stop_all("error")
+                raise WorkerProcessError(self._unopened_error(code, killed))
+        else:
+            self._killed_unopened = 0
         if ended == child.FAILED_RUN and self._stopped_by is None:
             self._stopped_by = "error"
         if code == 0 or self._stopped_by is not None:
@@ -244,6 +250,20 @@ class ProcessPool:
         log.warning("worker process %d died (exit code %s); starting another; its held items "
                     "go back to the queue when its session lapses", worker.process.pid, code)
         self._start()
+
+    def _unopened_error(self, code: int | None, killed: bool) -> str:
+        if killed:
+            return (
+                f"{self._killed_unopened} worker processes in a row were killed by a signal "
+                f"(the last: {signal.Signals(-code).name if code else code}) before they "
+                f"opened the queue {self.job.where}; stopping the pool"
+            )
+        return (
+            f"a worker process exited with code {code} before it opened the queue "
+            f"{self.job.where}; its error is above. The handler and queue options must be "
+            "importable in a fresh interpreter, and a script that starts a ProcessPool "
+            "must do so under `if __name__ == \"__main__\":`"
+        )
 
     # -- stopping and signals ------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ackqueue import ManualClock
 from ackqueue.delivery.groups import GroupedReadyIndex, GroupRules
 from ackqueue.delivery.ready import ReadyIndex
 
@@ -16,7 +17,7 @@ def make(rules: GroupRules = NO_RULES) -> tuple[GroupedReadyIndex, Scheduled]:
     index = GroupedReadyIndex(
         ReadyIndex(0, lambda cursor: []),
         rules,
-        clock=lambda: 100.0,
+        clock=ManualClock(100.0),  # both the wall clock and the one durations run on
         key_id=lambda key: key,
         schedule=lambda when, wake: scheduled.append((when, wake)),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import child_argv, child_env
@@ -224,3 +225,62 @@ def test_a_pool_reaped_while_stopped_still_finishes_run_until_empty(
                 child.send_signal(signal.SIGCONT)
                 child.kill()
                 child.wait()
+
+
+LATE_ACKER = """
+import sys, time, ackqueue
+q = ackqueue.AckQueue(sys.argv[1], shared=True, session_timeout=float(sys.argv[2]))
+c = q.connect()
+item = c.get(timeout=30)
+print("got", item, flush=True)
+when = sys.stdin.readline().strip()
+if when == "after-the-loss-is-seen":  # the session thread voided the hold first
+    deadline = time.monotonic() + 30
+    while q.unacked_count() and time.monotonic() < deadline:
+        time.sleep(0.01)
+try:
+    c.ack(item)
+    print("acked", flush=True)
+except ackqueue.NotHeldError as exc:
+    print(type(exc).__name__, str(exc).replace("\\n", " "), flush=True)
+q.close()
+"""
+
+
+@pytest.mark.parametrize("when", ["at-once", "after-the-loss-is-seen"])
+def test_a_late_ack_after_a_reap_and_another_ack_says_the_lease_expired(
+    tmp_path: Path, when: str
+) -> None:
+    """Shared mode, a real SIGSTOP past ``session_timeout``: another process gets the item and
+    acks it; the stopped process's ack, whether it runs before or after its session thread
+    sees the loss, raises LeaseExpiredError naming the session lease (issue 21, item 17)."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, shared=True, session_timeout=LEASE) as q:
+        q.put("job")
+        child = subprocess.Popen(
+            child_argv(LATE_ACKER, path, str(LEASE)),
+            env=child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline().split() == ["got", "job"]
+            child.send_signal(signal.SIGSTOP)
+            with q.connect() as c:
+                item = c.get(timeout=30)  # once the stopped process's session lapsed
+                c.ack(item)
+            child.stdin.write(when + "\n")  # read at once on SIGCONT
+            child.stdin.flush()
+            child.send_signal(signal.SIGCONT)
+            outcome = child.stdout.readline().strip()
+            assert child.wait(timeout=30) == 0
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+                child.wait()
+        assert outcome.startswith("LeaseExpiredError "), outcome
+        assert "session" in outcome and "None" not in outcome, outcome
+        assert q.qsize() == 0 and q.unacked_count() == 0

@@ -165,3 +165,35 @@ def test_what_cannot_reach_worker_processes_is_refused_before_any_starts(tmp_pat
     with pytest.raises(ValueError, match="shared=True"):
         ackqueue.ProcessPool(where, process_handlers.burn, queue_options={"shared": False})
     assert not os.path.exists(where)
+
+
+def test_a_worker_process_killed_while_it_starts_is_replaced_not_an_error(tmp_path: Any) -> None:
+    """Issue 21, item 15: a SIGKILL before the worker process opened the queue is a death like
+    any other (it is restarted), not "its error is above" (there is none)."""
+    from ackqueue.workers import child
+
+    where = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        q.put_many([{"work": 10} for _ in range(10)])
+    pool = ackqueue.ProcessPool(where, process_handlers.burn, processes=1, prefetch=1,
+                                queue_options={"session_timeout": LEASE})
+    killed_unopened: list[bool] = []
+
+    def kill_the_first_while_it_starts() -> None:
+        wait_until(lambda: pool._workers, 60, "a worker process to start")
+        worker = pool._workers[0]
+        os.kill(worker.process.pid, signal.SIGKILL)
+        worker.process.join(30)
+        killed_unopened.append(not worker.counts[child.OPENED])
+
+    killer = threading.Thread(target=kill_the_first_while_it_starts)
+    killer.start()
+    try:
+        stats = pool.run_until_empty()
+    finally:
+        killer.join()
+    assert killed_unopened == [True]  # a spawned process imports for far longer than this
+    assert pool.restarts == 1
+    assert (stats.done, stats.failed, stats.stopped_by) == (10, 0, None)
+    with ackqueue.AckQueue(where, shared=True) as q:
+        assert (q.qsize(), q.unacked_count()) == (0, 0)
