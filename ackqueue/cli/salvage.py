@@ -16,21 +16,15 @@ are put without the ``key=`` or ``priority=`` they were put with. Both copies ar
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import shutil
-import struct
 import tempfile
 import time
 from typing import Any
 
-from ZODB import fsrecover
-from ZODB.FileStorage.format import TRANS_HDR_LEN
-
 from ackqueue.cli.common import CommandError, open_queue
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.storage.filestorage import BEFORE_SUFFIX
+from ackqueue.storage.filestorage import BEFORE_SUFFIX, rejoin_cut_file
 from ackqueue.storage.items import unpickle_item
 
 SALVAGED_SUFFIX = ".salvaged"
@@ -57,16 +51,7 @@ def cmd_salvage(args: argparse.Namespace) -> int:
             )
     with tempfile.TemporaryDirectory(prefix="ackqueue-salvage-") as scratch:
         recovered = os.path.join(scratch, "recovered.fs")
-        with open(tail, "rb") as f:
-            cut_off = f.read()
-        repaired = repaired_tail(cut_off)
-        with open(recovered if repaired is not None else recovered + ".joined", "wb") as out:
-            with open(before, "rb") as f:
-                shutil.copyfileobj(f, out)
-            out.write(cut_off if repaired is None else repaired)
-        if repaired is None:  # ZODB's own repair skips what it cannot read
-            with contextlib.redirect_stdout(io.StringIO()):
-                fsrecover.recover(recovered + ".joined", recovered)
+        rejoin_cut_file(before, tail, recovered)
         cut = os.path.join(scratch, "cut.fs")
         shutil.copy(before, cut)
         missing = _missing_items(recovered, cut)
@@ -86,25 +71,6 @@ def cmd_salvage(args: argparse.Namespace) -> int:
         os.rename(done, done + SALVAGED_SUFFIX)
     print(f"put {count} item(s) from {tail} back into {into}")
     return 0
-
-
-def repaired_tail(tail: bytes) -> bytes | None:
-    """``tail`` with its first transaction header put right, when the damage is one that
-    FileStorage cuts at (its length or its status) and the length every transaction repeats at
-    its end leads back from the end of the tail to its start; else None."""
-    end = len(tail)
-    while end > TRANS_HDR_LEN + 8:
-        (length,) = struct.unpack(">Q", tail[end - 8 : end])
-        start = end - 8 - length
-        if length < TRANS_HDR_LEN or start < 0:
-            return None
-        if start == 0:
-            fixed = bytearray(tail)
-            fixed[8:16] = struct.pack(">Q", length)
-            fixed[16:17] = b" "  # a transaction followed by finished ones had finished
-            return bytes(fixed)
-        end = start
-    return None
 
 
 def _missing_items(recovered: str, cut: str) -> dict[tuple[str, str], list[Any]]:

@@ -107,6 +107,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import io
 import logging
 import os
 import shutil
@@ -1030,3 +1031,41 @@ class FileEngine(Engine):
 
 
 FILE = FileEngine()
+
+def rejoin_cut_file(before: str, tail: str, recovered: str) -> None:
+    """Write to ``recovered`` the file FileStorage cut (``before``, kept by ackqueue) with the
+    tail it cut off (``tail``, its ``.trN`` copy) put back after it: the tail's first header put
+    right where the lengths every transaction repeats lead back to it (:func:`repaired_tail`),
+    else through ZODB's own ``fsrecover``, which skips what it cannot read."""
+    with open(tail, "rb") as f:
+        cut_off = f.read()
+    repaired = repaired_tail(cut_off)
+    joined = recovered if repaired is not None else recovered + ".joined"
+    with open(joined, "wb") as out:
+        with open(before, "rb") as f:
+            shutil.copyfileobj(f, out)
+        out.write(cut_off if repaired is None else repaired)
+    if repaired is None:
+        from ZODB import fsrecover
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            fsrecover.recover(joined, recovered)
+
+
+def repaired_tail(tail: bytes) -> bytes | None:
+    """``tail`` with its first transaction header put right, when the damage is one that
+    FileStorage cuts at (its length or its status) and the length every transaction repeats at
+    its end leads back from the end of the tail to its start; else None."""
+    end = len(tail)
+    while end > TRANS_HDR_LEN + 8:
+        (length,) = struct.unpack(">Q", tail[end - 8 : end])
+        start = end - 8 - length
+        if length < TRANS_HDR_LEN or start < 0:
+            return None
+        if start == 0:
+            fixed = bytearray(tail)
+            fixed[8:16] = struct.pack(">Q", length)
+            fixed[16:17] = b" "  # a transaction followed by finished ones had finished
+            return bytes(fixed)
+        end = start
+    return None

@@ -237,7 +237,7 @@ def test_a_pack_whose_copy_cannot_be_synced_releases_the_commit_lock_and_the_que
     packer wrote it and took the commit lock, and before ackqueue fsyncs it: the pack fails
     with a clear error, and puts, acks and close go on instead of waiting for ever."""
 
-    from ackqueue.storage import durability
+    from ackqueue.storage import filestorage as durability
 
     real_fsync_path = durability.fsync_path
 
