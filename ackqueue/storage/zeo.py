@@ -359,6 +359,20 @@ def _client_storage_class() -> Any:
                     while not self.is_connected() and time.monotonic() < deadline:
                         time.sleep(0.005)
 
+        def pinned_gone(self) -> bool:
+            """Whether the private directory pinned at open was removed (by its server, as it
+            stopped without clients) or is no longer the one at its name: this client can then
+            reach no server through it, and is to be made anew."""
+            if self._ackqueue_dir_fd is None:
+                return False
+            try:
+                pinned = os.fstat(self._ackqueue_dir_fd)
+                named = os.lstat(private_dir(self._ackqueue_path))
+            except OSError:
+                return True
+            return pinned.st_nlink == 0 or (pinned.st_dev, pinned.st_ino) != (
+                named.st_dev, named.st_ino)
+
         def close(self) -> None:
             self._ackqueue_closed = True
             try:
@@ -416,26 +430,37 @@ def connect(path: str, durability: str = "strict") -> ZODB.DB:
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
         raise StorageError(f"cannot open queue file {path}: directory {parent} does not exist")
-    sock = ensure_server(path, durability)
+    deadline = time.monotonic() + START_TIMEOUT
 
     def connected() -> Any:
-        storage = storage_class(sock, path, durability, wait=False, wait_timeout=START_TIMEOUT)
-        try:
-            _wait_connected(storage, path, sock, durability)
-        except BaseException:
+        while True:
+            sock = ensure_server(path, durability)
+            storage = storage_class(
+                sock, path, durability, wait=False, wait_timeout=START_TIMEOUT
+            )
+            try:
+                if _wait_connected(storage, path, sock, durability, deadline):
+                    return storage
+            except BaseException:
+                storage.close()
+                raise
+            # The server it reached stopped and removed the directory this client is pinned
+            # to (a server of a file replaced at the path refuses, and stops): start afresh.
             storage.close()
-            raise
-        return storage
 
     return db_on(connected)
 
 
-def _wait_connected(storage: Any, path: str, sock: str, durability: str) -> None:
+def _wait_connected(
+    storage: Any, path: str, sock: str, durability: str, deadline: float
+) -> bool:
     """Wait until ``storage`` is connected, starting a server again if the one it was
     connecting to stopped meanwhile (it was idle: nobody else restarts it for a client that
-    never connected)."""
-    deadline = time.monotonic() + START_TIMEOUT
+    never connected); False if the directory it is pinned to is gone (a new client must be
+    made, pinned to the directory made anew)."""
     while not storage.is_connected():
+        if storage.pinned_gone():
+            return False
         if time.monotonic() > deadline:
             raise StorageError(
                 f"could not connect to the server of shared queue {path} on {sock} within "
@@ -444,6 +469,7 @@ def _wait_connected(storage: Any, path: str, sock: str, durability: str) -> None
         if not listening(sock):
             ensure_server(path, durability)
         time.sleep(0.005)
+    return True
 
 
 def served_by(path: str) -> bool:

@@ -214,12 +214,15 @@ def serve(path: str, directory: str, idle: float, durability: str) -> int:
         stop_packing.set()
         if packing.is_alive():
             packing.join()  # a pack in progress finishes before the file is closed
+        # Clients still registered (a SIGTERM while in use) reconnect through the private
+        # directory they pinned (zeo._pinned): it must stay for the server they start.
+        clients_left = _connections(server) if server is not None else 0
         if server is not None:
             server.close()
         else:
             storage.close()
         log.info("stopped serving %s", path)
-        if mine is not None:  # it served; a server that failed to start leaves its log
+        if mine is not None and not clients_left:  # a server that failed to start leaves its log
             # Beside the file stays what a queue in one process leaves once closed: the file,
             # its index and its lock. A new server opens the file only once this one has
             # exited (it waits for server.lock) or in a directory made anew after this
