@@ -82,6 +82,8 @@ SOCKET = "zeo.sock"
 START_LOCK = "start.lock"
 SERVER_LOCK = "server.lock"
 SERVER_LOG = "server.log"
+# Every client holds a shared lock on it while it is pinned to the directory (see _pinned).
+CLIENTS_LOCK = "clients.lock"
 # A Unix socket's path must fit in sockaddr_un (108 bytes on Linux, with its NUL).
 MAX_SOCKET_PATH = 100
 # ``-m ackqueue.storage.zeoserver`` would run that module a second time (the package imports
@@ -199,22 +201,33 @@ def _flocked(lock_path: str) -> Iterator[int]:
 def remove_private_dir(directory: str) -> None:
     """Remove a stopped server's directory (its socket is gone, its storage closed), so that
     nothing but the queue file and its index and lock stays beside the file; unless a process
-    is starting a server in it right now (it holds ``start.lock``), which then uses it."""
+    is starting a server in it right now (it holds ``start.lock``), which then uses it, or a
+    client is pinned to it (it holds ``clients.lock``) and will start its next server there."""
     try:
         fd = os.open(os.path.join(directory, START_LOCK), os.O_RDWR)
     except OSError:
         return  # not ours to tidy (gone already, or never made by a starter)
+    clients = None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return  # a starter is using it: its new server needs it
-        for name in (SOCKET, SERVER_LOG, SERVER_LOCK, START_LOCK):
+        with contextlib.suppress(FileNotFoundError):
+            clients = os.open(os.path.join(directory, CLIENTS_LOCK), os.O_RDWR | os.O_NOFOLLOW)
+        if clients is not None:
+            try:
+                fcntl.flock(clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return  # a live client reconnects through this very directory
+        for name in (SOCKET, SERVER_LOG, SERVER_LOCK, START_LOCK, CLIENTS_LOCK):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(directory, name))
         with contextlib.suppress(OSError):  # not empty: something else of someone's is there
             os.rmdir(directory)
     finally:
+        if clients is not None:
+            os.close(clients)
         os.close(fd)
 
 
@@ -379,7 +392,7 @@ def _client_storage_class() -> Any:
                 super().close()
             finally:
                 if self._ackqueue_dir_fd is not None:
-                    os.close(self._ackqueue_dir_fd)
+                    _unpin(self._ackqueue_dir_fd)
                     self._ackqueue_dir_fd = None
 
     return RestartingClientStorage
@@ -406,10 +419,30 @@ def _pinned(sock: str) -> tuple[int | None, str]:
         if not os.path.isdir(f"/proc/self/fd/{fd}"):
             os.close(fd)
             return None, sock
+        # Held (shared) for as long as fd: a server that stops keeps the directory meanwhile.
+        clients = os.open(CLIENTS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          0o600, dir_fd=fd)
+        try:
+            fcntl.flock(clients, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(clients)
+            raise
+        _client_locks[fd] = clients
     except BaseException:
         os.close(fd)
         raise
     return fd, address
+
+
+_client_locks: dict[int, int] = {}  # a pinned directory's fd -> its clients.lock fd
+
+
+def _unpin(fd: int) -> None:
+    """Close a directory pinned by :func:`_pinned`, and let go of its clients lock."""
+    clients = _client_locks.pop(fd, None)
+    if clients is not None:
+        os.close(clients)
+    os.close(fd)
 
 
 def connect(path: str, durability: str = "strict") -> ZODB.DB:
