@@ -40,7 +40,7 @@ from ackqueue.queue.putting import Puts, StdlibPut
 from ackqueue.shared import wants_shared
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
-from ackqueue.storage.engine import is_uri, restricts
+from ackqueue.storage.engine import restricts
 from ackqueue.storage.failures import connection_lost
 from ackqueue.storage.items import PICKLE_CODEC, Codec
 from ackqueue.storage.keys import remember_seconds
@@ -124,12 +124,6 @@ def open_through_server_restarts(open_once: Callable[[], T], where: object) -> T
     :class:`~ackqueue.StorageError` once that goes on for
     :data:`OPEN_THROUGH_RESTARTS_SECONDS`. ``open_once`` leaves nothing acquired when it
     fails, and what it committed before failing is what a second open finds."""
-    target = os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else None
-    if target is None or is_uri(target):
-        # A server of the caller's own (a URI, a database given): its client already waits
-        # for it as long as it was told (``?wait_timeout=``); only the private server of
-        # ``shared=True`` is started again by its clients.
-        return open_once()
     deadline = time.monotonic() + OPEN_THROUGH_RESTARTS_SECONDS
     while True:
         try:

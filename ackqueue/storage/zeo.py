@@ -624,7 +624,12 @@ class ZEOEngine(Engine):
                 )
             return StorageError(f"cannot open storage {shown(where)}: {exc!r}")
 
-        return open_through_zodburi(where, failed=failed)
+        try:
+            return open_through_zodburi(where, failed=failed)
+        except StorageError as exc:
+            # Said and waited for already (``?wait_timeout=``): not a connection that dropped
+            # during the open, which the queue's open would try again for shared=True's server.
+            raise StorageError(str(exc)) from None
 
     def adopt(self, storage: Any) -> None:
         if is_zeo_client(storage):
