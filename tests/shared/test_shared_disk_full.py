@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import child_env, stored_items
+from conftest import child_env, server_pid, stored_items
 from polling import wait_until
 
 import ackqueue
-from ackqueue.storage import zeo as sharedserver
 
 PUTTER = r"""
 import sys, threading, ackqueue
@@ -55,14 +54,6 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def server_pid(path: str) -> int | None:
-    try:
-        with open(os.path.join(sharedserver.private_dir(path), sharedserver.SERVER_LOCK)) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
 
 
 def alive(pid: int) -> bool:

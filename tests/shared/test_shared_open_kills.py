@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import server_pid
 from polling import wait_until
 
 import ackqueue
@@ -23,14 +24,6 @@ OPENS = 25
 @pytest.fixture(autouse=True)
 def slow_idle_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "30")
-
-
-def server_pid(path: str) -> int | None:
-    try:
-        with open(os.path.join(sharedserver.private_dir(path), sharedserver.SERVER_LOCK)) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
 
 
 def kill(pid: int) -> None:
