@@ -17,7 +17,7 @@ if os.environ.get("CI"):
 # The contract suite's ``queues`` fixture, the session's PostgreSQL server, and the guard that
 # keeps a failing hypothesis test from aborting the run (see those modules for why they are
 # plugins).
-pytest_plugins = ["contracts.implementations", "postgres_server", "hypothesis_guard"]
+pytest_plugins = ["contracts.implementations", "postgres_server", "failure_guard"]
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))  # the helpers and children live here
 REPO_ROOT = os.path.dirname(TESTS_DIR)

@@ -642,6 +642,15 @@ def chunks(
 
 def _loaded(chunk: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     jar = chunk[0][1]._p_jar
-    if jar is not None:
+    if jar is not None and _connected(jar):
         jar.prefetch([entry for _, entry in chunk])
     return chunk
+
+
+def _connected(jar: Connection) -> bool:
+    """False when the storage is a ZEO client cut off from its server: its prefetch would then
+    fail in the client's IO thread, where nobody waits for it, and ZEO logs each such failure
+    with a traceback when the garbage collector finds it (a page of noise for every chunk read
+    while the server restarts; the loads themselves then wait or fail as usual)."""
+    is_connected = getattr(jar.db().storage, "is_connected", None)
+    return is_connected is None or bool(is_connected())
