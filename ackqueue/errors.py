@@ -41,6 +41,13 @@ class StorageError(AckQueueError, OSError):
     """The storage could not be opened or written; the message says which file and why."""
 
 
+class StorageUnreachableError(StorageError):
+    """The storage's server could not be reached, or dropped the connection during the call
+    (a ZEO server that restarted or ended this process's commit, a database that went down).
+    A get or a read may be tried again; a commit's outcome is unknown (as for any commit that
+    fails without an answer), so a put tried again may store its item twice."""
+
+
 class QueueLockedError(StorageError):
     """The storage file is held open by another process."""
 

@@ -34,6 +34,7 @@ from ackqueue.errors import (
     NotAQueueFileError,
     SerializerMismatchError,
     StorageError,
+    StorageUnreachableError,
 )
 from ackqueue.records import (
     FORMAT_VERSION,
@@ -472,7 +473,8 @@ class Reader:
         raise AssertionError("unreachable")
 
     def _failed(self, exc: BaseException) -> StorageError:
-        return StorageError(f"cannot read queue storage {self._store.where}: {exc!r}")
+        """Called with a :func:`storage_failed` error only."""
+        return StorageUnreachableError(f"cannot read queue storage {self._store.where}: {exc!r}")
 
     def catch_up(self) -> None:
         """Move to the latest commit of any process (shared mode's refresh)."""

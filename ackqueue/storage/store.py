@@ -25,7 +25,7 @@ import ZODB
 from ZODB.Connection import Connection
 
 from ackqueue.base.interrupts import Shield
-from ackqueue.errors import StorageError
+from ackqueue.errors import StorageError, StorageUnreachableError
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
 from ackqueue.storage.commit import GroupCommitter
@@ -39,7 +39,7 @@ from ackqueue.storage.engine import (
     scheme_of,
     shown,
 )
-from ackqueue.storage.failures import abort_quietly
+from ackqueue.storage.failures import abort_quietly, storage_failed
 from ackqueue.storage.filestorage import FILE, PACK_STATE_KEY, check_durability
 from ackqueue.storage.memory import MEMORY
 from ackqueue.storage.postgresql import POSTGRESQL
@@ -406,6 +406,10 @@ class Store:
             if self._repair is not None:
                 self._repair.needed = True
             err = StorageError(f"cannot write to queue storage {self.where}: {exc}")
+        elif storage_failed(exc):
+            err = StorageUnreachableError(
+                f"commit to queue storage {self.where} failed: {exc!r}"
+            )
         elif isinstance(exc, Exception):
             err = StorageError(f"commit to queue storage {self.where} failed: {exc!r}")
         else:

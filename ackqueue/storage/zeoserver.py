@@ -86,10 +86,89 @@ def _watch_idle(server: Any, idle: float, replaced: Callable[[], bool]) -> None:
 
 # A client holds the storage's commit lock from its vote to its finish: one stopped there
 # (SIGSTOP, a debugger, a frozen VM) would hold every other process's commits for as long as it
-# stays stopped. ZEO closes such a client's connection after this many seconds and aborts its
-# commit (the client sees a StorageError; nothing it committed is lost). Generous: a commit of
-# a huge batch on a slow disk takes seconds, and a stopped process is reaped after its lease.
+# stays stopped. After this many seconds :class:`CommitTimeout` aborts its commit and closes its
+# connection (the client sees a StorageError; nothing it committed is lost). Generous: a commit
+# of a huge batch on a slow disk takes seconds, and a stopped process is reaped after its lease.
 TRANSACTION_TIMEOUT = 30.0
+
+
+class CommitTimeout(threading.Thread):
+    """ZEO's transaction timeout, mended: a client that holds the commit lock longer than
+    ``timeout`` seconds has its commit aborted, which gives the lock to the next waiting
+    client, and its connection closed.
+
+    ZEO 6.2's own ``TimeoutThread`` (runzeo's ``-t``) only closes the connection. Closing it
+    from the server's side marks the protocol closed, so the connection's end is taken as
+    expected and the client's commit is never aborted: the lock stays with a client that is
+    gone, and every later commit of every client waits for ever (seen in this project's tests:
+    a SIGSTOPped process, then a hang that nothing ended). This class has ZEO's interface
+    (``begin``/``end`` from the storage's ``LockManager``, a thread); the private server
+    uses it, and ``runzeo`` can be given it (docs/howto/scaling.rst, tests/zeo_server.py).
+    """
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(name="ackqueue commit timeout", daemon=True)
+        self.timeout = timeout
+        self._cond = threading.Condition()
+        self._client: Any = None
+        self._deadline: float | None = None
+        self._period = 0  # one more at each begin: an expiry acts on its own period only
+
+    def begin(self, client: Any) -> None:
+        """``client`` (a ZEOStorage) took the commit lock."""
+        with self._cond:
+            self._client = client
+            self._period += 1
+            self._deadline = time.monotonic() + self.timeout
+            self._cond.notify()
+
+    def end(self, client: Any) -> None:
+        """``client`` released the commit lock."""
+        with self._cond:
+            if self._client is client:
+                self._client = self._deadline = None
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while self._deadline is None:
+                    self._cond.wait()
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                client, period = self._client, self._period
+                self._deadline = None
+            try:
+                client.call_soon_threadsafe(self._expire, client, period)
+            except Exception:  # its loop is closed: the connection is gone already
+                log.exception("could not end the commit of a client past its timeout")
+
+    def _expire(self, client: Any, period: int) -> None:
+        """In the server's loop, as every other call on ``client``: abort its commit if it
+        still holds the lock it held when the timeout ran out, then close its connection."""
+        with self._cond:
+            if self._client is not client or self._period != period:
+                return  # finished meanwhile
+        if not client.locked or client.transaction is None:
+            return
+        connection = client.connection
+        client.log(f"commit aborted: the commit lock was held for over {self.timeout} s "
+                   "(a client stopped between its vote and its finish?)", logging.CRITICAL)
+        client.notify_disconnected()  # aborts its commit: the lock goes to the next waiter
+        if connection is not None:
+            connection.close()
+
+
+def runzeo(argv: list[str] | None = None) -> None:
+    """ZEO's ``runzeo`` (same options, ``sys.argv[1:]`` by default) with :class:`CommitTimeout`
+    behind its ``-t``/``--timeout``: ``python -c "from ackqueue.storage.zeoserver import runzeo;
+    runzeo()" -a HOST:PORT -f FILE -t 30``."""
+    import ZEO.StorageServer
+    from ZEO.runzeo import main as runzeo_main
+
+    ZEO.StorageServer.TimeoutThread = CommitTimeout
+    runzeo_main(argv)
 
 
 # How often the server looks whether its file is worth packing (a look reads two numbers).
@@ -136,7 +215,10 @@ def _server_class() -> Any:
         path is another one (see the module's docstring)."""
 
         def __init__(self, sock: str, storage: Any, path: str) -> None:
-            super().__init__(sock, {"1": storage}, transaction_timeout=TRANSACTION_TIMEOUT)
+            super().__init__(sock, {"1": storage}, transaction_timeout=None)
+            timeout = CommitTimeout(TRANSACTION_TIMEOUT)
+            timeout.start()
+            self.lock_managers["1"].timeout = timeout
             self.ackqueue_path = path
 
         def replaced(self) -> bool:

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
+from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown, StorageUnreachableError
 from ackqueue.queue.consumer import Consumer
 from ackqueue.workers.board import Board
 from ackqueue.workers.retry import Retry
@@ -48,6 +48,7 @@ class Feeder:
         self.linger = LINGER
         self.consumer: Consumer[Any] | None = None
         self.results: collections.deque[tuple[Any, object]] = collections.deque()
+        self.unreachable = False  # the last get or ack failed for want of the server
         self.wake = threading.Event()  # results are waiting, or the pool is stopping
         self.thread: threading.Thread | None = None
 
@@ -117,7 +118,9 @@ class Feeder:
                 continue
             if not ended:
                 try:
-                    if self._refill(consumer, block=False) or not idle:
+                    added = self._refill(consumer, block=False)
+                    self.unreachable = False
+                    if added or not idle:
                         wake.wait(0 if self.results else self.poll)
                         continue
                     # Idle: one feeder waits for the queue itself (results cannot come
@@ -128,6 +131,14 @@ class Feeder:
                         continue
                 except ENDED:
                     ended = True
+                    continue
+                except StorageUnreachableError as exc:
+                    # The server could not be reached (it restarted, or ended the commit of
+                    # this process stopped past its transaction timeout): the next get waits
+                    # for the connection. (A take that committed after all holds items in
+                    # this session's name: they go back to the queue when it ends.)
+                    self._unreachable("get", exc)
+                    wake.wait(self.poll)
                     continue
             wake.wait(self.poll)
 
@@ -192,9 +203,26 @@ class Feeder:
         finally:
             board.leave()
 
+    def _unreachable(self, what: str, exc: StorageUnreachableError) -> None:
+        if not self.unreachable:  # once a streak
+            log.warning("the pool's %s failed, trying again: %s", what, exc)
+        self.unreachable = True
+
     def _ack(self, consumer: Consumer[Any], items: list[Any]) -> None:
         try:
             consumer.ack_many(items)
+        except StorageUnreachableError as exc:
+            if self.board.stopping.is_set():
+                # Not tried again: they stay held, and go back to the queue when the
+                # consumer closes (handled again: at least once).
+                log.warning("the acks of %d item(s) failed while the pool stopped; they go "
+                            "back to the queue: %s", len(items), exc)
+                return
+            # Tried again at the next settlement. If this commit did commit after all, the
+            # items are found not held then (below): counted as not done, nothing lost.
+            self.results.extendleft((item, None) for item in reversed(items))
+            self._unreachable("ack", exc)
+            return
         except NotHeldError:
             # Some were taken back (a lease ran out, a forced stop): ack the others one by one.
             done = 0

@@ -5,12 +5,13 @@ sets it). ZEO's client once waited 30 s in silence, then raised its own ClientDi
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 
 import pytest
 from polling import wait_until
-from zeo_server import ZEOServer, free_port
+from zeo_server import ZEOServer, free_port, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
 
@@ -54,3 +55,27 @@ def test_an_open_that_waits_for_a_server_says_so_at_once_and_goes_on_when_it_sta
     finally:
         opener.join(timeout=60)
         server.close()
+
+
+def test_a_worker_pool_goes_on_after_its_server_restarts(zeo_server, caplog):  # noqa: F811
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+    handled: list[str] = []
+    with ackqueue.AckQueue(zeo_server.uri, session_timeout=30) as q:
+        pool = ackqueue.WorkerPool(q, handled.append, threads=2, poll=0.05)
+        runner = threading.Thread(target=pool.run)
+        runner.start()
+        try:
+            q.put("before")
+            wait_until(lambda: handled == ["before"], timeout=30, what="the first item handled")
+            zeo_server.stop(signal.SIGKILL)  # the feeders' gets fail while it is gone
+            wait_until(lambda: any("trying again" in r.getMessage() for r in caplog.records),
+                       timeout=30, what="a get failing for want of the server")
+            zeo_server.start()
+            q.put("after")
+            wait_until(lambda: handled == ["before", "after"], timeout=60,
+                       what="the pool to handle an item put after the restart")
+            assert runner.is_alive(), "the pool stopped"
+        finally:
+            pool.stop()
+            runner.join(timeout=60)
+    assert pool.stats.stopped_by == "stop()"
