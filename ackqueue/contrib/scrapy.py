@@ -333,6 +333,7 @@ class Frontier:
         m = self.requests.metrics()
         for name in ("ready", "held", "delayed", "dead"):
             self.stats.set_value(f"ackqueue/frontier/{name}", getattr(m, name))
+        self.stats.set_value("ackqueue/frontier/seen", self.requests.seen_count())
         self.stats.set_value("ackqueue/items/stored", self.items.qsize())
 
     def close(self) -> None:

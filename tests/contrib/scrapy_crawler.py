@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import json
 import re
 import sys
 import threading
@@ -247,12 +248,16 @@ def main(argv: list[str] | None = None) -> None:
         settings.update(AUTOTHROTTLE_ENABLED=True, AUTOTHROTTLE_START_DELAY=0.05,
                         AUTOTHROTTLE_TARGET_CONCURRENCY=1.0)
     process = CrawlerProcess(settings)
+    crawler = process.create_crawler(PagesSpider)
     process.crawl(
-        PagesSpider, port=args.port, start_dont_filter=args.start_dont_filter,
+        crawler, port=args.port, start_dont_filter=args.start_dont_filter,
         bad_callback=args.bad_callback, raise_on=args.raise_on, errback=args.errback,
         redirect_on=args.redirect_on,
     )
     process.start()
+    assert crawler.stats is not None
+    ours = {k: v for k, v in (crawler.stats.get_stats() or {}).items() if k.startswith("ackqueue")}
+    print("stats", json.dumps(ours), flush=True)
     print("finished", flush=True)
 
 

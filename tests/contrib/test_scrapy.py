@@ -366,3 +366,29 @@ def test_autothrottles_delay_becomes_the_hosts_stored_interval(tmp_path):
                 got.append(time.monotonic())
     spacing = min(b - a for a, b in itertools.pairwise(got))
     assert spacing >= 0.25, f"the group's interval was not stored: {spacing:.3f} s"
+
+
+def test_the_seen_set_counts_in_scrapys_stats_and_in_ackqueue_stats(tmp_path):
+    site = Site(20)
+    directory = str(tmp_path / "job")
+    try:
+        code, out, err = crawl_to_end(site, directory)
+    finally:
+        site.close()
+    assert code == 0, err
+    (line,) = [line for line in out.splitlines() if line.startswith("stats ")]
+    stats = json.loads(line.removeprefix("stats "))
+    assert stats["ackqueue/frontier/seen"] == 20  # the 20 pages' fingerprints
+    assert stats["ackqueue/frontier/ready"] == 0
+    path = os.path.join(directory, "frontier.fs")
+
+    def ackqueue_stats(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "ackqueue", "stats", "--name", "requests", *args, path],
+            env=child_env(), capture_output=True, text=True, timeout=60, check=True,
+        )
+        return done.stdout
+
+    (requests,) = json.loads(ackqueue_stats("--json"))["queues"]
+    assert requests["seen"] == 20
+    assert "  seen    20 (keys remembered as done" in ackqueue_stats()
