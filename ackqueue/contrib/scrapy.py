@@ -15,7 +15,9 @@ How a request lives (one queue file, two named queues: ``requests`` and ``items`
   without the check; start requests are keyed even then, so a resumed crawl does not fetch them
   again. Its group is its download slot (the host, or ``meta["download_slot"]``), so
   ``CONCURRENT_REQUESTS_PER_DOMAIN`` becomes ``max_held_per_group`` and ``DOWNLOAD_DELAY``
-  ``group_interval``; Scrapy's priority orders it (higher first).
+  ``group_interval``; with ``AUTOTHROTTLE_ENABLED``, the delay AutoThrottle gives a slot
+  becomes its group's interval (``q.set_group``: stored, so every process of a shared crawl
+  and the next run keep it). Scrapy's priority orders it (higher first).
 - ``next_request`` gets the request and holds it. It is acked only when Scrapy is done with it:
   the :class:`FrontierMiddleware` (a spider middleware at the engine end) collects what the
   callback yielded, and when the callback's output ends it commits, in one transaction, the
@@ -24,11 +26,12 @@ How a request lives (one queue file, two named queues: ``requests`` and ``items`
   once; only the requests Scrapy had in flight are fetched again.
 - A retry or a redirect (a downloader middleware hands the engine a new request made from a
   held one, whose ``meta`` it copies) gives the held request back as the new one in one commit
-  (``nack(replace=)``): it keeps its key, and the retry's ``meta``.
+  (``nack(replace=)``): it keeps its key, and the retry's ``meta``. A redirect to another host
+  is put in that host's group under its own key, in one commit with the ack of the held one.
 - A request that fails for good (the download raised past every downloader middleware) is
-  acked; an errback's output then goes through the scheduler as Scrapy sends it (each request
-  durable on its own, not in one commit with the ack). A request that Scrapy dropped in a way
-  no interface reports is acked when Scrapy is idle (see :meth:`Scheduler.has_pending_requests`).
+  acked; with an errback, in one commit with what the errback returned (its requests and
+  items), as a callback's output is. A request that Scrapy dropped in a way no interface
+  reports is acked when Scrapy is idle (see :meth:`Scheduler.has_pending_requests`).
 
 Settings: ``ACKQUEUE_PATH`` (default ``JOBDIR/frontier.fs``), ``ACKQUEUE_SHARED`` (several
 Scrapy processes on one frontier: ``shared=True``), ``ACKQUEUE_DURABILITY`` (``"strict"``, the
