@@ -203,11 +203,20 @@ class Frontier:
             # A redirect to another host: into that host's group, under its own key (a URL
             # already seen is dropped, as Scrapy's duplicate filter drops a redirect to it),
             # in one commit with the ack of the held request.
-            with self.consumer.transaction():
-                self.consumer.ack(data)
-                stored = self.requests.put(
-                    entry, key=self.key(request), group=group, priority=priority_of(request),
-                )
+            for attempt in itertools.count(1):
+                try:
+                    with self.consumer.transaction():
+                        self.consumer.ack(data)
+                        stored = self.requests.put(
+                            entry, key=self.key(request), group=group,
+                            priority=priority_of(request),
+                        )
+                    break
+                except ackqueue.KeyTakenError:
+                    # A page committed in the committer's thread put the same URL first:
+                    # nothing was stored; again, the put sees it (a duplicate).
+                    if attempt == 3:
+                        raise
             self.count("redone" if stored is not False else "duplicates")
             return True
         self.consumer.nack(data, replace=entry)
