@@ -127,6 +127,8 @@ def _print_stats(s: QueueStats, holds_known: bool, path: str) -> None:
     print(f"  delayed {s.delayed:,}")
     print(f"  dead    {s.dead:,}")
     print(f"  stored  {s.stored:,} (ready + held + delayed)")
+    if s.seen is not None:
+        print(f"  seen    {s.seen:,} (keys remembered as done: put(unique=))")
     scan = inspection.OLDEST_SCAN
     among = "" if s.oldest_ready_exact else f" (among the first {scan:,} in order)"
     print(f"  oldest ready item: {age_text(s.oldest_ready_age)}{among}")

@@ -44,7 +44,7 @@ from ackqueue.storage.counts import stored_count
 from ackqueue.storage.engine import RecordLoader, as_path, is_uri, new_db, shown
 from ackqueue.storage.filestorage import open_file_storage
 from ackqueue.storage.items import PICKLE, Serializer, stored_serializer
-from ackqueue.storage.keys import shown_key
+from ackqueue.storage.keys import seen_count, shown_key
 from ackqueue.storage.store import open_db
 from ackqueue.storage.zeo import zeo_address, zeo_unreachable
 
@@ -302,6 +302,7 @@ class QueueFile:
             held_items=held_items,
             paused=self.paused(name),
             serializer=str(record.serializer),
+            seen=seen_count(record, now),
         )
 
     def paused(self, name: str) -> bool:

@@ -59,6 +59,7 @@ class QueueStats:
     held_items: list[HeldItem] = field(default_factory=list)
     paused: bool = False  # q.pause() / `ackqueue pause`: ready items are not handed out
     serializer: str = "pickle"  # the name the queue record gives its items' serializer
+    seen: int | None = None  # keys remembered as done (put(unique=)); None: no seen-set
 
 
 @dataclass

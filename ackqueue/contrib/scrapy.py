@@ -15,7 +15,9 @@ How a request lives (one queue file, two named queues: ``requests`` and ``items`
   without the check; start requests are keyed even then, so a resumed crawl does not fetch them
   again. Its group is its download slot (the host, or ``meta["download_slot"]``), so
   ``CONCURRENT_REQUESTS_PER_DOMAIN`` becomes ``max_held_per_group`` and ``DOWNLOAD_DELAY``
-  ``group_interval``; Scrapy's priority orders it (higher first).
+  ``group_interval``; with ``AUTOTHROTTLE_ENABLED``, the delay AutoThrottle gives a slot
+  becomes its group's interval (``q.set_group``: stored, so every process of a shared crawl
+  and the next run keep it). Scrapy's priority orders it (higher first).
 - ``next_request`` gets the request and holds it. It is acked only when Scrapy is done with it:
   the :class:`FrontierMiddleware` (a spider middleware at the engine end) collects what the
   callback yielded, and when the callback's output ends it commits, in one transaction, the
@@ -24,11 +26,12 @@ How a request lives (one queue file, two named queues: ``requests`` and ``items`
   once; only the requests Scrapy had in flight are fetched again.
 - A retry or a redirect (a downloader middleware hands the engine a new request made from a
   held one, whose ``meta`` it copies) gives the held request back as the new one in one commit
-  (``nack(replace=)``): it keeps its key, and the retry's ``meta``.
+  (``nack(replace=)``): it keeps its key, and the retry's ``meta``. A redirect to another host
+  is put in that host's group under its own key, in one commit with the ack of the held one.
 - A request that fails for good (the download raised past every downloader middleware) is
-  acked; an errback's output then goes through the scheduler as Scrapy sends it (each request
-  durable on its own, not in one commit with the ack). A request that Scrapy dropped in a way
-  no interface reports is acked when Scrapy is idle (see :meth:`Scheduler.has_pending_requests`).
+  acked; with an errback, in one commit with what the errback returned (its requests and
+  items), as a callback's output is. A request that Scrapy dropped in a way no interface
+  reports is acked when Scrapy is idle (see :meth:`Scheduler.has_pending_requests`).
 
 Settings: ``ACKQUEUE_PATH`` (default ``JOBDIR/frontier.fs``), ``ACKQUEUE_SHARED`` (several
 Scrapy processes on one frontier: ``shared=True``), ``ACKQUEUE_DURABILITY`` (``"strict"``, the
@@ -37,6 +40,7 @@ default, or ``"relaxed"``). A frontier file written for another spider is refuse
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import os
@@ -44,8 +48,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 try:
     from scrapy import Request, signals
@@ -56,8 +61,10 @@ except ImportError as exc:  # pragma: no cover - said to whoever enables the add
     ) from exc
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import arg_to_iter
 from scrapy.utils.request import request_from_dict
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 import ackqueue
 
@@ -122,6 +129,10 @@ class Frontier:
         self.poll = min(1.0, max(0.01, delay / 4)) if delay else 0.05
         self.counted: deque[tuple[int, int, int, int]] = deque()
         self.committer = Committer(self)
+        self.intervals: dict[str, float] = {}  # group -> the interval this process last set
+        self.throttled = settings.getbool("AUTOTHROTTLE_ENABLED")
+        if self.throttled:
+            crawler.signals.connect(self.follow_throttle, signal=signals.response_received)
 
     # -- putting ------------------------------------------------------------------------------
 
@@ -183,6 +194,31 @@ class Frontier:
         if entry is None:  # the retry cannot be stored: the held request is done
             self.consumer.ack(data)
             return True
+        if "download_slot" not in data["meta"]:
+            # Scrapy's downloader wrote the held request's slot into its meta, and a redirect
+            # copies it: the slot of the new request is its own host's, as if put anew.
+            entry["meta"].pop("download_slot", None)
+        group = stored_slot(entry)
+        if group != stored_slot(data):
+            # A redirect to another host: into that host's group, under its own key (a URL
+            # already seen is dropped, as Scrapy's duplicate filter drops a redirect to it),
+            # in one commit with the ack of the held request.
+            for attempt in itertools.count(1):
+                try:
+                    with self.consumer.transaction():
+                        self.consumer.ack(data)
+                        stored = self.requests.put(
+                            entry, key=self.key(request), group=group,
+                            priority=priority_of(request),
+                        )
+                    break
+                except ackqueue.KeyTakenError:
+                    # A page committed in the committer's thread put the same URL first:
+                    # nothing was stored; again, the put sees it (a duplicate).
+                    if attempt == 3:
+                        raise
+            self.count("redone" if stored is not False else "duplicates")
+            return True
         self.consumer.nack(data, replace=entry)
         self.count("redone")
         return True
@@ -212,6 +248,13 @@ class Frontier:
 
     def commit(self, jobs: list[Job]) -> None:
         """Commit the outcomes of ``jobs`` in one transaction (in the committer's thread)."""
+        for job in jobs:
+            for group, interval in job.intervals.items():
+                # Its own commit, rare (see follow_throttle), and not one to undo with a page's.
+                self.requests.set_group(group, interval=interval)
+        jobs = [job for job in jobs if job.entries or job.items or job.data is not None]
+        if not jobs:
+            return
         keys: set[str] = set()
         stored = duplicates = 0
         with self.consumer.transaction():
@@ -243,6 +286,10 @@ class Frontier:
             self.count("items", items)
             self.count("acked", acked)
 
+    def holds(self, request: Request) -> bool:
+        """Whether ``request`` is one this process holds (not yet settled)."""
+        return request.meta.get(HOLD, 0) in self.held
+
     def drop(self, request: Request) -> None:
         """Scrapy is done with ``request`` and made nothing of it (a failure)."""
         data = self.held.pop(request.meta.get(HOLD, 0), None)
@@ -258,6 +305,36 @@ class Frontier:
             self.consumer.ack(self.held.pop(token))
             self.count("settled_when_idle")
 
+    # -- AutoThrottle -------------------------------------------------------------------------
+
+    # A new interval is stored only when it differs from the one stored by more than this
+    # (relative) or THROTTLE_SECONDS: AutoThrottle moves a slot's delay on every response, and
+    # storing it is a commit.
+    THROTTLE_CHANGE = 0.1
+    THROTTLE_SECONDS = 0.01
+
+    def follow_throttle(self, response: Any, request: Request, **_: Any) -> None:
+        """``response_received`` (sent after ``response_downloaded``, where AutoThrottle sets
+        the slot's delay): make the slot's delay its group's interval, stored, so that every
+        process of the crawl and the next run keep it. Only internal attributes give the
+        delay (``engine.downloader.slots``, ``Slot.delay``); tests/contrib/test_scrapy.py
+        runs on every Scrapy version the extra allows."""
+        data = self.held.get(request.meta.get(HOLD, 0))
+        slots = getattr(self.crawler.engine.downloader, "slots", None)
+        slot = None if slots is None else slots.get(request.meta.get("download_slot"))
+        delay = getattr(slot, "delay", None)
+        if data is None or delay is None:
+            return
+        group, delay = stored_slot(data), float(delay)
+        last = self.intervals.get(group)
+        if last is not None and abs(delay - last) <= max(
+            self.THROTTLE_SECONDS, self.THROTTLE_CHANGE * last
+        ):
+            return
+        self.intervals[group] = delay
+        done = self.committer.submit(Job([], [], None, {group: delay}))
+        done.addErrback(lambda failure: log.error("ackqueue: %s", failure.getErrorMessage()))
+
     # -- figures ------------------------------------------------------------------------------
 
     def count(self, what: str, n: int = 1) -> None:
@@ -268,9 +345,12 @@ class Frontier:
         m = self.requests.metrics()
         for name in ("ready", "held", "delayed", "dead"):
             self.stats.set_value(f"ackqueue/frontier/{name}", getattr(m, name))
+        self.stats.set_value("ackqueue/frontier/seen", self.requests.seen_count())
         self.stats.set_value("ackqueue/items/stored", self.items.qsize())
 
     def close(self) -> None:
+        if self.throttled:
+            self.crawler.signals.disconnect(self.follow_throttle, signal=signals.response_received)
         try:
             self.committer.stop()
             self.account()
@@ -284,11 +364,12 @@ class Frontier:
 @dataclass
 class Job:
     """One page's outcome: child requests as ``(entry, key, group, priority)``, its items,
-    and the held request to ack (None: none)."""
+    and the held request to ack (None: none); or groups' new intervals (AutoThrottle's)."""
 
     entries: list[tuple[dict[str, Any], str | None, str, int]]
     items: list[Any]
     data: dict[str, Any] | None
+    intervals: dict[str, float] = field(default_factory=dict)  # group -> interval to store
 
 
 class Committer:
@@ -406,6 +487,15 @@ def slot_of(request: Request) -> str:
     return urlparse_cached(request).hostname or ""
 
 
+def stored_slot(data: dict[str, Any]) -> str:
+    """The download slot of a request as stored (``Request.to_dict``), as :func:`slot_of`
+    says of the request."""
+    slot = data["meta"].get("download_slot")
+    if slot is not None:
+        return str(slot)
+    return urlparse(data["url"]).hostname or ""
+
+
 def priority_of(request: Request) -> int:
     """Scrapy's priority (higher first) as ackqueue's (lower first), within its range."""
     return max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, -int(request.priority)))
@@ -510,6 +600,59 @@ def scrapy_busy(crawler: Any) -> bool:
     return slot is not None and not slot.is_idle()
 
 
+async def settle(
+    crawler: Any, request: Request | None, children: list[Request], items: list[Any]
+) -> None:
+    """Commit what Scrapy made of ``request`` (held, or None) with its ack."""
+    frontier = frontier_of(crawler)
+    if frontier is None:
+        raise RuntimeError(
+            "ackqueue's middlewares need ackqueue's scheduler: enable them with "
+            'ADDONS = {"ackqueue.contrib.scrapy.Addon": 0}'
+        )
+    job = frontier.settle(request, children, items)
+    try:
+        await maybe_deferred_to_future(frontier.committer.submit(job))
+    finally:
+        frontier.account()
+    # The children went to the queue, not through engine.crawl, and the ack made room in the
+    # page's group: ask for the next request now.
+    ask_engine(crawler)
+
+
+async def settled_output(
+    crawler: Any, request: Request, output: Any
+) -> AsyncIterator[Any]:
+    """What a failed request's errback returned (anything Scrapy takes from a callback),
+    committed with the request's ack as a callback's output is; then its items, passed on."""
+    children: list[Request] = []
+    items: list[Any] = []
+    try:
+        async for thing in spider_output(output):
+            (children if isinstance(thing, Request) else items).append(thing)
+    except Exception:
+        await settle(crawler, request, children, items)  # what it yielded before it raised
+        raise
+    await settle(crawler, request, children, items)
+    for item in items:
+        yield item
+
+
+async def spider_output(output: Any) -> AsyncIterator[Any]:
+    """Each thing of a callback's or errback's ``output``, as Scrapy reads them: an iterable,
+    an async iterable, a coroutine or Deferred of one, or a single request or item."""
+    if isinstance(output, Deferred):
+        output = await maybe_deferred_to_future(output)
+    elif inspect.isawaitable(output):
+        output = await output
+    if hasattr(output, "__aiter__"):
+        async for thing in output:
+            yield thing
+    else:
+        for thing in arg_to_iter(output):
+            yield thing
+
+
 class FrontierMiddleware:
     """Spider middleware at the engine end: collects a response's output and settles it."""
 
@@ -553,20 +696,8 @@ class FrontierMiddleware:
             yield item
 
     async def _settle(self, response: Any, children: list[Request], items: list[Any]) -> None:
-        frontier = frontier_of(self.crawler)
-        if frontier is None:
-            raise RuntimeError(
-                "ackqueue's FrontierMiddleware needs ackqueue's scheduler: enable it with "
-                'ADDONS = {"ackqueue.contrib.scrapy.Addon": 0}'
-            )
-        job = frontier.settle(None if response is None else response.request, children, items)
-        try:
-            await maybe_deferred_to_future(frontier.committer.submit(job))
-        finally:
-            frontier.account()
-        # The children went to the queue, not through engine.crawl, and the ack made room in
-        # the page's group: ask for the next request now.
-        ask_engine(self.crawler)
+        request = None if response is None else response.request
+        await settle(self.crawler, request, children, items)
 
     def _spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         """A response whose processing raised before any output (a spider middleware's
@@ -590,6 +721,28 @@ class FailureMiddleware:
     def process_exception(
         self, request: Request, exception: Exception, *_: Any, **__: Any
     ) -> None:
+        """Ack the request now; with an errback, once the errback's output is committed with
+        it (that output reaches no spider middleware, so it is collected here)."""
         frontier = frontier_of(self.crawler)
-        if frontier is not None:
+        if frontier is None:
+            return
+        errback = request.errback
+        if errback is None or not frontier.holds(request):
             frontier.drop(request)
+            return
+        crawler = self.crawler
+
+        def settle_errback(failure: Failure) -> Any:
+            # Scrapy reads request.errback when it calls it, after this middleware.
+            try:
+                output = errback(failure)
+            except BaseException:
+                frontier.drop(request)
+                raise
+            if output is None or isinstance(output, Failure):  # nothing, or not silenced
+                frontier.drop(request)
+                return output
+            frontier.count("failed")
+            return settled_output(crawler, request, output)
+
+        request.errback = settle_errback

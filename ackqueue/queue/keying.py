@@ -186,6 +186,11 @@ class Keys:
             self._core.life.check_open()
             return self._book.seen(indexed, self._core.clock())
 
+    def seen_count(self) -> int:
+        with self._core.signals.mutex:
+            self._core.life.check_open()
+            return self._book.seen_count(self._core.clock())
+
     def forget(self, key: Any) -> bool:
         """Let ``key`` in again; whether it was remembered (inside a transaction: with it)."""
         indexed = index_key(key)

@@ -319,6 +319,12 @@ class AckQueue(queue.Queue[T], Generic[T]):
         """Whether ``key`` is remembered as done (put with ``unique=``, then acked)."""
         return self._keys.seen(key)
 
+    def seen_count(self) -> int:
+        """How many keys the seen-set remembers (see :meth:`seen`). It reads the whole
+        seen-set from the file (no counter is kept, so that an ack writes no more): ask it
+        for a report, not per item."""
+        return self._keys.seen_count()
+
     def get(self, block: bool = True, timeout: float | None = None) -> T:
         """Remove and return the next item; the removal is durable when this returns."""
         with Shield():

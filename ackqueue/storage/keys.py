@@ -84,6 +84,16 @@ def seen_until(record: QueueRecord, indexed: bytes, now: float) -> float | None:
     return until if until is not None and until > now else None
 
 
+def seen_count(record: QueueRecord, now: float) -> int | None:
+    """How many keys the seen-set remembers at ``now``; None if the queue has none (no item
+    was ever put to be remembered). A read of the whole seen-set, a bucket at a time: no
+    counter is kept, so that a keyed ack writes nothing more than the key."""
+    seen = record.seen
+    if seen is None:
+        return None
+    return sum(1 for until in seen.values() if until > now)
+
+
 def release(record: QueueRecord, entry_key: Any, entry: Entry, done_at: float | None) -> None:
     """Entry ``entry_key`` is about to be deleted (inside that change): take its key out of
     the live index and, if it is done (``done_at``, the queue's time) and was put to be
@@ -206,6 +216,9 @@ class KeyBook:
 
     def seen(self, key: bytes, now: float) -> bool:
         return self.book.read(lambda record: seen_until(record, key, now) is not None)
+
+    def seen_count(self, now: float) -> int:
+        return self.book.read(lambda record: seen_count(record, now) or 0)
 
     def matching(self, wanted: Callable[[bytes], bool]) -> list[Live]:
         """Every stored entry whose pickle ``wanted`` accepts (a read of them all)."""

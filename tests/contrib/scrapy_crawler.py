@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import json
 import re
 import sys
 import threading
+import time
 from collections import Counter
 
 import scrapy
@@ -26,21 +28,32 @@ class Site:
     """``pages`` pages on 127.0.0.1, served by a thread until :meth:`close`."""
 
     def __init__(
-        self, pages: int, flaky: frozenset[int] = frozenset(), gone: frozenset[int] = frozenset()
+        self, pages: int, flaky: frozenset[int] = frozenset(), gone: frozenset[int] = frozenset(),
+        latency: float = 0.0,
     ) -> None:
         """``flaky``: pages that answer 503 the first time (Scrapy retries them); ``gone``:
-        pages that answer 404."""
+        pages that answer 404; ``latency``: seconds each page takes to answer.
+
+        Besides the pages: ``/hangup`` closes the connection without an answer (a download
+        error), ``/leaf/N`` is a page without links, ``/r/N`` redirects to ``/leaf/N`` on
+        another host (``localhost``, the same server); :attr:`requested` counts every path."""
         self.pages = pages
         self.flaky = flaky
         self.gone = gone
+        self.latency = latency
         self.fetches: Counter[int] = Counter()
+        self.requested: Counter[str] = Counter()
         self.serving = self.most_serving = 0  # requests being answered at once, and the most
         self._lock = threading.Lock()
         site = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                found = re.fullmatch(r"/p/(\d+)", self.path)
+                with site._lock:
+                    site.requested[self.path] += 1
+                if self._other_path():
+                    return
+                found = re.fullmatch(r"/p/(\d+)(\?.*)?", self.path)
                 if not found or int(found.group(1)) >= site.pages:
                     self.send_error(404)
                     return
@@ -56,7 +69,35 @@ class Site:
                     with site._lock:
                         site.serving -= 1
 
+            def _other_path(self) -> bool:
+                if self.path == "/hangup":
+                    self.close_connection = True
+                    return True
+                redirect = re.fullmatch(r"/r/(\d+)", self.path)
+                if redirect:
+                    self.send_response(302)
+                    self.send_header(
+                        "Location", f"http://localhost:{site.port}/leaf/{redirect.group(1)}"
+                    )
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return True
+                leaf = re.fullmatch(r"/leaf/(\d+)", self.path)
+                if leaf:
+                    self._send(f"<html><title>leaf {leaf.group(1)}</title></html>".encode())
+                    return True
+                return False
+
+            def _send(self, body: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def _answer(self, page: int, first: bool) -> None:
+                if site.latency:
+                    time.sleep(site.latency)  # a slow server, for AutoThrottle
                 if first and page in site.flaky:
                     self.send_error(503)
                     return
@@ -69,11 +110,7 @@ class Site:
                     + "".join(f'<a href="/p/{n}">{n}</a> ' for n in links)
                     + "</body></html>"
                 ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self._send(body)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -93,18 +130,23 @@ class Site:
         self._server.server_close()
 
 
+LEAF = 999_999  # the page an errback asks for (no link leads to it)
+
+
 class PagesSpider(scrapy.Spider):
     name = "pages"
 
     def __init__(
         self, port: int = 0, start_dont_filter: bool = False, bad_callback: bool = False,
-        raise_on: int = -1, **kwargs: object,
+        raise_on: int = -1, errback: bool = False, redirect_on: int = -1, **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)
         self.port = int(port)
         self.start_dont_filter = start_dont_filter
         self.bad_callback = bad_callback
         self.raise_on = raise_on
+        self.errback = errback
+        self.redirect_on = redirect_on
 
     def start_requests(self):  # Scrapy < 2.13
         # Keyed like any page by default (Scrapy's own start requests are dont_filter;
@@ -124,12 +166,25 @@ class PagesSpider(scrapy.Spider):
             "title": response.css("title::text").get(),
             "retry_times": response.meta.get("retry_times", 0),
         }
+        errback = self.failed if self.errback else None
         for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
+            yield response.follow(href, callback=self.parse, errback=errback)
+        if self.errback and page == 1:
+            yield response.follow("/hangup", callback=self.parse, errback=errback)
+        if page == self.redirect_on:
+            yield response.follow(f"/r/{page}", callback=self.parse)
         if self.bad_callback and page == 1:
             yield response.follow("/p/1?again", callback=lambda r: None)
         if page == self.raise_on:
             raise ValueError(f"the spider fails on page {page}, after its output")
+
+
+    def failed(self, failure):
+        """An errback: an item saying so, and a request for a page no link leads to."""
+        yield {"page": f"failed {failure.request.url.split('/', 3)[3]}", "retry_times": 0}
+        yield scrapy.Request(
+            f"http://127.0.0.1:{self.port}/leaf/{LEAF}", callback=self.parse
+        )
 
 
 class PrintPipeline:
@@ -171,6 +226,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--raise-on", type=int, default=-1, help="parse raises on this page")
     parser.add_argument("--no-jobdir", action="store_true")
     parser.add_argument("--shared", action="store_true")
+    parser.add_argument("--errback", action="store_true",
+                        help="requests have an errback; page 1 links /hangup")
+    parser.add_argument("--redirect-on", type=int, default=-1,
+                        help="this page links /r/PAGE (a redirect to another host)")
+    parser.add_argument("--autothrottle", action="store_true",
+                        help="AUTOTHROTTLE_ENABLED, starting at 0.05 s")
     args = parser.parse_args(argv)
     from scrapy.crawler import CrawlerProcess
 
@@ -183,12 +244,20 @@ def main(argv: list[str] | None = None) -> None:
         del settings["JOBDIR"]
     if args.shared:
         settings["ACKQUEUE_SHARED"] = True
+    if args.autothrottle:
+        settings.update(AUTOTHROTTLE_ENABLED=True, AUTOTHROTTLE_START_DELAY=0.05,
+                        AUTOTHROTTLE_TARGET_CONCURRENCY=1.0)
     process = CrawlerProcess(settings)
+    crawler = process.create_crawler(PagesSpider)
     process.crawl(
-        PagesSpider, port=args.port, start_dont_filter=args.start_dont_filter,
-        bad_callback=args.bad_callback, raise_on=args.raise_on,
+        crawler, port=args.port, start_dont_filter=args.start_dont_filter,
+        bad_callback=args.bad_callback, raise_on=args.raise_on, errback=args.errback,
+        redirect_on=args.redirect_on,
     )
     process.start()
+    assert crawler.stats is not None
+    ours = {k: v for k, v in (crawler.stats.get_stats() or {}).items() if k.startswith("ackqueue")}
+    print("stats", json.dumps(ours), flush=True)
     print("finished", flush=True)
 
 

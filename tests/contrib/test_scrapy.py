@@ -7,6 +7,7 @@ page's item and child requests are committed once, in the commit that acks the p
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -15,10 +16,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 
 import pytest
 from conftest import REPO_ROOT, child_env, seed_for
+from polling import wait_until
 
 pytest.importorskip("scrapy")
 
@@ -26,7 +29,7 @@ import ackqueue  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from scrapy_crawler import Site  # noqa: E402
+from scrapy_crawler import LEAF, Site  # noqa: E402
 
 PAGES, KILLS, CONCURRENCY = 250, 10, 8
 
@@ -294,3 +297,98 @@ def test_a_callback_that_raises_commits_what_it_yielded_and_the_crawl_ends(tmp_p
     assert site.fetched() == Counter(range(30))  # its children were committed: all fetched
     with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
         assert q.stored_count() == 0
+
+
+def test_an_errbacks_requests_and_items_are_committed_with_the_failed_request(tmp_path):
+    """Errbacks on every request: a download error (``/hangup``, after Scrapy's retries) and
+    a 404 (page 5). Each errback yields an item and a request for a page no link leads to;
+    both are committed with the ack of the failed request, as a callback's output is."""
+    site = Site(20, gone=frozenset({5}))
+    directory = str(tmp_path / "job")
+    try:
+        code, _, err = crawl_to_end(site, directory, "--errback")
+        assert code == 0, err
+        first = site.requested.copy()
+        code, _, err = crawl_to_end(site, directory, "--errback")
+        assert code == 0, err
+        assert site.requested == first  # everything settled: nothing fetched again
+    finally:
+        site.close()
+    assert first["/hangup"] == 3  # once and Scrapy's two retries
+    assert first[f"/leaf/{LEAF}"] == 1  # the errbacks' request (the second one a duplicate)
+    items = Counter(item["page"] for item in stored_items(os.path.join(directory, "frontier.fs")))
+    assert items == Counter([*(n for n in range(20) if n != 5), "failed hangup", "failed p/5",
+                             LEAF])
+    with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
+        assert q.stored_count() == 0
+
+
+def test_a_redirect_to_another_host_goes_into_that_hosts_group(tmp_path):
+    """Page 3 links ``/r/3``, which redirects from 127.0.0.1 to ``localhost``. The frontier's
+    group ``localhost`` is paused: the redirected request waits there, unfetched, while the
+    127.0.0.1 pages are crawled; stopped, the crawl leaves it stored in that group."""
+    site = Site(20)
+    directory = str(tmp_path / "job")
+    os.makedirs(directory)
+    with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
+        q.pause_group("localhost", 3600)
+    try:
+        crawl = start_crawl(site, directory, "--redirect-on", "3")
+        wait_until(lambda: set(site.fetched()) == set(range(20)) and site.requested["/r/3"]
+                   or crawl.poll() is not None, timeout=120)
+        crawl.send_signal(signal.SIGTERM)  # Scrapy closes the crawl (and its frontier)
+        out, err = crawl.communicate(timeout=120)
+    finally:
+        site.close()
+    assert site.requested["/r/3"] == 1 and site.requested["/leaf/3"] == 0, err
+    with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
+        assert q.remove_group("localhost") == 1  # the redirect, in the new host's group
+
+
+def test_autothrottles_delay_becomes_the_hosts_stored_interval(tmp_path):
+    """Pages answer in 0.3 s and AutoThrottle (target concurrency 1, starting at 0.05 s)
+    raises the host's delay to about that; the frontier stores it as the group's interval,
+    which a later process of the file honours."""
+    site = Site(8, latency=0.3)
+    directory = str(tmp_path / "job")
+    try:
+        code, _, err = crawl_to_end(site, directory, "--autothrottle")
+    finally:
+        site.close()
+    assert code == 0, err
+    with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
+        for n in range(3):
+            q.put({"n": n}, group="127.0.0.1")
+        with q.connect() as c:
+            got = []
+            for _ in range(3):
+                c.ack(c.get(timeout=10))
+                got.append(time.monotonic())
+    spacing = min(b - a for a, b in itertools.pairwise(got))
+    assert spacing >= 0.25, f"the group's interval was not stored: {spacing:.3f} s"
+
+
+def test_the_seen_set_counts_in_scrapys_stats_and_in_ackqueue_stats(tmp_path):
+    site = Site(20)
+    directory = str(tmp_path / "job")
+    try:
+        code, out, err = crawl_to_end(site, directory)
+    finally:
+        site.close()
+    assert code == 0, err
+    (line,) = [line for line in out.splitlines() if line.startswith("stats ")]
+    stats = json.loads(line.removeprefix("stats "))
+    assert stats["ackqueue/frontier/seen"] == 20  # the 20 pages' fingerprints
+    assert stats["ackqueue/frontier/ready"] == 0
+    path = os.path.join(directory, "frontier.fs")
+
+    def ackqueue_stats(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "ackqueue", "stats", "--name", "requests", *args, path],
+            env=child_env(), capture_output=True, text=True, timeout=60, check=True,
+        )
+        return done.stdout
+
+    (requests,) = json.loads(ackqueue_stats("--json"))["queues"]
+    assert requests["seen"] == 20
+    assert "  seen    20 (keys remembered as done" in ackqueue_stats()

@@ -116,6 +116,22 @@ def test_ttl_expires_at_put_time_and_forget_lets_a_key_in(path):
         assert q.put("a4", key="a", unique="forever") is True
 
 
+def test_seen_count_counts_the_keys_remembered_now(path):
+    clock = ManualClock()
+    with ackqueue.AckQueue(path, clock=clock) as q:
+        assert q.seen_count() == 0  # no seen-set yet
+        q.put_many(["a", "b", "c"], keys=["a", "b", "c"], unique=30)
+        q.put("d", key="d", unique="forever")
+        q.put("e", key="e")  # not remembered once done
+        assert q.seen_count() == 0  # waiting, not done
+        drain(q)
+        assert q.seen_count() == 4
+        clock.advance(31)
+        assert q.seen_count() == 1  # the three expired ones are not remembered
+        q.forget("d")
+        assert q.seen_count() == 0
+
+
 def test_a_dead_letter_frees_its_key_and_requeue_brings_it_back_without_one(path):
     with ackqueue.AckQueue(path, unique="forever") as q, q.connect() as c:
         q.put("poison", key="k")
