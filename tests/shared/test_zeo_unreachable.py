@@ -60,7 +60,10 @@ def test_an_open_that_waits_for_a_server_says_so_at_once_and_goes_on_when_it_sta
 def test_a_worker_pool_goes_on_after_its_server_restarts(zeo_server, caplog):  # noqa: F811
     caplog.set_level(logging.WARNING, logger="ackqueue")
     handled: list[str] = []
-    with ackqueue.AckQueue(zeo_server.uri, session_timeout=30) as q:
+    # wait_timeout: how long a call waits for the server before it fails (ZEO's 30 s default
+    # would make the test wait as long for the failure it is about).
+    uri = f"{zeo_server.uri}?wait_timeout=3"
+    with ackqueue.AckQueue(uri, session_timeout=30) as q:
         pool = ackqueue.WorkerPool(q, handled.append, threads=2, poll=0.05)
         runner = threading.Thread(target=pool.run)
         runner.start()
