@@ -31,7 +31,13 @@ from typing import Any
 
 from ackqueue.aio.consumer import AsyncConsumer
 from ackqueue.aio.queues import AsyncAckQueue
-from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown
+from ackqueue.errors import (
+    Empty,
+    NotHeldError,
+    QueueClosedError,
+    ShutDown,
+    StorageUnreachableError,
+)
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
 
@@ -88,6 +94,7 @@ class AsyncWorkerPool:
         self.prefetch = default_prefetch(prefetch, concurrency, leased)
         self.stats = PoolStats()
         self._stopping: asyncio.Event | None = None
+        self._unreachable = False  # the last get or ack failed for want of the server
         self._stopped_by: str | None = None
         self._interrupts = 0
         self._feeders: list[Feeder] = []
@@ -211,11 +218,18 @@ class AsyncWorkerPool:
             self._getting += share
             try:
                 items = await consumer.get_many(share, timeout=self.poll if waits else 0)
+                self._unreachable = False
             except Empty:
                 items = []
             except (QueueClosedError, ShutDown):
                 self._stop(None)  # shut down and drained, or closed under us
                 break
+            except StorageUnreachableError as exc:
+                # The server could not be reached: the next get waits for the connection (as
+                # the thread pool's feeder does; see ackqueue.workers.feeder).
+                self._say_unreachable("get", exc)
+                await asyncio.sleep(self.poll)
+                continue
             finally:
                 self._getting -= share
             if not items and not waits:
@@ -320,15 +334,31 @@ class AsyncWorkerPool:
         feeder.settling += 1
         try:
             if acks:
-                await self._ack(consumer, acks)
+                await self._ack(feeder, consumer, acks)
             for item, outcome in others:
                 await self._settle_one(consumer, item, outcome)
         finally:
             feeder.settling -= 1
 
-    async def _ack(self, consumer: AsyncConsumer[Any], items: list[Any]) -> None:
+    def _say_unreachable(self, what: str, exc: StorageUnreachableError) -> None:
+        if not self._unreachable:  # once a streak
+            log.warning("the pool's %s failed, trying again: %s", what, exc)
+        self._unreachable = True
+
+    async def _ack(self, feeder: Feeder, consumer: AsyncConsumer[Any], items: list[Any]) -> None:
         try:
             await consumer.ack_many(items)
+        except StorageUnreachableError as exc:
+            assert self._stopping is not None
+            if self._stopping.is_set():
+                log.warning("the acks of %d item(s) failed while the pool stopped; they go "
+                            "back to the queue: %s", len(items), exc)
+                return
+            # Tried again at the next settlement (see the thread pool's feeder).
+            feeder.results.extendleft((item, None) for item in reversed(items))
+            self._say_unreachable("ack", exc)
+            await asyncio.sleep(self.poll)
+            return
         except NotHeldError:
             done = 0  # some were taken back (a lease ran out): ack the others one by one
             for item in items:

@@ -4,6 +4,7 @@ sets it). ZEO's client once waited 30 s in silence, then raised its own ClientDi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -57,28 +58,78 @@ def test_an_open_that_waits_for_a_server_says_so_at_once_and_goes_on_when_it_sta
         server.close()
 
 
+
+# The first item's handler kills the server before it returns: the pool's ack of it then meets
+# no server, for sure (a get while the server is gone meets it only if something is ready).
 def test_a_worker_pool_goes_on_after_its_server_restarts(zeo_server, caplog):  # noqa: F811
     caplog.set_level(logging.WARNING, logger="ackqueue")
     handled: list[str] = []
+
+    def handle(item: str) -> None:
+        if item == "before":
+            zeo_server.stop(signal.SIGKILL)
+        handled.append(item)
+
     # wait_timeout: how long a call waits for the server before it fails (ZEO's 30 s default
     # would make the test wait as long for the failure it is about).
     uri = f"{zeo_server.uri}?wait_timeout=3"
     with ackqueue.AckQueue(uri, session_timeout=30) as q:
-        pool = ackqueue.WorkerPool(q, handled.append, threads=2, poll=0.05)
+        pool = ackqueue.WorkerPool(q, handle, threads=2, poll=0.05)
         runner = threading.Thread(target=pool.run)
         runner.start()
         try:
             q.put("before")
-            wait_until(lambda: handled == ["before"], timeout=30, what="the first item handled")
-            zeo_server.stop(signal.SIGKILL)  # the feeders' gets fail while it is gone
-            wait_until(lambda: any("trying again" in r.getMessage() for r in caplog.records),
-                       timeout=30, what="a get failing for want of the server")
+            wait_until(lambda: any("ack failed, trying again" in r.getMessage()
+                                   for r in caplog.records),
+                       timeout=60, what="the ack failing for want of the server")
             zeo_server.start()
             q.put("after")
             wait_until(lambda: handled == ["before", "after"], timeout=60,
                        what="the pool to handle an item put after the restart")
+            wait_until(lambda: pool.stats.done == 2, timeout=60, what="both acks")
             assert runner.is_alive(), "the pool stopped"
         finally:
             pool.stop()
             runner.join(timeout=60)
-    assert pool.stats.stopped_by == "stop()"
+        assert pool.stats.stopped_by == "stop()"
+        assert q.qsize() == 0 and q.unacked_count() == 0
+
+
+def test_an_asyncio_worker_pool_goes_on_after_its_server_restarts(zeo_server, caplog):  # noqa: F811
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+    handled: list[str] = []
+
+    async def handle(item: str) -> None:
+        if item == "before":
+            await asyncio.to_thread(zeo_server.stop, signal.SIGKILL)
+        handled.append(item)
+
+    async def wait_for(check, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.02)  # polling, with a deadline
+
+    async def main() -> None:
+        uri = f"{zeo_server.uri}?wait_timeout=3"  # as in the thread pool's test above
+        async with ackqueue.AsyncAckQueue(uri, session_timeout=30) as q:
+            pool = ackqueue.AsyncWorkerPool(q, handle, concurrency=2, poll=0.05)
+            running = asyncio.create_task(pool.run())
+            try:
+                await q.put("before")
+                await wait_for(lambda: any("ack failed, trying again" in r.getMessage()
+                                           for r in caplog.records),
+                               "the ack failing for want of the server")
+                await asyncio.to_thread(zeo_server.start)
+                await q.put("after")
+                await wait_for(lambda: handled == ["before", "after"],
+                               "the pool to handle an item put after the restart")
+                await wait_for(lambda: pool.stats.done == 2, "both acks")
+                assert not running.done(), "the pool stopped"
+            finally:
+                pool.stop()
+                stats = await asyncio.wait_for(running, 60)
+            assert stats.stopped_by == "stop()"
+            assert q.qsize() == 0
+
+    asyncio.run(main())
