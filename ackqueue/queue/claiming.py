@@ -144,7 +144,7 @@ class Claimer:
 
     def _load(self, key: Any) -> tuple[Any, int]:
         data, attempts = self._mode.load(key, self._supply.load)
-        return self._book.codec.decode(data, f"item {key!r} of queue {self._book.name!r}"), attempts
+        return self._book.codec.decode(data, _EntryName(key, self._book.name)), attempts
 
     def claim_ready(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` items that are ready now, without waiting."""
@@ -202,3 +202,17 @@ class Claimer:
         """Wake every wait on this queue to check again (for a Ctrl-C on its way to one)."""
         with self._signals.mutex:
             self._signals.wake_all_locked()
+
+
+class _EntryName:
+    """How an item that cannot be loaded is named, formatted only then: the key of a
+    ``PriorityAckQueue`` entry holds the item, whose repr at every get cost as much as a
+    small item's unpickling."""
+
+    __slots__ = ("_key", "_queue")
+
+    def __init__(self, key: Any, queue: str) -> None:
+        self._key, self._queue = key, queue
+
+    def __str__(self) -> str:
+        return f"item {self._key!r} of queue {self._queue!r}"

@@ -95,9 +95,9 @@ class Codec:
             )
         return data
 
-    def decode(self, data: bytes, what: str) -> Any:
-        """The item stored as ``data``; :class:`~ackqueue.ItemLoadError` naming ``what`` if
-        the serializer cannot decode it."""
+    def decode(self, data: bytes, what: object) -> Any:
+        """The item stored as ``data``; :class:`~ackqueue.ItemLoadError` naming ``what`` (its
+        ``str``, made only then) if the serializer cannot decode it."""
         serializer = self._serializer
         if serializer is None:
             return unpickle_item(data, what)
@@ -262,7 +262,7 @@ def _main_classes(data: bytes) -> list[str]:
     return found
 
 
-def unpickle_item(data: bytes, what: str) -> Any:
+def unpickle_item(data: bytes, what: object) -> Any:
     try:
         return pickle.loads(data)
     except Exception as exc:

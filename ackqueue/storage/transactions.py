@@ -29,7 +29,14 @@ if TYPE_CHECKING:
 
 Action = Callable[[], Any]
 
-_local = threading.local()
+
+class _Open(threading.local):
+    # A class default: every put, get and ack asks, nearly always of a thread that never
+    # opened one, and getattr with a default pays for an AttributeError raised and caught.
+    tx: Transaction | None = None
+
+
+_local = _Open()
 
 
 class TransactionError(AckQueueError):
@@ -86,7 +93,7 @@ class Transaction:
 
 def current(store: Store) -> Transaction | None:
     """The calling thread's open transaction, if any; it must be on ``store``."""
-    tx: Transaction | None = getattr(_local, "tx", None)
+    tx = _local.tx
     if tx is not None and tx.store is not store:
         raise TransactionError(
             f"this thread's transaction is on {tx.store.where}; a transaction covers the queues "
@@ -98,7 +105,7 @@ def current(store: Store) -> Transaction | None:
 @contextmanager
 def transaction(store: Store) -> Iterator[Transaction]:
     """Commit every queue operation of the block together, or none of them."""
-    if getattr(_local, "tx", None) is not None:
+    if _local.tx is not None:
         raise TransactionError("this thread is already inside a transaction; they do not nest")
     tx = Transaction(store)
     # The block itself stays interruptible (Ctrl-C in it rolls back); the commit with its

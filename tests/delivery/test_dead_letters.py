@@ -182,3 +182,17 @@ def test_unloadable_item_goes_to_dead_letters_and_the_head_moves_on(qpath, vanis
         assert all(f"{module.__name__}.Gone" in d.reason for d in letters)
         with pytest.raises(Empty):
             c.get_nowait()
+
+
+def test_an_unloadable_item_is_named_by_its_key_and_queue(qpath, vanishing_class):
+    # The name is formatted only when loading fails; it still says which entry of which queue.
+    module, remove = vanishing_class
+    with AckQueue(qpath, name="jobs") as q:
+        q.put("first")
+        q.put(module.Gone())
+    remove()
+    with AckQueue(qpath, name="jobs") as q:
+        assert q.get_nowait() == "first"
+        with pytest.raises(ItemLoadError, match=r"cannot load item 1 of queue 'jobs': "):
+            q.get_nowait()
+        assert q.dead_count() == 1
