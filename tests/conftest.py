@@ -92,6 +92,22 @@ def server_pid(path: str) -> int | None:
         return None
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A server started by a child is a child of nobody here; one this process started is
+    # reaped by nobody either: a zombie counts as gone. Reaped between the two looks (its
+    # /proc entry gone, or going while it is read: ESRCH, seen in CI): gone too.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def spawn_child(code: str, *args: str) -> subprocess.Popen[str]:
     """Run ``code`` in a fresh interpreter on this tree, its stdin and stdout piped as text."""
     return subprocess.Popen(

@@ -8,14 +8,13 @@ commit (issue 21, item 9)."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import child_env, server_pid, stored_items
+from conftest import alive, child_env, server_pid, stored_items
 from polling import wait_until
 
 import ackqueue
@@ -54,15 +53,6 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ", 1)[1][0] != "Z"
 
 
 ROUNDS = 4  # a round leaves debris about one time in two when nothing cuts it

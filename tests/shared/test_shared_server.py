@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 
 import pytest
-from conftest import child_argv, child_env, spawn_child, stored_items
+from conftest import alive, child_argv, child_env, spawn_child, stored_items
 from polling import wait_until
 
 import ackqueue
@@ -35,17 +35,6 @@ def server_pid(path: str) -> int:
     """The pid of the server process of queue file ``path`` (it writes it in its lock file)."""
     with open(os.path.join(sharedserver.private_dir(path), sharedserver.SERVER_LOCK)) as f:
         return int(f.read())
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A server started by a child is a child of nobody here; one this process started is
-    # reaped by nobody either: a zombie counts as gone.
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ", 1)[1][0] != "Z"
 
 
 def wait_gone(pid: int, timeout: float = 15.0) -> None:
