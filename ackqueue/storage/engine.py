@@ -16,6 +16,7 @@ by :class:`OtherStorages`, so any storage it knows opens the same way.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -26,12 +27,14 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import ZODB
 from ZODB.broken import find_global
 from ZODB.Connection import Connection
-from ZODB.POSException import ConflictError
+from ZODB.POSException import ConflictError, POSKeyError
 from ZODB.utils import oid_repr
 
-from ackqueue.errors import StorageError, UnsafeRecordError
+from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
 from ackqueue.records import restricted_class_factory, unsafe_record
 from ackqueue.storage.commit import Syncer
+from ackqueue.storage.failures import storage_failed
+from ackqueue.storage.items import pickle_damage
 
 T = TypeVar("T")
 
@@ -254,21 +257,56 @@ def open_through_zodburi(
 
 
 class _NamingConnection(Connection):
-    """Names the record whose state the restricted class factory refused to load (ZODB
-    raises an empty ``StateLoadError`` and only logs which record it was)."""
+    """Names the record whose state could not be loaded (ZODB raises an empty
+    ``StateLoadError`` and only logs which record it was): one the restricted class factory
+    refused, or one that reading it back proves damaged."""
 
     def setstate(self, obj: Any) -> None:
         try:
             super().setstate(obj)
         except Exception as exc:
-            unsafe = unsafe_record(exc)
-            if unsafe is None:
-                raise
             kind = type(obj)
-            raise UnsafeRecordError(
-                f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__}): "
-                f"{unsafe}"
-            ) from exc
+            record = f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__})"
+            unsafe = unsafe_record(exc)
+            if unsafe is not None:
+                raise UnsafeRecordError(f"{record}: {unsafe}") from exc
+            why = damage_of(self._storage.load, obj._p_oid)
+            if why is None:
+                raise  # the record reads back whole: not damage, the error is the code's
+            raise DamagedFileError(damaged_message(self._db.storage.getName(), f"{record} {why}"))\
+                from exc
+
+
+def damaged_message(where: str, what: str) -> str:
+    """What a :class:`~ackqueue.DamagedFileError` says: the file, what of it is damaged, and
+    what to do."""
+    return (
+        f"queue file {where} is damaged: {what}. Keep a copy of it as it is; "
+        f"`ackqueue salvage {where} --into NEW` puts every item that can still be read into the "
+        "new queue file NEW"
+    )
+
+
+def damage_of(load: Callable[[bytes], tuple[bytes, bytes]], oid: bytes) -> str | None:
+    """Why the stored record ``oid`` is damaged, if reading it back with ``load`` proves it:
+    the storage cannot read it, or its bytes are not the two whole pickles (class, state) that
+    ZODB writes. None if it reads back whole, or the storage could not be reached."""
+    try:
+        data, _serial = load(oid)
+    except POSKeyError:
+        return "is not in the file: the record that refers to it is damaged"
+    except Exception as exc:
+        if storage_failed(exc) or isinstance(exc, ConflictError):
+            return None
+        return f"cannot be read back ({type(exc).__name__}: {exc})"
+    stream = io.BytesIO(data)
+    for _part in ("class", "state"):
+        broken = pickle_damage(stream)
+        if broken is not None:
+            return f"does not unpickle ({broken})"
+    if stream.read(1):
+        return "holds bytes after its state"
+    return None
 
 
 class _RefusalsRaised(logging.Filter):

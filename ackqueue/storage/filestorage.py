@@ -124,10 +124,22 @@ from ZODB.FileStorage.format import DATA_HDR_LEN, TRANS_HDR, TRANS_HDR_LEN, Data
 from ZODB.POSException import POSKeyError
 from ZODB.utils import z64
 
-from ackqueue.errors import NotAQueueFileError, QueueLockedError, StorageError
+from ackqueue.errors import (
+    DamagedFileError,
+    NotAQueueFileError,
+    QueueLockedError,
+    StorageError,
+)
 from ackqueue.storage import zeo
 from ackqueue.storage.commit import Syncer
-from ackqueue.storage.engine import Engine, Packer, WriteRepair, as_path, new_db
+from ackqueue.storage.engine import (
+    Engine,
+    Packer,
+    WriteRepair,
+    as_path,
+    damaged_message,
+    new_db,
+)
 
 log = logging.getLogger("ackqueue")
 
@@ -531,6 +543,37 @@ def _created_beside(path: str) -> list[str]:
     return [p for p in (path + ".lock", path + ".tmp", path + ".index") if not os.path.exists(p)]
 
 
+def _check_read_whole(storage: FileStorage, path: str) -> None:
+    """Refuse a read-only view that stops short of the file's end at damage, where a writable
+    open would cut the file and keep the rest for ``ackqueue salvage``: FileStorage opened
+    read-only stops there without a word, and what it shows would lack the commits after it."""
+    end = storage._pos  # where FileStorage stopped reading transactions
+    with open(path, "rb") as f:
+        f.seek(end)
+        tail = f.read()
+    if not tail or only_an_unfinished_commit(tail) or _finished_transaction_first(tail):
+        # The end; a commit a crash cut short (nothing in it had returned); or one that a
+        # live writer finished after FileStorage read that far (ackqueue stats while it runs).
+        return
+    raise DamagedFileError(
+        f"queue file {path} is damaged at byte {end}: FileStorage cannot read the transaction "
+        f"there, and the {len(tail)} bytes after it hold commits that had returned. Keep a copy "
+        f"of it as it is; opening it with the queue (AckQueue({path!r})) cuts it there and keeps "
+        f"the rest as {path}.trN, which `ackqueue salvage {path}.trN --into {path}` puts back"
+    )
+
+
+def _finished_transaction_first(tail: bytes) -> bool:
+    """Whether ``tail`` starts with a whole finished transaction (its length repeated after
+    it)."""
+    if len(tail) < TRANS_HDR_LEN:
+        return False
+    _tid, length, status, *_ = struct.unpack(TRANS_HDR, tail[:TRANS_HDR_LEN])
+    if status not in (b" ", b"p", b"u") or length < TRANS_HDR_LEN or len(tail) < length + 8:
+        return False
+    return bool(struct.unpack(">Q", tail[length : length + 8])[0] == length)
+
+
 def _check_is_filestorage(path: str) -> None:
     """Refuse a directory or a foreign file before FileStorage creates anything beside it."""
     if os.path.isdir(path):
@@ -569,7 +612,13 @@ def open_file_storage(
     created: list[str] = []
     try:
         if read_only:
-            return kind(path, read_only=True, pack_keep_old=False)
+            storage = kind(path, read_only=True, pack_keep_old=False)
+            try:
+                _check_read_whole(storage, path)
+            except BaseException:
+                storage.close()
+                raise
+            return storage
         created = _created_beside(path)
         repair_before_open(path)
         copies = truncation_copies(path)
@@ -592,8 +641,15 @@ def open_file_storage(
             f"AckQueue({path!r}, shared=True) in every process"
         ) from None
     except FileStorageError as exc:
-        why = "it does not start with a FileStorage header" if str(exc) == path else str(exc)
-        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({why})") from None
+        if str(exc) == path:
+            raise NotAQueueFileError(
+                f"{path} is not a ZODB FileStorage file (it does not start with a FileStorage "
+                "header)"
+            ) from None
+        # Its header is FileStorage's (checked above): what FileStorage could not read further
+        # on is damage, which a read-only open cannot cut off as a writable one does.
+        why = str(exc).removeprefix(path).strip()
+        raise DamagedFileError(damaged_message(path, why)) from exc
     except PermissionError as exc:
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
     except OSError as exc:

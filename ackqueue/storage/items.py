@@ -29,7 +29,7 @@ import pickle
 import pickletools
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from ackqueue.errors import ItemLoadError, UnpicklableItemError
 
@@ -282,6 +282,41 @@ class _NamingUnpickler(pickle.Unpickler):
             raise
 
 
+class _Inert:
+    """Whatever a record names, as :class:`_InertUnpickler` builds it: takes any arguments and
+    state, runs no code of the class named."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Inert:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _InertUnpickler(pickle.Unpickler):
+    """Reads a record's pickle through every opcode, loading no class and no reference: it
+    fails only where the bytes themselves are not a pickle."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return _Inert
+
+    def persistent_load(self, pid: Any) -> Any:
+        return _Inert()
+
+
+def pickle_damage(stream: IO[bytes]) -> str | None:
+    """What is wrong with the bytes of the next pickle in ``stream``, read through every
+    opcode without loading any class or running any code; None if they are a whole pickle."""
+    try:
+        _InertUnpickler(stream).load()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _describe(data: bytes, exc: Exception) -> str:
     """Name the missing class, which is what a user needs to fix it."""
     unpickler = _NamingUnpickler(io.BytesIO(data))
@@ -298,4 +333,7 @@ def _describe(data: bytes, exc: Exception) -> str:
         )
     if unpickler.missing:
         return f"class {unpickler.missing} cannot be found ({type(exc).__name__}: {exc})"
+    broken = pickle_damage(io.BytesIO(data))
+    if broken is not None:
+        return f"its stored bytes are damaged, not a whole pickle ({broken})"
     return f"{type(exc).__name__}: {exc}"
