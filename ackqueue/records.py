@@ -178,6 +178,15 @@ class QueueRecord(Persistent):
         return self.delayed
 
 
+# What every stored record of a class holds, whatever the version that wrote it: a loaded state
+# without one of them was damaged (a changed byte in an attribute's name still unpickles).
+STORED_ATTRIBUTES: dict[type, frozenset[str]] = {
+    Entry: frozenset({"data", "put_at", "attempts"}),
+    DeadRecord: frozenset({"key", "data", "put_at", "attempts", "reason", "when"}),
+    QueueRecord: frozenset({"kind", "entries", "length", "seq_reserved"}),
+}
+
+
 def queues_of(root: Any, create: bool) -> Any:
     """The mapping of queue names to records in a database root (None if absent)."""
     queues = root.get(ROOT_KEY)
@@ -194,6 +203,12 @@ _ALLOWED_MODULES = frozenset({__name__, "ackqueue.shared.sessions"})
 # The classes found so far: every reference in a record names its class, so a tree node of 16
 # entries asks 16 times.
 _allowed: dict[tuple[str, str], type[Persistent]] = {}
+
+
+class GarbledClassName(UnsafeRecordError):
+    """A record names a class that no module could hold (not a dotted name), or one that the
+    modules ackqueue writes do not have: a changed byte, nothing another writer would gain by.
+    The database's connection reports it as damage (storage/engine.py)."""
 
 
 def restricted_class_factory(connection: Any, module: str, name: str) -> type[Persistent]:
@@ -218,6 +233,13 @@ def restricted_class_factory(connection: Any, module: str, name: str) -> type[Pe
         if isinstance(candidate, type) and issubclass(candidate, Persistent):
             _allowed[module, name] = candidate
             return candidate
+    if package in _ALLOWED_PACKAGES or module in _ALLOWED_MODULES or not all(
+        part.isidentifier() for part in f"{module}.{name}".split(".")
+    ):
+        raise GarbledClassName(
+            f"names {module}.{name}, which is no class (ackqueue writes only names of "
+            "its own, BTrees' and persistent's classes)"
+        )
     raise UnsafeRecordError(
         f"a stored record names {module}.{name}, which is not a persistent class of "
         f"ackqueue, BTrees or persistent: a queue file holds no other, so this record was not "

@@ -40,6 +40,12 @@ from campaign_children import env_at, start_child
 OUTCOMES = ("intact", "clear error", "altered", "loss", "internal")
 OPTIONS: dict[str, Any] = {"max_attempts": 2, "autopack": False, "durability": "relaxed"}
 
+def item_name(n: int) -> str:
+    return f"k{n}" if n % 5 == 0 else f"g{n}" if n % 7 == 0 else f"i{n}"
+
+
+ALL_PUT = [item_name(n) for n in range(40)] + ["later"]  # every item BUILDER puts
+
 BUILDER = r"""
 import os, sys, time
 import ackqueue
@@ -48,7 +54,7 @@ path, killed = sys.argv[1], sys.argv[2] == "1"
 options = dict(max_attempts=2, autopack=False)
 
 def fill(q, c, start, stop):
-    for n in range(start, stop):
+    for n in range(start, stop):  # item_name(n)
         if n % 5 == 0:
             q.put(f"k{n}", key=f"key{n}")
         elif n % 7 == 0:
@@ -99,6 +105,7 @@ class Content:
 @dataclass
 class Result:
     counts: Counter[str] = field(default_factory=Counter)
+    salvaged: list[tuple[int, int]] = field(default_factory=list)  # (put back, held), per run
     examples: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -109,7 +116,13 @@ class Result:
             shown.append(detail)
 
     def summary(self) -> str:
-        return ", ".join(f"{o}: {self.counts[o]}" for o in OUTCOMES)
+        text = ", ".join(f"{o}: {self.counts[o]}" for o in OUTCOMES)
+        if self.salvaged:
+            back = sum(b for b, _ in self.salvaged)
+            held = sum(h for _, h in self.salvaged)
+            text += (f"; ackqueue salvage run {len(self.salvaged)} times, put back {back} of "
+                     f"the {held} items those files held")
+        return text
 
 
 def build(directory: str, root: str, killed: bool) -> str:
@@ -179,9 +192,13 @@ def stats(path: str) -> tuple[int, str]:
     return status, out.getvalue()
 
 
-def trial(base: str, work: str, expected: Content, rng: random.Random) -> tuple[str, str]:
+def trial(
+    base: str, work: str, expected: Content, rng: random.Random,
+    salvaged: list[tuple[int, int]] | None = None,
+) -> tuple[str, str]:
     """One corruption of a copy of ``base`` in the empty directory ``work``: its outcome and
-    what it showed."""
+    what it showed. Where the error says to run ``ackqueue salvage FILE --into NEW``, it is
+    run, and what it put back is added to ``salvaged`` (see :func:`salvage`)."""
     path = os.path.join(work, "q.fs")
     shutil.copy(base, path)
     if os.path.exists(base + ".index"):
@@ -209,6 +226,8 @@ def trial(base: str, work: str, expected: Content, rng: random.Random) -> tuple[
 
             if isinstance(exc, ackqueue.AckQueueError) and says_damaged(str(exc), path):
                 read_outcome = "clear error", f"{type(exc).__name__}: {str(exc)[:300]}"
+                if salvaged is not None and f"ackqueue salvage {path} --into" in str(exc):
+                    salvaged.append(salvage(path, os.path.join(work, "new.fs"), expected))
             else:
                 read_outcome = "internal", _shown(exc)
     finally:
@@ -227,6 +246,26 @@ def trial(base: str, work: str, expected: Content, rng: random.Random) -> tuple[
 
 
 _RANK = {"intact": 0, "altered": 1, "clear error": 2, "loss": 3, "internal": 4}
+
+
+def salvage(path: str, into: str, expected: Content) -> tuple[int, int]:
+    """``ackqueue salvage path --into into`` as the error says: how many items it put back and
+    how many of those the file held (an item put back that it never held is an AssertionError:
+    salvage must not make items up)."""
+    import ackqueue
+    from ackqueue.cli.commands import main as cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        status = cli(["salvage", path, "--into", into])
+    if status != 0:
+        return 0, sum(expected.items.values())
+    with ackqueue.AckQueue(into, **OPTIONS) as q:
+        back = Counter(q.get_nowait() for _ in range(q.qsize()))
+    # An item acked in a commit that fsrecover skipped is back (at least once): not made up.
+    made_up = set(back) - set(ALL_PUT)
+    assert not made_up, f"salvage of {path} made up {made_up}"
+    return sum((back & (expected.items + expected.dead)).values()), sum(expected.items.values())
 
 
 def _stats_outcome(path: str) -> tuple[str, str]:
@@ -281,7 +320,7 @@ def run(tmp: str, root: str, trials: int, seed: int, killed: bool) -> Result:
     for n in range(trials):
         work = os.path.join(tmp, f"t{n}")
         os.makedirs(work)
-        outcome, detail = trial(base, work, expected, rng)
+        outcome, detail = trial(base, work, expected, rng, result.salvaged)
         result.add(outcome, detail)
         shutil.rmtree(work, ignore_errors=True)
     result.seconds = time.monotonic() - started

@@ -30,6 +30,7 @@ from ZODB.POSException import ReadConflictError
 from ackqueue.base.clock import Clock
 from ackqueue.errors import (
     AckQueueError,
+    DamagedFileError,
     ItemLoadError,
     NotAQueueFileError,
     SerializerMismatchError,
@@ -47,6 +48,7 @@ from ackqueue.records import (
 )
 from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
+from ackqueue.storage.engine import damaged_message, tree_damage
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
 from ackqueue.storage.items import PICKLE_CODEC, Codec, Staged
 from ackqueue.storage.keys import release
@@ -117,7 +119,8 @@ class Book:
             raise NotAQueueFileError(
                 f"queue {self.name!r} in {store.where} was written in format "
                 f"{record.format_version} by a newer ackqueue; this one reads formats up to "
-                f"{FORMAT_VERSION}"
+                f"{FORMAT_VERSION}. If no newer ackqueue wrote to it, "
+                + damaged_message(store.where, "its format number was changed")
             )
         elif record.kind != self._kind:
             raise NotAQueueFileError(
@@ -351,7 +354,17 @@ class Book:
             counts: list[int | None] = []
             now = clock()
             for key in keys:
-                entry = record.entries[key]
+                try:
+                    entry = record.entries[key]
+                except KeyError as exc:
+                    # One this process found in the tree at open: a lookup that misses it now
+                    # is a damaged tree, or a bug to let out as it is.
+                    why = tree_damage(record.entries)
+                    if why is None:
+                        raise
+                    raise DamagedFileError(damaged_message(
+                        self.store.where, f"the entry tree of queue {self.name!r} {why}"
+                    )) from exc
                 if limit is not None and entry.attempts >= limit:
                     bury(record, key, reason, now, entry.attempts)
                     counts.append(None)

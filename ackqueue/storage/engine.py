@@ -31,7 +31,12 @@ from ZODB.POSException import ConflictError, POSKeyError
 from ZODB.utils import oid_repr
 
 from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
-from ackqueue.records import restricted_class_factory, unsafe_record
+from ackqueue.records import (
+    STORED_ATTRIBUTES,
+    GarbledClassName,
+    restricted_class_factory,
+    unsafe_record,
+)
 from ackqueue.storage.commit import Syncer
 from ackqueue.storage.failures import storage_failed
 from ackqueue.storage.items import pickle_damage
@@ -264,17 +269,43 @@ class _NamingConnection(Connection):
     def setstate(self, obj: Any) -> None:
         try:
             super().setstate(obj)
+            required = STORED_ATTRIBUTES.get(type(obj))
+            if required is not None and not required <= obj.__dict__.keys():
+                missing = ", ".join(sorted(required - obj.__dict__.keys()))
+                raise _StateLacks(f"its state has no {missing}")
         except Exception as exc:
             kind = type(obj)
             record = f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__})"
             unsafe = unsafe_record(exc)
-            if unsafe is not None:
+            if unsafe is not None and not isinstance(unsafe, GarbledClassName):
                 raise UnsafeRecordError(f"{record}: {unsafe}") from exc
-            why = damage_of(self._storage.load, obj._p_oid)
+            why = str(exc) if isinstance(exc, _StateLacks) else None
+            why = why or (str(unsafe) if unsafe is not None else None)
+            why = why or damage_of(self._storage.load, obj._p_oid)
             if why is None:
                 raise  # the record reads back whole: not damage, the error is the code's
             raise DamagedFileError(damaged_message(self._db.storage.getName(), f"{record} {why}"))\
                 from exc
+
+
+def tree_damage(tree: Any) -> str | None:
+    """What is wrong with the stored BTree ``tree``, if its keys are out of order (a changed
+    byte in a key still unpickles, and a lookup then misses it) or BTrees' own check of its
+    nodes fails; None if the tree is sound."""
+    previous: Any = None
+    for n, key in enumerate(tree.keys()):
+        if n and not previous < key:
+            return f"is out of order (key {key!r} after {previous!r})"
+        previous = key
+    try:
+        tree._check()
+    except AssertionError as exc:
+        return f"does not hold together ({exc})"
+    return None
+
+
+class _StateLacks(Exception):
+    """A record's state loaded without an attribute every record of its class holds."""
 
 
 def damaged_message(where: str, what: str) -> str:

@@ -640,15 +640,18 @@ def open_file_storage(
             "process may open it like this: to use it from several processes, open it with "
             f"AckQueue({path!r}, shared=True) in every process"
         ) from None
-    except FileStorageError as exc:
-        if str(exc) == path:
+    except (FileStorageError, ValueError, struct.error) as exc:
+        if isinstance(exc, FileStorageError) and str(exc) == path:
             raise NotAQueueFileError(
                 f"{path} is not a ZODB FileStorage file (it does not start with a FileStorage "
                 "header)"
             ) from None
         # Its header is FileStorage's (checked above): what FileStorage could not read further
-        # on is damage, which a read-only open cannot cut off as a writable one does.
+        # on is damage, which a read-only open cannot cut off as a writable one does (nor
+        # either open a data record's header that does not parse, ZODB's ValueError).
         why = str(exc).removeprefix(path).strip()
+        if not isinstance(exc, FileStorageError):
+            why = f"a record's header does not parse ({type(exc).__name__}: {why})"
         raise DamagedFileError(damaged_message(path, why)) from exc
     except PermissionError as exc:
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
@@ -1102,10 +1105,16 @@ def rejoin_cut_file(before: str, tail: str, recovered: str) -> None:
             shutil.copyfileobj(f, out)
         out.write(cut_off if repaired is None else repaired)
     if repaired is None:
-        from ZODB import fsrecover
+        recover_structure(joined, recovered)
 
-        with contextlib.redirect_stdout(io.StringIO()):
-            fsrecover.recover(joined, recovered)
+
+def recover_structure(damaged: str, recovered: str) -> None:
+    """Write to ``recovered`` what ZODB's ``fsrecover`` can read of ``damaged``: it skips the
+    transactions it cannot read."""
+    from ZODB import fsrecover
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        fsrecover.recover(damaged, recovered)
 
 
 def repaired_tail(tail: bytes) -> bytes | None:

@@ -304,6 +304,12 @@ class _InertUnpickler(pickle.Unpickler):
         return _Inert
 
     def persistent_load(self, pid: Any) -> Any:
+        # ZODB writes a reference as an oid (8 bytes), a tuple (oid, class) or a list whose
+        # arguments hold the oid: a reference without one is damage the real load would meet.
+        parts = pid[1] if isinstance(pid, list) and len(pid) == 2 else pid
+        parts = parts if isinstance(parts, (tuple, list)) else (parts,)
+        if not any(isinstance(p, bytes) and len(p) == 8 for p in parts):
+            raise pickle.UnpicklingError(f"a reference names no record: {pid!r}")
         return _Inert()
 
 
