@@ -233,7 +233,7 @@ def restricted_class_factory(connection: Any, module: str, name: str) -> type[Pe
         if isinstance(candidate, type) and issubclass(candidate, Persistent):
             _allowed[module, name] = candidate
             return candidate
-    if package in _ALLOWED_PACKAGES or module in _ALLOWED_MODULES or not all(
+    if package in (*_ALLOWED_PACKAGES, "ackqueue") or not all(
         part.isidentifier() for part in f"{module}.{name}".split(".")
     ):
         raise GarbledClassName(

@@ -27,8 +27,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import ZODB
 from ZODB.broken import find_global
 from ZODB.Connection import Connection
-from ZODB.POSException import ConflictError, POSKeyError
-from ZODB.utils import oid_repr
+from ZODB.POSException import ConflictError, POSKeyError, ReadOnlyError
+from ZODB.utils import oid_repr, z64
 
 from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
 from ackqueue.records import (
@@ -281,11 +281,25 @@ class _NamingConnection(Connection):
                 raise UnsafeRecordError(f"{record}: {unsafe}") from exc
             why = str(exc) if isinstance(exc, _StateLacks) else None
             why = why or (str(unsafe) if unsafe is not None else None)
-            why = why or damage_of(self._storage.load, obj._p_oid)
+            why = why or damage_of(self._storage.load, obj._p_oid, self._db.storage)
             if why is None:
                 raise  # the record reads back whole: not damage, the error is the code's
             raise DamagedFileError(damaged_message(self._db.storage.getName(), f"{record} {why}"))\
                 from exc
+
+
+def _stamped_late(storage: Any, oid: bytes) -> str | None:
+    """Why a record whose view conflicts ("deleted, likely by simultaneous pack") is damaged:
+    its current record reads back stamped with a transaction after the storage's last."""
+    try:
+        _data, tid = storage.load(oid)
+    except Exception as exc:
+        if storage_failed(exc) or isinstance(exc, ConflictError):
+            return None
+        return f"cannot be read back ({type(exc).__name__}: {exc})"
+    if tid > storage.lastTransaction():
+        return "is stamped with a transaction later than the file's last one"
+    return None
 
 
 def tree_damage(tree: Any) -> str | None:
@@ -318,16 +332,22 @@ def damaged_message(where: str, what: str) -> str:
     )
 
 
-def damage_of(load: Callable[[bytes], tuple[bytes, bytes]], oid: bytes) -> str | None:
+def damage_of(
+    load: Callable[[bytes], tuple[bytes, bytes]], oid: bytes, storage: Any = None
+) -> str | None:
     """Why the stored record ``oid`` is damaged, if reading it back with ``load`` proves it:
     the storage cannot read it, or its bytes are not the two whole pickles (class, state) that
-    ZODB writes. None if it reads back whole, or the storage could not be reached."""
+    ZODB writes, or (a view's conflict, with the database's ``storage``) the storage's current
+    record of it is stamped later than its last transaction. None if it reads back whole, or
+    the storage could not be reached."""
     try:
         data, _serial = load(oid)
     except POSKeyError:
         return "is not in the file: the record that refers to it is damaged"
+    except ConflictError:
+        return None if storage is None else _stamped_late(storage, oid)
     except Exception as exc:
-        if storage_failed(exc) or isinstance(exc, ConflictError):
+        if storage_failed(exc):
             return None
         return f"cannot be read back ({type(exc).__name__}: {exc})"
     stream = io.BytesIO(data)
@@ -392,7 +412,17 @@ def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
     record."""
     dbkw["class_factory"] = RecordLoader()
     logging.getLogger("ZODB.Connection").addFilter(_refusals_raised)  # once: a set of filters
-    return _QueueDB(storage, **dbkw)
+    try:
+        return _QueueDB(storage, **dbkw)
+    except ReadOnlyError:
+        raise  # no root record, which a read-only database cannot add: never written to
+    except Exception as exc:  # it reads the root record (and writes it where none is)
+        why = damage_of(storage.load, z64, storage)
+        if why is None:
+            raise
+        raise DamagedFileError(
+            damaged_message(storage.getName(), f"its root record 0x00 {why}")
+        ) from exc
 
 
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:

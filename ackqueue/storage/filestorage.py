@@ -502,33 +502,47 @@ class _IndexRebuildNotice(logging.Filter):
     and is rebuilt from it, as expected, with nothing for the user to do."""
 
     MESSAGE = "Ignoring index for %s"
+    # What FileStorage's scan of the transactions after a stale index logs, and goes on, where
+    # what it read contradicts what was written before: damage, which the open then reports.
+    DAMAGE = frozenset({
+        "%s time-stamp reduction at %s",
+        "%s has invalid status, %s, at %s",
+        "%s incorrect previous pointer at %s",
+    })
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._opening: dict[str, int] = {}
+        self._opening: dict[str, list[str]] = {}  # path -> damage found while opening it
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != self.MESSAGE or not isinstance(record.args, tuple) or not record.args:
+        if not isinstance(record.args, tuple) or not record.args:
             return True
         with self._lock:
-            ours = record.args[0] in self._opening
-        if ours:
-            log.info("%s was not closed cleanly; rebuilding its index from the file",
-                     record.args[0])
-        return not ours
+            found = self._opening.get(str(record.args[0]))
+            if found is not None and record.msg in self.DAMAGE:
+                found.append(record.getMessage().removeprefix(str(record.args[0])).strip())
+                return False  # the open's DamagedFileError says it
+        if record.msg != self.MESSAGE or found is None:
+            return True
+        log.info("%s was not closed cleanly; rebuilding its index from the file",
+                 record.args[0])
+        return False
 
-    def opening(self, path: str) -> contextlib.AbstractContextManager[None]:
+    def opening(self, path: str) -> contextlib.AbstractContextManager[list[str]]:
+        """While ``path`` opens: the damage FileStorage's scan logs is collected in the list
+        given (one opening of a path at a time: the registry's lock sees to it)."""
+
         @contextlib.contextmanager
-        def scope() -> Iterator[None]:
+        def scope() -> Iterator[list[str]]:
+            found: list[str] = []
             with self._lock:
-                self._opening[path] = self._opening.get(path, 0) + 1
+                self._opening[path] = found
             try:
-                yield
+                yield found
             finally:
                 with self._lock:
-                    self._opening[path] -= 1
-                    if not self._opening[path]:
+                    if self._opening.get(path) is found:
                         del self._opening[path]
 
         return scope()
@@ -541,6 +555,15 @@ logging.getLogger("ZODB.FileStorage").addFilter(_index_notice)
 def _created_beside(path: str) -> list[str]:
     """The files FileStorage makes beside ``path`` on open that are not there yet."""
     return [p for p in (path + ".lock", path + ".tmp", path + ".index") if not os.path.exists(p)]
+
+
+def _check_damage(damage: list[str], path: str) -> None:
+    """Refuse a file in which FileStorage's scan found damage it went on past (its own log
+    lines, see :class:`_IndexRebuildNotice`): what it read after that may be wrong."""
+    if damage:
+        raise DamagedFileError(damaged_message(
+            path, f"reading its transactions, FileStorage found: {'; '.join(damage[:3])}"
+        ))
 
 
 def _check_read_whole(storage: FileStorage, path: str) -> None:
@@ -612,8 +635,10 @@ def open_file_storage(
     created: list[str] = []
     try:
         if read_only:
-            storage = kind(path, read_only=True, pack_keep_old=False)
+            with _index_notice.opening(path) as damage:
+                storage = kind(path, read_only=True, pack_keep_old=False)
             try:
+                _check_damage(damage, path)
                 _check_read_whole(storage, path)
             except BaseException:
                 storage.close()
@@ -622,8 +647,13 @@ def open_file_storage(
         created = _created_beside(path)
         repair_before_open(path)
         copies = truncation_copies(path)
-        with _index_notice.opening(path):
+        with _index_notice.opening(path) as damage:
             storage = kind(path, read_only=False, pack_keep_old=False)
+        try:
+            _check_damage(damage, path)
+        except BaseException:
+            storage.close()
+            raise
         created = []
         remove_new_truncation_copies(path, copies)
         return storage
