@@ -187,6 +187,48 @@ STORED_ATTRIBUTES: dict[type, frozenset[str]] = {
 }
 
 
+def _stored_names(cls: type) -> frozenset[str]:
+    defaults = {n for n, v in vars(cls).items() if not n.startswith("_") and not callable(v)}
+    return frozenset(defaults) | STORED_ATTRIBUTES[cls]
+
+
+# Every attribute a queue's record may hold (a class default, or set by __init__): one that is
+# a byte away from one of them is that one, damaged (read as missing, it would strand items).
+NAMED_ATTRIBUTES: dict[type, frozenset[str]] = {QueueRecord: _stored_names(QueueRecord)}
+CHECKED_STATES = frozenset({*STORED_ATTRIBUTES, Length})  # the classes state_damage checks
+
+
+def state_damage(obj: Any) -> str | None:
+    """What is wrong with the state just loaded into ``obj`` (of a class in
+    :data:`CHECKED_STATES`), which unpickled: an attribute every record of its class holds is
+    missing, one is named a byte away from its name, or a count is not a number."""
+    if isinstance(obj, Length):
+        value = obj.value
+        return None if isinstance(value, int) else f"its count is {type(value).__name__}"
+    state = obj.__dict__.keys()
+    required = STORED_ATTRIBUTES[type(obj)]
+    if not required <= state:
+        return f"its state has no {', '.join(sorted(required - state))}"
+    named = NAMED_ATTRIBUTES.get(type(obj), frozenset())
+    for name in state - named if named else ():
+        meant = [n for n in named if _a_byte_apart(n, name)]
+        if meant:
+            return f"its state names {name!r}, which is {meant[0]!r} damaged"
+    return None
+
+
+def garbled_root_key(root: Any) -> str | None:
+    """The key of a database root without ackqueue's own that is a byte away from it: that
+    key, damaged (else the queues would look gone, and a new empty queue be made)."""
+    if ROOT_KEY in root:
+        return None
+    return next((k for k in root if isinstance(k, str) and _a_byte_apart(k, ROOT_KEY)), None)
+
+
+def _a_byte_apart(one: str, other: str) -> bool:
+    return len(one) == len(other) and sum(a != b for a, b in zip(one, other, strict=True)) == 1
+
+
 def queues_of(root: Any, create: bool) -> Any:
     """The mapping of queue names to records in a database root (None if absent)."""
     queues = root.get(ROOT_KEY)

@@ -37,7 +37,14 @@ from ackqueue.cli.reports import (
 )
 from ackqueue.errors import DamagedFileError, NotAQueueFileError, StorageError
 from ackqueue.queue.status import read_status
-from ackqueue.records import QueueRecord, queues_of, unsafe_record, unsafe_record_named
+from ackqueue.records import (
+    ROOT_KEY,
+    QueueRecord,
+    garbled_root_key,
+    queues_of,
+    unsafe_record,
+    unsafe_record_named,
+)
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import zeo
@@ -160,7 +167,12 @@ class QueueFile:
             self.close()
             raise
         if queues is None:
+            garbled = garbled_root_key(root)
             self.close()
+            if garbled is not None:
+                raise DamagedFileError(damaged_message(
+                    self.path, f"its root names {garbled!r} where ackqueue wrote {ROOT_KEY!r}"
+                ))
             raise NotAQueueFileError(f"{path} is a ZODB storage but holds no ackqueue queues")
         self._queues = queues
         loader = self._db.classFactory

@@ -41,6 +41,7 @@ from ackqueue.records import (
     ROOT_KEY,
     Entry,
     QueueRecord,
+    garbled_root_key,
     loads,
     queues_of,
     unsafe_record,
@@ -106,6 +107,11 @@ class Book:
         store = self.store
         root = store.root()
         queues = queues_of(root, create=False)
+        garbled = garbled_root_key(root) if queues is None else None
+        if garbled is not None:
+            raise DamagedFileError(damaged_message(
+                store.where, f"its root names {garbled!r} where ackqueue wrote {ROOT_KEY!r}"
+            ))
         if queues is None and store.owns_db and len(root):
             raise NotAQueueFileError(
                 f"{store.where} holds a ZODB database that is not an ackqueue file "
@@ -146,6 +152,15 @@ class Book:
         """``read(record)`` on the reader connection, moved up to the latest commit first
         (see :meth:`Reader.read`)."""
         return self._reader.read(read)
+
+    def check_entries(self) -> None:
+        """Raise :class:`~ackqueue.DamagedFileError` if the stored entry tree is out of order:
+        called where what was read from it at open and what it holds now disagree."""
+        why = self.read(lambda record: tree_damage(record.entries))
+        if why is not None:
+            raise DamagedFileError(damaged_message(
+                self.store.where, f"the entry tree of queue {self.name!r} {why}"
+            ))
 
     def catch_up(self) -> None:
         """Move the reader to the latest commit of any process (shared mode's refresh)."""

@@ -32,9 +32,10 @@ from ZODB.utils import oid_repr, z64
 
 from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
 from ackqueue.records import (
-    STORED_ATTRIBUTES,
+    CHECKED_STATES,
     GarbledClassName,
     restricted_class_factory,
+    state_damage,
     unsafe_record,
 )
 from ackqueue.storage.commit import Syncer
@@ -269,10 +270,10 @@ class _NamingConnection(Connection):
     def setstate(self, obj: Any) -> None:
         try:
             super().setstate(obj)
-            required = STORED_ATTRIBUTES.get(type(obj))
-            if required is not None and not required <= obj.__dict__.keys():
-                missing = ", ".join(sorted(required - obj.__dict__.keys()))
-                raise _StateLacks(f"its state has no {missing}")
+            if type(obj) in CHECKED_STATES:
+                wrong = state_damage(obj)
+                if wrong is not None:
+                    raise _StateLacks(wrong)
         except Exception as exc:
             kind = type(obj)
             record = f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__})"
