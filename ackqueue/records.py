@@ -253,6 +253,16 @@ class GarbledClassName(UnsafeRecordError):
     The database's connection reports it as damage (storage/engine.py)."""
 
 
+def garbled_class_name(module: str, name: str) -> bool:
+    """Whether ``module.name``, which names no class, is a name ackqueue wrote with a byte
+    changed: not a dotted name at all, or in a package whose classes ackqueue's records name
+    (the caller found no such class there)."""
+    package = module.partition(".")[0]
+    return package in (*_ALLOWED_PACKAGES, "ackqueue") or not all(
+        part.isidentifier() for part in f"{module}.{name}".split(".")
+    )
+
+
 def restricted_class_factory(connection: Any, module: str, name: str) -> type[Persistent]:
     """The class factory of a database that a queue with a serializer other than pickle uses
     (``ZODB.DB(class_factory=)``): a record may name only a persistent class of ackqueue's
@@ -275,9 +285,7 @@ def restricted_class_factory(connection: Any, module: str, name: str) -> type[Pe
         if isinstance(candidate, type) and issubclass(candidate, Persistent):
             _allowed[module, name] = candidate
             return candidate
-    if package in (*_ALLOWED_PACKAGES, "ackqueue") or not all(
-        part.isidentifier() for part in f"{module}.{name}".split(".")
-    ):
+    if garbled_class_name(module, name):
         raise GarbledClassName(
             f"names {module}.{name}, which is no class (ackqueue writes only names of "
             "its own, BTrees' and persistent's classes)"

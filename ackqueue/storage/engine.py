@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import ZODB
-from ZODB.broken import find_global
+from ZODB.broken import Broken, find_global
 from ZODB.Connection import Connection
 from ZODB.POSException import ConflictError, POSKeyError, ReadOnlyError
 from ZODB.utils import oid_repr, z64
@@ -34,6 +34,7 @@ from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
 from ackqueue.records import (
     CHECKED_STATES,
     GarbledClassName,
+    garbled_class_name,
     restricted_class_factory,
     state_damage,
     unsafe_record,
@@ -268,14 +269,17 @@ class _NamingConnection(Connection):
     refused, or one that reading it back proves damaged."""
 
     def setstate(self, obj: Any) -> None:
+        kind = type(obj)
         try:
             super().setstate(obj)
             if type(obj) in CHECKED_STATES:
                 wrong = state_damage(obj)
                 if wrong is not None:
                     raise _StateLacks(wrong)
+            elif isinstance(obj, Broken) and garbled_class_name(kind.__module__, kind.__name__):
+                # A reference naming a class that is not there loads as ZODB's Broken stand-in
+                raise _StateLacks("is of a class no module has: the reference to it is damaged")
         except Exception as exc:
-            kind = type(obj)
             record = f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__})"
             unsafe = unsafe_record(exc)
             if unsafe is not None and not isinstance(unsafe, GarbledClassName):
