@@ -35,6 +35,7 @@ FORMAT_VERSION = 2
 
 # Sequence numbers are reserved in blocks so that a put does not rewrite the queue record.
 SEQ_BLOCK = 1024
+QUEUE_KINDS = frozenset({"fifo", "lifo", "priority"})  # QueueRecord.kind: the delivery order
 
 
 class EntryTree(LOBTree):
@@ -256,10 +257,13 @@ class GarbledClassName(UnsafeRecordError):
 def garbled_class_name(module: str, name: str) -> bool:
     """Whether ``module.name``, which names no class, is a name ackqueue wrote with a byte
     changed: not a dotted name at all, or in a package whose classes ackqueue's records name
-    (the caller found no such class there)."""
+    (the caller found no such class there) or one a byte away from such a package's name."""
     package = module.partition(".")[0]
-    return package in (*_ALLOWED_PACKAGES, "ackqueue") or not all(
-        part.isidentifier() for part in f"{module}.{name}".split(".")
+    ours = (*_ALLOWED_PACKAGES, "ackqueue")
+    return (
+        package in ours
+        or any(_a_byte_apart(package, one) for one in ours)
+        or not all(part.isidentifier() for part in f"{module}.{name}".split("."))
     )
 
 

@@ -35,12 +35,13 @@ from typing import Any
 
 from ackqueue.cli.common import CommandError, open_queue
 from ackqueue.cli.inspection import QueueFile
-from ackqueue.errors import AckQueueError, DamagedFileError
+from ackqueue.errors import DamagedFileError
 from ackqueue.storage.filestorage import (
     BEFORE_SUFFIX,
     open_file_storage,
     recover_structure,
     rejoin_cut_file,
+    restore_magic,
 )
 from ackqueue.storage.items import unpickle_item
 
@@ -148,6 +149,8 @@ def _copy_readable(damaged: str, into: str) -> int:
         shutil.copy(damaged, copy)
         if os.path.exists(damaged + ".index"):  # the view the queue's own open had
             shutil.copy(damaged + ".index", copy + ".index")
+        if restore_magic(copy):
+            unreadable.append(f"{damaged}: its first bytes (put right in the copy read)")
         try:
             open_file_storage(copy, read_only=True).close()
         except DamagedFileError as exc:  # its structure: what fsrecover can read of it
@@ -178,7 +181,7 @@ def _readable_items(
     found: dict[tuple[str, str], list[tuple[Any, float, str | None]]] = {}
     try:
         qf = QueueFile(path)
-    except AckQueueError as exc:
+    except Exception as exc:  # whatever stops it: said, with the file the user named
         raise CommandError(
             f"nothing of {shown} can be read: {str(exc).replace(path, shown)}"
         ) from exc

@@ -138,8 +138,10 @@ class Claimer:
         except ItemLoadError as exc:
             calls.unloadable = (key, exc)
             raise
-        except BaseException:
+        except BaseException as exc:
             supply.ready.push(key)
+            if isinstance(exc, KeyError):  # a key the index read at open, which a lookup misses
+                self._book.check_entries()
             raise
         calls.claim = Claim(key, item, attempts)
         if calls.getter is None:

@@ -38,6 +38,7 @@ from ackqueue.errors import (
 )
 from ackqueue.records import (
     FORMAT_VERSION,
+    QUEUE_KINDS,
     ROOT_KEY,
     Entry,
     QueueRecord,
@@ -128,6 +129,10 @@ class Book:
                 f"{FORMAT_VERSION}. If no newer ackqueue wrote to it, "
                 + damaged_message(store.where, "its format number was changed")
             )
+        elif record.kind not in QUEUE_KINDS:
+            raise DamagedFileError(damaged_message(
+                store.where, f"queue {self.name!r} is of kind {record.kind!r}, which none is"
+            ))
         elif record.kind != self._kind:
             raise NotAQueueFileError(
                 f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "

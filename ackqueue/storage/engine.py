@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import ZODB
 from ZODB.broken import Broken, find_global
 from ZODB.Connection import Connection
-from ZODB.POSException import ConflictError, POSKeyError, ReadOnlyError
+from ZODB.POSException import ConflictError, POSKeyError, ReadOnlyError, StateLoadError
 from ZODB.utils import oid_repr, z64
 
 from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
@@ -287,10 +287,26 @@ class _NamingConnection(Connection):
             why = str(exc) if isinstance(exc, _StateLacks) else None
             why = why or (str(unsafe) if unsafe is not None else None)
             why = why or damage_of(self._storage.load, obj._p_oid, self._db.storage)
+            why = why or _state_misfits(kind, exc)
             if why is None:
                 raise  # the record reads back whole: not damage, the error is the code's
             raise DamagedFileError(damaged_message(self._db.storage.getName(), f"{record} {why}"))\
                 from exc
+
+
+def _state_misfits(kind: type, exc: BaseException) -> str | None:
+    """Why a record that reads back as whole pickles is damaged anyway: its class's own
+    ``__setstate__`` refused the state (ZODB's StateLoadError from it), and the class is one
+    whose code is not ackqueue's to get wrong: a BTree or bucket (an entry key of the wrong
+    type, a child of another class), or persistent's plain state (not a dict)."""
+    cause = exc.__cause__
+    if not isinstance(exc, StateLoadError) or not isinstance(cause, (TypeError, ValueError)):
+        return None
+    if kind.__module__.partition(".")[0] != "BTrees" and "__setstate__" in vars(kind):
+        return None
+    if not any(c.__module__.partition(".")[0] in ("BTrees", "persistent") for c in kind.__mro__):
+        return None
+    return f"has a state its class refuses ({type(cause).__name__}: {cause})"
 
 
 def _stamped_late(storage: Any, oid: bytes) -> str | None:
@@ -422,7 +438,7 @@ def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
     except ReadOnlyError:
         raise  # no root record, which a read-only database cannot add: never written to
     except Exception as exc:  # it reads the root record (and writes it where none is)
-        why = damage_of(storage.load, z64, storage)
+        why = damage_of(storage.load, z64, storage) or _stamped_late(storage, z64)
         if why is None:
             raise
         raise DamagedFileError(

@@ -608,10 +608,32 @@ def _check_is_filestorage(path: str) -> None:
         return  # a new queue file
     except OSError:
         return  # let FileStorage's own opening report it, as before
+    if len(head) == len(FILESTORAGE_MAGIC) and bytes_apart(head, FILESTORAGE_MAGIC) == 1:
+        raise DamagedFileError(damaged_message(
+            path,
+            f"its first bytes read {head!r}, a byte away from FileStorage's {FILESTORAGE_MAGIC!r}",
+        ))
     if len(head) == len(FILESTORAGE_MAGIC) and head != FILESTORAGE_MAGIC:
         raise NotAQueueFileError(
             f"{path} is not a ZODB FileStorage file (it does not start with a FileStorage header)"
         )
+
+
+def bytes_apart(one: bytes, other: bytes) -> int:
+    """In how many places two strings of bytes of one length differ."""
+    return sum(a != b for a, b in zip(one, other, strict=True))
+
+
+def restore_magic(path: str) -> bool:
+    """Put FileStorage's first bytes right in ``path`` (a scratch copy) when a byte of them was
+    changed; whether it did."""
+    with open(path, "r+b") as f:
+        head = f.read(len(FILESTORAGE_MAGIC))
+        if len(head) != len(FILESTORAGE_MAGIC) or bytes_apart(head, FILESTORAGE_MAGIC) != 1:
+            return False
+        f.seek(0)
+        f.write(FILESTORAGE_MAGIC)
+    return True
 
 
 def _lock_owner(path: str) -> str:
@@ -683,6 +705,8 @@ def open_file_storage(
         if not isinstance(exc, FileStorageError):
             why = f"a record's header does not parse ({type(exc).__name__}: {why})"
         raise DamagedFileError(damaged_message(path, why)) from exc
+    except StorageError:
+        raise  # ours, said already (a damaged file)
     except PermissionError as exc:
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
     except OSError as exc:

@@ -325,6 +325,8 @@ class _InertUnpickler(pickle.Unpickler):
         parts = parts if isinstance(parts, (tuple, list)) else (parts,)
         if not any(isinstance(p, bytes) and len(p) == 8 for p in parts):
             raise pickle.UnpicklingError(f"a reference names no record: {pid!r}")
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[1] is not _Inert:
+            raise pickle.UnpicklingError(f"a reference's class is no class: {pid[1]!r}")
         return _Inert()
 
 
