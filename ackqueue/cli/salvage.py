@@ -36,6 +36,7 @@ from typing import Any
 from ackqueue.cli.common import CommandError, open_queue
 from ackqueue.cli.inspection import QueueFile
 from ackqueue.errors import DamagedFileError
+from ackqueue.records import QUEUE_KINDS
 from ackqueue.storage.filestorage import (
     BEFORE_SUFFIX,
     open_file_storage,
@@ -194,6 +195,9 @@ def _readable_items(
             except Exception as exc:
                 unreadable.append(f"queue {name!r}: {exc}")
                 continue
+            if kind not in QUEUE_KINDS:
+                unreadable.append(f"queue {name!r}: its kind {kind!r} (its items go in order)")
+                kind = "fifo"
             items = found.setdefault((name, kind), [])
             for entry in _entries_of(tree, unreadable):
                 try:
