@@ -52,6 +52,7 @@ from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.engine import damaged_message, tree_damage
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
+from ackqueue.storage.filestorage import transactions_damage
 from ackqueue.storage.items import PICKLE_CODEC, Codec, Staged
 from ackqueue.storage.keys import release
 from ackqueue.storage.store import Store
@@ -159,13 +160,16 @@ class Book:
         return self._reader.read(read)
 
     def check_entries(self) -> None:
-        """Raise :class:`~ackqueue.DamagedFileError` if the stored entry tree is out of order:
-        called where what was read from it at open and what it holds now disagree."""
+        """Raise :class:`~ackqueue.DamagedFileError` if the stored entry tree is out of order,
+        or the file's chain of transactions (whose records the count is folded from) is
+        broken: called where what was read at open and what is stored now disagree."""
         why = self.read(lambda record: tree_damage(record.entries))
         if why is not None:
-            raise DamagedFileError(damaged_message(
-                self.store.where, f"the entry tree of queue {self.name!r} {why}"
-            ))
+            why = f"the entry tree of queue {self.name!r} {why}"
+        elif self.store.file_path is not None:  # the count is folded from the transactions
+            why = transactions_damage(self.store.file_path)
+        if why is not None:
+            raise DamagedFileError(damaged_message(self.store.where, why))
 
     def catch_up(self) -> None:
         """Move the reader to the latest commit of any process (shared mode's refresh)."""

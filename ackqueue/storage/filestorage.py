@@ -854,6 +854,34 @@ def remove_new_truncation_copies(path: str, before: set[str]) -> None:
         )
 
 
+def transactions_damage(path: str) -> str | None:
+    """What is wrong with the chain of transaction headers of the FileStorage file ``path``,
+    read from its start: a transaction id not after the one before it, a status FileStorage
+    never writes, or a length its end does not repeat; None if the chain holds (a commit cut
+    short at the end is a crash's, not damage)."""
+    with open(path, "rb") as f:
+        f.seek(len(FILESTORAGE_MAGIC))
+        pos, last = len(FILESTORAGE_MAGIC), b""
+        while True:
+            head = f.read(TRANS_HDR_LEN)
+            if len(head) < TRANS_HDR_LEN:
+                return None
+            tid, length, status, *_ = struct.unpack(TRANS_HDR, head)
+            if tid <= last:
+                return f"its transaction at byte {pos} is stamped before the one before it"
+            if status == b"c":
+                return None  # a commit cut short: the last, from a crash
+            if status not in (b" ", b"p", b"u"):
+                return f"its transaction at byte {pos} has status {status!r}"
+            f.seek(pos + length)
+            repeated = f.read(8)
+            if len(repeated) < 8:
+                return None
+            if struct.unpack(">Q", repeated)[0] != length:
+                return f"the length of its transaction at byte {pos} is not repeated at its end"
+            pos, last = pos + length + 8, tid
+
+
 def only_an_unfinished_commit(tail: bytes) -> bool:
     """Whether a tail FileStorage cut holds no finished transaction: one commit still flagged
     ``c`` (between its vote and its finish) with nothing after it, or a piece in which no whole
