@@ -63,20 +63,25 @@ def record_of(path: str, needle: bytes) -> int:
     return at
 
 
-def state_of_current_record(path: str, class_name: bytes) -> int:
+def state_of_current_record(path: str, class_name: bytes, own: bool = False) -> int:
     """The offset of the state pickle of the current record of the first object whose
-    record names ``class_name``."""
+    record names ``class_name`` (``own``: as its class, in the record's first pickle)."""
     storage = FileStorage(path, read_only=True)
     try:
         oid = next(
-            r.oid for t in storage.iterator() for r in t if r.data and class_name in r.data
+            r.oid for t in storage.iterator() for r in t
+            if r.data and class_name in (r.data[:class_pickle_end(r.data)] if own else r.data)
         )
         pos = storage._lookup_pos(oid) + DATA_HDR_LEN
         data, _serial = storage.load(oid)
     finally:
         storage.close()
-    stop = [at for op, _arg, at in pickletools.genops(data) if op.name == "STOP"][0]
-    return pos + stop + 1
+    return pos + class_pickle_end(data)
+
+
+def class_pickle_end(data: bytes) -> int:
+    """Where a record's state pickle starts: after the pickle of its class."""
+    return [at for op, _arg, at in pickletools.genops(data) if op.name == "STOP"][0] + 1
 
 
 def test_a_record_that_does_not_unpickle_is_a_damaged_file_error_naming_it(tmp_path):
@@ -163,3 +168,37 @@ def test_the_inert_check_reads_a_whole_pickle_of_any_class_without_loading_it():
     whole = pickle.dumps(Refusing.__new__(Refusing), protocol=3)
     assert pickle_damage(io.BytesIO(whole)) is None
     assert pickle_damage(io.BytesIO(whole[:-3])) is not None
+
+
+def test_salvage_puts_every_item_still_readable_into_a_new_file_and_leaves_the_damaged_one(
+    tmp_path, capsys
+):
+    path = str(tmp_path / "q.fs")
+    put = [f"item {n}" for n in range(60)]  # several buckets of the entry tree
+    with ackqueue.AckQueue(path) as q:
+        for item in put:
+            q.put(item, group="host" if item.endswith("7") else None)
+    state = state_of_current_record(path, b"LOBucket", own=True)  # a bucket of entries
+    with open(path, "r+b") as f:
+        f.seek(state + 2)
+        f.write(b"h")
+    taken = []  # by the gets before the damaged bucket, for good
+    with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
+        while True:
+            taken.append(q.get_nowait())
+    assert "LOBucket" in str(raised.value)
+    with open(path, "rb") as f:
+        damaged = f.read()
+
+    new = str(tmp_path / "new.fs")
+    assert cli(["salvage", path, "--into", new]) == 0
+    out = capsys.readouterr()
+    assert "could not be read" in out.out and "LOBucket" in out.err
+    with ackqueue.AckQueue(new) as q:
+        got = [q.get_nowait() for _ in range(q.qsize())]
+    assert got and set(got) <= set(put) - set(taken)
+    assert len(got) + len(taken) < len(put)  # the damaged bucket's entries cannot be read
+    assert len(got) == len(set(got))
+    with open(path, "rb") as f:
+        assert f.read() == damaged  # the damaged file is left as it was, for another try
+    assert cli(["salvage", path, "--into", path]) != 0  # never into the damaged file itself
