@@ -22,6 +22,7 @@ from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import (
     AckQueueError,
     AsyncUsageError,
+    DamagedFileError,
     Empty,
     Full,
     ItemLoadError,
@@ -59,6 +60,7 @@ __all__ = [
     "AsyncLifoAckQueue",
     "AsyncPriorityAckQueue",
     "AsyncUsageError",
+    "DamagedFileError",
     "AsyncWorkerPool",
     "Consumer",
     "DeadLetter",

@@ -56,6 +56,13 @@ class NotAQueueFileError(StorageError):
     """The file is not a ZODB FileStorage, or holds something other than ackqueue queues."""
 
 
+class DamagedFileError(StorageError):
+    """The queue file is damaged: a record of it, or its structure, cannot be read back as it
+    was written (a changed byte, a disk error). The message names the file and the record or
+    offset, and says what to do: keep a copy, and ``ackqueue salvage`` puts what can still be
+    read into a new queue file."""
+
+
 class UnsafeRecordError(NotAQueueFileError):
     """A stored record names a global that no queue file holds (a function such as
     ``os.system``, a class of another module): the record was not written by ackqueue, and

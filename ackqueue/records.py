@@ -35,6 +35,7 @@ FORMAT_VERSION = 2
 
 # Sequence numbers are reserved in blocks so that a put does not rewrite the queue record.
 SEQ_BLOCK = 1024
+QUEUE_KINDS = frozenset({"fifo", "lifo", "priority"})  # QueueRecord.kind: the delivery order
 
 
 class EntryTree(LOBTree):
@@ -178,6 +179,57 @@ class QueueRecord(Persistent):
         return self.delayed
 
 
+# What every stored record of a class holds, whatever the version that wrote it: a loaded state
+# without one of them was damaged (a changed byte in an attribute's name still unpickles).
+STORED_ATTRIBUTES: dict[type, frozenset[str]] = {
+    Entry: frozenset({"data", "put_at", "attempts"}),
+    DeadRecord: frozenset({"key", "data", "put_at", "attempts", "reason", "when"}),
+    QueueRecord: frozenset({"kind", "entries", "length", "seq_reserved"}),
+}
+
+
+def _stored_names(cls: type) -> frozenset[str]:
+    defaults = {n for n, v in vars(cls).items() if not n.startswith("_") and not callable(v)}
+    return frozenset(defaults) | STORED_ATTRIBUTES[cls]
+
+
+# Every attribute a queue's record may hold (a class default, or set by __init__): one that is
+# a byte away from one of them is that one, damaged (read as missing, it would strand items).
+NAMED_ATTRIBUTES: dict[type, frozenset[str]] = {QueueRecord: _stored_names(QueueRecord)}
+CHECKED_STATES = frozenset({*STORED_ATTRIBUTES, Length})  # the classes state_damage checks
+
+
+def state_damage(obj: Any) -> str | None:
+    """What is wrong with the state just loaded into ``obj`` (of a class in
+    :data:`CHECKED_STATES`), which unpickled: an attribute every record of its class holds is
+    missing, one is named a byte away from its name, or a count is not a number."""
+    if isinstance(obj, Length):
+        value = obj.value
+        return None if isinstance(value, int) else f"its count is {type(value).__name__}"
+    state = obj.__dict__.keys()
+    required = STORED_ATTRIBUTES[type(obj)]
+    if not required <= state:
+        return f"its state has no {', '.join(sorted(required - state))}"
+    named = NAMED_ATTRIBUTES.get(type(obj), frozenset())
+    for name in state - named if named else ():
+        meant = [n for n in named if _a_byte_apart(n, name)]
+        if meant:
+            return f"its state names {name!r}, which is {meant[0]!r} damaged"
+    return None
+
+
+def garbled_root_key(root: Any) -> str | None:
+    """The key of a database root without ackqueue's own that is a byte away from it: that
+    key, damaged (else the queues would look gone, and a new empty queue be made)."""
+    if ROOT_KEY in root:
+        return None
+    return next((k for k in root if isinstance(k, str) and _a_byte_apart(k, ROOT_KEY)), None)
+
+
+def _a_byte_apart(one: str, other: str) -> bool:
+    return len(one) == len(other) and sum(a != b for a, b in zip(one, other, strict=True)) == 1
+
+
 def queues_of(root: Any, create: bool) -> Any:
     """The mapping of queue names to records in a database root (None if absent)."""
     queues = root.get(ROOT_KEY)
@@ -194,6 +246,25 @@ _ALLOWED_MODULES = frozenset({__name__, "ackqueue.shared.sessions"})
 # The classes found so far: every reference in a record names its class, so a tree node of 16
 # entries asks 16 times.
 _allowed: dict[tuple[str, str], type[Persistent]] = {}
+
+
+class GarbledClassName(UnsafeRecordError):
+    """A record names a class that no module could hold (not a dotted name), or one that the
+    modules ackqueue writes do not have: a changed byte, nothing another writer would gain by.
+    The database's connection reports it as damage (storage/engine.py)."""
+
+
+def garbled_class_name(module: str, name: str) -> bool:
+    """Whether ``module.name``, which names no class, is a name ackqueue wrote with a byte
+    changed: not a dotted name at all, or in a package whose classes ackqueue's records name
+    (the caller found no such class there) or one a byte away from such a package's name."""
+    package = module.partition(".")[0]
+    ours = (*_ALLOWED_PACKAGES, "ackqueue")
+    return (
+        package in ours
+        or any(_a_byte_apart(package, one) for one in ours)
+        or not all(part.isidentifier() for part in f"{module}.{name}".split("."))
+    )
 
 
 def restricted_class_factory(connection: Any, module: str, name: str) -> type[Persistent]:
@@ -218,6 +289,11 @@ def restricted_class_factory(connection: Any, module: str, name: str) -> type[Pe
         if isinstance(candidate, type) and issubclass(candidate, Persistent):
             _allowed[module, name] = candidate
             return candidate
+    if garbled_class_name(module, name):
+        raise GarbledClassName(
+            f"names {module}.{name}, which is no class (ackqueue writes only names of "
+            "its own, BTrees' and persistent's classes)"
+        )
     raise UnsafeRecordError(
         f"a stored record names {module}.{name}, which is not a persistent class of "
         f"ackqueue, BTrees or persistent: a queue file holds no other, so this record was not "

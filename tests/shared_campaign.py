@@ -7,8 +7,13 @@ process drains the queue and the workers' logs are checked:
 * every confirmed put (its ``put`` or transaction returned) was consumed (got by someone, or
   still in the queue at the end);
 * every confirmed ack stays acked: never got again afterwards, never left in the queue;
-* an item got twice was first held by a process that was killed, or was given back (nack, or
-  an ack whose outcome was unknown because the server died under it).
+* an item got twice was first held by a process that was killed or stopped past its lease, or
+  was given back (nack, or an ack whose outcome was unknown because the server died under it).
+
+With ``stops``, the campaign also SIGSTOPs a worker for longer than its session's lease (so
+another process reaps it, takes what it held and may ack it) and SIGCONTs it: an ack the
+stopped worker makes afterwards must fail (fencing), and nothing it gets afterwards may be an
+item another process's ack had returned for (issue 21 items 2 and 3).
 
 Used by ``tests/shared/test_shared_kills.py`` (a few kills) and ``benchmarks/kill_shared.py``
 (100+).
@@ -112,6 +117,7 @@ q.close()
 @dataclass
 class Result:
     kills: int = 0
+    stops: int = 0  # SIGSTOPs past the lease, each followed by SIGCONT
     server_kills: int = 0
     starter_killed: bool = False
     confirmed_puts: int = 0
@@ -158,13 +164,15 @@ def _wait_for_events(logdir: str, events: int, result: Result, within: float = 6
 
 
 def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
-        seed: int = 0, server_share: float = 0.35) -> Result:
-    """Run the campaign on queue file ``path`` with ``kills`` SIGKILLs; the checked result."""
+        seed: int = 0, server_share: float = 0.35, stops: int = 0) -> Result:
+    """Run the campaign on queue file ``path`` with ``kills`` SIGKILLs and ``stops`` SIGSTOPs
+    of a worker past its lease (then SIGCONT), in a random order; the checked result."""
     rng = random.Random(seed)
     env = env_at(root)
     result = Result()
     started = time.monotonic()
     killed: set[int] = set()
+    stopped: set[int] = set()  # reaped while stopped: what they held went to others
     procs: list[subprocess.Popen[str]] = []
     stderr_of: dict[int, str] = {}
 
@@ -179,10 +187,22 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
         starter = procs[0]
         for _ in range(workers - 1):
             start_worker()
-        for k in range(kills):
+        moves = ["kill"] + rng.sample(["kill"] * (kills - 1) + ["stop"] * stops,
+                                      kills - 1 + stops) if kills else ["stop"] * stops
+        for k, move in enumerate(moves):
             if not _wait_for_events(logdir, rng.randint(2, 60), result):
                 break
             time.sleep(rng.uniform(0, 0.004))  # land anywhere between two logged events
+            if move == "stop":
+                victim = rng.choice(procs)
+                victim.send_signal(signal.SIGSTOP)
+                # Past the lease: the others reap its session and take what it held. The
+                # fault's length, not a wait for anything: the campaign then lets it go on.
+                time.sleep(LEASE * rng.uniform(1.5, 2.5))
+                victim.send_signal(signal.SIGCONT)
+                stopped.add(victim.pid)
+                result.stops += 1
+                continue
             if k == 0:
                 victim = starter
             elif rng.random() < server_share:
@@ -223,7 +243,7 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
     if drained.returncode != 0:
         result.problems.append(f"the drain failed: {drained.stderr[-2000:]}")
     result.seconds = time.monotonic() - started
-    _check(logdir, drained.stdout.split(), killed, result)
+    _check(logdir, drained.stdout.split(), killed | stopped, result)
     return result
 
 
@@ -280,5 +300,6 @@ def _check(logdir: str, drained: list[str], killed: set[int], result: Result) ->
         for _t, pid in deliveries[:-1]:
             result.duplicates += 1
             if pid not in killed and item not in released[pid]:
-                problems.append(f"{item} got again though process {pid} (not killed) held it")
+                problems.append(f"{item} got again though process {pid} (not killed nor "
+                                "stopped) held it")
 

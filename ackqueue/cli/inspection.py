@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ZODB.POSException import ReadOnlyError
+from ZODB.utils import oid_repr
 
 from ackqueue.cli.reports import (
     DeadItem,
@@ -34,14 +35,29 @@ from ackqueue.cli.reports import (
     dead_item,
     shown_item,
 )
-from ackqueue.errors import NotAQueueFileError, StorageError
+from ackqueue.errors import DamagedFileError, NotAQueueFileError, StorageError
 from ackqueue.queue.status import read_status
-from ackqueue.records import QueueRecord, queues_of, unsafe_record, unsafe_record_named
+from ackqueue.records import (
+    ROOT_KEY,
+    QueueRecord,
+    garbled_root_key,
+    queues_of,
+    unsafe_record,
+    unsafe_record_named,
+)
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import zeo
 from ackqueue.storage.counts import stored_count
-from ackqueue.storage.engine import RecordLoader, as_path, is_uri, new_db, shown
+from ackqueue.storage.engine import (
+    RecordLoader,
+    as_path,
+    damage_of,
+    damaged_message,
+    is_uri,
+    new_db,
+    shown,
+)
 from ackqueue.storage.filestorage import open_file_storage
 from ackqueue.storage.items import PICKLE, Serializer, stored_serializer
 from ackqueue.storage.keys import seen_count, shown_key
@@ -151,7 +167,12 @@ class QueueFile:
             self.close()
             raise
         if queues is None:
+            garbled = garbled_root_key(root)
             self.close()
+            if garbled is not None:
+                raise DamagedFileError(damaged_message(
+                    self.path, f"its root names {garbled!r} where ackqueue wrote {ROOT_KEY!r}"
+                ))
             raise NotAQueueFileError(f"{path} is a ZODB storage but holds no ackqueue queues")
         self._queues = queues
         loader = self._db.classFactory
@@ -258,7 +279,15 @@ class QueueFile:
         chosen = oids if exact else random.sample(oids, LIVE_SAMPLE)
         total = 0
         for n, oid in enumerate(chosen, 1):
-            data, _tid = self._storage.load(oid)
+            try:
+                data, _tid = self._storage.load(oid)
+            except Exception as exc:
+                why = damage_of(self._storage.load, oid)
+                if why is None:
+                    raise
+                raise DamagedFileError(
+                    damaged_message(self.path, f"record {oid_repr(oid)} {why}")
+                ) from exc
             total += len(data)
             if progress is not None and n % 10_000 == 0:
                 progress(n, len(chosen))

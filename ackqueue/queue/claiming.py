@@ -128,14 +128,20 @@ class Claimer:
         if life.drained:
             raise life.shut_down_error()
         hold_back()  # the claim takes an item: Ctrl-C waits until it is handed out or back
-        key = supply.pop()
+        try:
+            key = supply.pop()
+        except IndexError:  # counted ready, yet none to take: the index read at open was wrong
+            self._book.check_entries()
+            raise
         try:
             item, attempts = self._load(key)
         except ItemLoadError as exc:
             calls.unloadable = (key, exc)
             raise
-        except BaseException:
+        except BaseException as exc:
             supply.ready.push(key)
+            if isinstance(exc, KeyError):  # a key the index read at open, which a lookup misses
+                self._book.check_entries()
             raise
         calls.claim = Claim(key, item, attempts)
         if calls.getter is None:

@@ -30,6 +30,7 @@ from ZODB.POSException import ReadConflictError
 from ackqueue.base.clock import Clock
 from ackqueue.errors import (
     AckQueueError,
+    DamagedFileError,
     ItemLoadError,
     NotAQueueFileError,
     SerializerMismatchError,
@@ -38,9 +39,11 @@ from ackqueue.errors import (
 )
 from ackqueue.records import (
     FORMAT_VERSION,
+    QUEUE_KINDS,
     ROOT_KEY,
     Entry,
     QueueRecord,
+    garbled_root_key,
     loads,
     queues_of,
     unsafe_record,
@@ -48,7 +51,9 @@ from ackqueue.records import (
 )
 from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
+from ackqueue.storage.engine import damaged_message, tree_damage
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
+from ackqueue.storage.filestorage import transactions_damage
 from ackqueue.storage.items import PICKLE_CODEC, Codec, Staged
 from ackqueue.storage.keys import release
 from ackqueue.storage.store import Store
@@ -105,6 +110,11 @@ class Book:
         store = self.store
         root = store.root()
         queues = queues_of(root, create=False)
+        garbled = garbled_root_key(root) if queues is None else None
+        if garbled is not None:
+            raise DamagedFileError(damaged_message(
+                store.where, f"its root names {garbled!r} where ackqueue wrote {ROOT_KEY!r}"
+            ))
         if queues is None and store.owns_db and len(root):
             raise NotAQueueFileError(
                 f"{store.where} holds a ZODB database that is not an ackqueue file "
@@ -118,8 +128,13 @@ class Book:
             raise NotAQueueFileError(
                 f"queue {self.name!r} in {store.where} was written in format "
                 f"{record.format_version} by a newer ackqueue; this one reads formats up to "
-                f"{FORMAT_VERSION}"
+                f"{FORMAT_VERSION}. If no newer ackqueue wrote to it, "
+                + damaged_message(store.where, "its format number was changed")
             )
+        elif record.kind not in QUEUE_KINDS:
+            raise DamagedFileError(damaged_message(
+                store.where, f"queue {self.name!r} is of kind {record.kind!r}, which none is"
+            ))
         elif record.kind != self._kind:
             raise NotAQueueFileError(
                 f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "
@@ -144,6 +159,18 @@ class Book:
         """``read(record)`` on the reader connection, moved up to the latest commit first
         (see :meth:`Reader.read`)."""
         return self._reader.read(read)
+
+    def check_entries(self) -> None:
+        """Raise :class:`~ackqueue.DamagedFileError` if the stored entry tree is out of order,
+        or the file's chain of transactions (whose records the count is folded from) is
+        broken: called where what was read at open and what is stored now disagree."""
+        why = self.read(lambda record: tree_damage(record.entries))
+        if why is not None:
+            why = f"the entry tree of queue {self.name!r} {why}"
+        elif self.store.file_path is not None:  # the count is folded from the transactions
+            why = transactions_damage(self.store.file_path)
+        if why is not None:
+            raise DamagedFileError(damaged_message(self.store.where, why))
 
     def catch_up(self) -> None:
         """Move the reader to the latest commit of any process (shared mode's refresh)."""
@@ -352,7 +379,17 @@ class Book:
             counts: list[int | None] = []
             now = clock()
             for key in keys:
-                entry = record.entries[key]
+                try:
+                    entry = record.entries[key]
+                except KeyError as exc:
+                    # One this process found in the tree at open: a lookup that misses it now
+                    # is a damaged tree, or a bug to let out as it is.
+                    why = tree_damage(record.entries)
+                    if why is None:
+                        raise
+                    raise DamagedFileError(damaged_message(
+                        self.store.where, f"the entry tree of queue {self.name!r} {why}"
+                    )) from exc
                 if limit is not None and entry.attempts >= limit:
                     bury(record, key, reason, now, entry.attempts)
                     counts.append(None)

@@ -223,12 +223,14 @@ class GroupCommitter:
     def _commit(self, batch: list[_Change]) -> int | None:
         """Commit the group (retrying conflicts); the sync mark, or None if it failed."""
         try:
+            last: ConflictError | None = None
             for attempt in range(MAX_CONFLICT_RETRIES):
                 try:
                     mark = self._apply_and_commit(batch)
                     self.commits += 1
                     return mark
-                except ConflictError:
+                except ConflictError as conflict:
+                    last = conflict
                     self._tm.abort()
                     for change in batch:
                         change.error = None
@@ -236,7 +238,8 @@ class GroupCommitter:
                     # and a round trip is milliseconds, so linear steps of 2 ms kept colliding.
                     time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
                     log.debug("conflict on commit, retrying (attempt %d)", attempt + 1)
-            raise ConflictError("ackqueue: gave up after repeated write conflicts")
+            # The last conflict names the record and its serials (a damaged one: store.py).
+            raise ConflictError("ackqueue: gave up after repeated write conflicts") from last
         except BaseException as exc:
             abort_quietly(self._tm)
             failure = self._describe_failure(exc)

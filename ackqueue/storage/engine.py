@@ -16,6 +16,7 @@ by :class:`OtherStorages`, so any storage it knows opens the same way.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -24,14 +25,23 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import ZODB
-from ZODB.broken import find_global
+from ZODB.broken import Broken, find_global
 from ZODB.Connection import Connection
-from ZODB.POSException import ConflictError
-from ZODB.utils import oid_repr
+from ZODB.POSException import ConflictError, POSKeyError, ReadOnlyError, StateLoadError
+from ZODB.utils import oid_repr, z64
 
-from ackqueue.errors import StorageError, UnsafeRecordError
-from ackqueue.records import restricted_class_factory, unsafe_record
+from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
+from ackqueue.records import (
+    CHECKED_STATES,
+    GarbledClassName,
+    garbled_class_name,
+    restricted_class_factory,
+    state_damage,
+    unsafe_record,
+)
 from ackqueue.storage.commit import Syncer
+from ackqueue.storage.failures import storage_failed
+from ackqueue.storage.items import pickle_damage
 
 T = TypeVar("T")
 
@@ -254,21 +264,121 @@ def open_through_zodburi(
 
 
 class _NamingConnection(Connection):
-    """Names the record whose state the restricted class factory refused to load (ZODB
-    raises an empty ``StateLoadError`` and only logs which record it was)."""
+    """Names the record whose state could not be loaded (ZODB raises an empty
+    ``StateLoadError`` and only logs which record it was): one the restricted class factory
+    refused, or one that reading it back proves damaged."""
 
     def setstate(self, obj: Any) -> None:
+        kind = type(obj)
         try:
             super().setstate(obj)
+            if type(obj) in CHECKED_STATES:
+                wrong = state_damage(obj)
+                if wrong is not None:
+                    raise _StateLacks(wrong)
+            elif isinstance(obj, Broken) and garbled_class_name(kind.__module__, kind.__name__):
+                # A reference naming a class that is not there loads as ZODB's Broken stand-in
+                raise _StateLacks("is of a class no module has: the reference to it is damaged")
         except Exception as exc:
+            record = f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__})"
             unsafe = unsafe_record(exc)
-            if unsafe is None:
-                raise
-            kind = type(obj)
-            raise UnsafeRecordError(
-                f"record {oid_repr(obj._p_oid)} ({kind.__module__}.{kind.__qualname__}): "
-                f"{unsafe}"
-            ) from exc
+            if unsafe is not None and not isinstance(unsafe, GarbledClassName):
+                raise UnsafeRecordError(f"{record}: {unsafe}") from exc
+            why = str(exc) if isinstance(exc, _StateLacks) else None
+            why = why or (str(unsafe) if unsafe is not None else None)
+            why = why or damage_of(self._storage.load, obj._p_oid, self._db.storage)
+            why = why or _state_misfits(kind, exc)
+            if why is None:
+                raise  # the record reads back whole: not damage, the error is the code's
+            raise DamagedFileError(damaged_message(self._db.storage.getName(), f"{record} {why}"))\
+                from exc
+
+
+def _state_misfits(kind: type, exc: BaseException) -> str | None:
+    """Why a record that reads back as whole pickles is damaged anyway: its class's own
+    ``__setstate__`` refused the state (ZODB's StateLoadError from it), and the class is one
+    whose code is not ackqueue's to get wrong: a BTree or bucket (an entry key of the wrong
+    type, a child of another class), or persistent's plain state (not a dict)."""
+    cause = exc.__cause__
+    if not isinstance(exc, StateLoadError) or not isinstance(cause, (TypeError, ValueError)):
+        return None
+    if kind.__module__.partition(".")[0] != "BTrees" and "__setstate__" in vars(kind):
+        return None
+    if not any(c.__module__.partition(".")[0] in ("BTrees", "persistent") for c in kind.__mro__):
+        return None
+    return f"has a state its class refuses ({type(cause).__name__}: {cause})"
+
+
+def _stamped_late(storage: Any, oid: bytes) -> str | None:
+    """Why a record whose view conflicts ("deleted, likely by simultaneous pack") is damaged:
+    its current record reads back stamped with a transaction after the storage's last."""
+    try:
+        _data, tid = storage.load(oid)
+    except Exception as exc:
+        if storage_failed(exc) or isinstance(exc, ConflictError):
+            return None
+        return f"cannot be read back ({type(exc).__name__}: {exc})"
+    if tid > storage.lastTransaction():
+        return "is stamped with a transaction later than the file's last one"
+    return None
+
+
+def tree_damage(tree: Any) -> str | None:
+    """What is wrong with the stored BTree ``tree``, if its keys are out of order (a changed
+    byte in a key still unpickles, and a lookup then misses it) or BTrees' own check of its
+    nodes fails; None if the tree is sound."""
+    previous: Any = None
+    for n, key in enumerate(tree.keys()):
+        if n and not previous < key:
+            return f"is out of order (key {key!r} after {previous!r})"
+        previous = key
+    try:
+        tree._check()
+    except AssertionError as exc:
+        return f"does not hold together ({exc})"
+    return None
+
+
+class _StateLacks(Exception):
+    """A record's state loaded without an attribute every record of its class holds."""
+
+
+def damaged_message(where: str, what: str) -> str:
+    """What a :class:`~ackqueue.DamagedFileError` says: the file, what of it is damaged, and
+    what to do."""
+    return (
+        f"queue file {where} is damaged: {what}. Keep a copy of it as it is; "
+        f"`ackqueue salvage {where} --into NEW` puts every item that can still be read into the "
+        "new queue file NEW"
+    )
+
+
+def damage_of(
+    load: Callable[[bytes], tuple[bytes, bytes]], oid: bytes, storage: Any = None
+) -> str | None:
+    """Why the stored record ``oid`` is damaged, if reading it back with ``load`` proves it:
+    the storage cannot read it, or its bytes are not the two whole pickles (class, state) that
+    ZODB writes, or (a view's conflict, with the database's ``storage``) the storage's current
+    record of it is stamped later than its last transaction. None if it reads back whole, or
+    the storage could not be reached."""
+    try:
+        data, _serial = load(oid)
+    except POSKeyError:
+        return "is not in the file: the record that refers to it is damaged"
+    except ConflictError:
+        return None if storage is None else _stamped_late(storage, oid)
+    except Exception as exc:
+        if storage_failed(exc):
+            return None
+        return f"cannot be read back ({type(exc).__name__}: {exc})"
+    stream = io.BytesIO(data)
+    for _part in ("class", "state"):
+        broken = pickle_damage(stream)
+        if broken is not None:
+            return f"does not unpickle ({broken})"
+    if stream.read(1):
+        return "holds bytes after its state"
+    return None
 
 
 class _RefusalsRaised(logging.Filter):
@@ -323,7 +433,17 @@ def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
     record."""
     dbkw["class_factory"] = RecordLoader()
     logging.getLogger("ZODB.Connection").addFilter(_refusals_raised)  # once: a set of filters
-    return _QueueDB(storage, **dbkw)
+    try:
+        return _QueueDB(storage, **dbkw)
+    except ReadOnlyError:
+        raise  # no root record, which a read-only database cannot add: never written to
+    except Exception as exc:  # it reads the root record (and writes it where none is)
+        why = damage_of(storage.load, z64, storage) or _stamped_late(storage, z64)
+        if why is None:
+            raise
+        raise DamagedFileError(
+            damaged_message(storage.getName(), f"its root record 0x00 {why}")
+        ) from exc
 
 
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:

@@ -124,10 +124,22 @@ from ZODB.FileStorage.format import DATA_HDR_LEN, TRANS_HDR, TRANS_HDR_LEN, Data
 from ZODB.POSException import POSKeyError
 from ZODB.utils import z64
 
-from ackqueue.errors import NotAQueueFileError, QueueLockedError, StorageError
+from ackqueue.errors import (
+    DamagedFileError,
+    NotAQueueFileError,
+    QueueLockedError,
+    StorageError,
+)
 from ackqueue.storage import zeo
 from ackqueue.storage.commit import Syncer
-from ackqueue.storage.engine import Engine, Packer, WriteRepair, as_path, new_db
+from ackqueue.storage.engine import (
+    Engine,
+    Packer,
+    WriteRepair,
+    as_path,
+    damaged_message,
+    new_db,
+)
 
 log = logging.getLogger("ackqueue")
 
@@ -490,33 +502,47 @@ class _IndexRebuildNotice(logging.Filter):
     and is rebuilt from it, as expected, with nothing for the user to do."""
 
     MESSAGE = "Ignoring index for %s"
+    # What FileStorage's scan of the transactions after a stale index logs, and goes on, where
+    # what it read contradicts what was written before: damage, which the open then reports.
+    DAMAGE = frozenset({
+        "%s time-stamp reduction at %s",
+        "%s has invalid status, %s, at %s",
+        "%s incorrect previous pointer at %s",
+    })
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._opening: dict[str, int] = {}
+        self._opening: dict[str, list[str]] = {}  # path -> damage found while opening it
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != self.MESSAGE or not isinstance(record.args, tuple) or not record.args:
+        if not isinstance(record.args, tuple) or not record.args:
             return True
         with self._lock:
-            ours = record.args[0] in self._opening
-        if ours:
-            log.info("%s was not closed cleanly; rebuilding its index from the file",
-                     record.args[0])
-        return not ours
+            found = self._opening.get(str(record.args[0]))
+            if found is not None and record.msg in self.DAMAGE:
+                found.append(record.getMessage().removeprefix(str(record.args[0])).strip())
+                return False  # the open's DamagedFileError says it
+        if record.msg != self.MESSAGE or found is None:
+            return True
+        log.info("%s was not closed cleanly; rebuilding its index from the file",
+                 record.args[0])
+        return False
 
-    def opening(self, path: str) -> contextlib.AbstractContextManager[None]:
+    def opening(self, path: str) -> contextlib.AbstractContextManager[list[str]]:
+        """While ``path`` opens: the damage FileStorage's scan logs is collected in the list
+        given (one opening of a path at a time: the registry's lock sees to it)."""
+
         @contextlib.contextmanager
-        def scope() -> Iterator[None]:
+        def scope() -> Iterator[list[str]]:
+            found: list[str] = []
             with self._lock:
-                self._opening[path] = self._opening.get(path, 0) + 1
+                self._opening[path] = found
             try:
-                yield
+                yield found
             finally:
                 with self._lock:
-                    self._opening[path] -= 1
-                    if not self._opening[path]:
+                    if self._opening.get(path) is found:
                         del self._opening[path]
 
         return scope()
@@ -531,6 +557,46 @@ def _created_beside(path: str) -> list[str]:
     return [p for p in (path + ".lock", path + ".tmp", path + ".index") if not os.path.exists(p)]
 
 
+def _check_damage(damage: list[str], path: str) -> None:
+    """Refuse a file in which FileStorage's scan found damage it went on past (its own log
+    lines, see :class:`_IndexRebuildNotice`): what it read after that may be wrong."""
+    if damage:
+        raise DamagedFileError(damaged_message(
+            path, f"reading its transactions, FileStorage found: {'; '.join(damage[:3])}"
+        ))
+
+
+def _check_read_whole(storage: FileStorage, path: str) -> None:
+    """Refuse a read-only view that stops short of the file's end at damage, where a writable
+    open would cut the file and keep the rest for ``ackqueue salvage``: FileStorage opened
+    read-only stops there without a word, and what it shows would lack the commits after it."""
+    end = storage._pos  # where FileStorage stopped reading transactions
+    with open(path, "rb") as f:
+        f.seek(end)
+        tail = f.read()
+    if not tail or only_an_unfinished_commit(tail) or _finished_transaction_first(tail):
+        # The end; a commit a crash cut short (nothing in it had returned); or one that a
+        # live writer finished after FileStorage read that far (ackqueue stats while it runs).
+        return
+    raise DamagedFileError(
+        f"queue file {path} is damaged at byte {end}: FileStorage cannot read the transaction "
+        f"there, and the {len(tail)} bytes after it hold commits that had returned. Keep a copy "
+        f"of it as it is; opening it with the queue (AckQueue({path!r})) cuts it there and keeps "
+        f"the rest as {path}.trN, which `ackqueue salvage {path}.trN --into {path}` puts back"
+    )
+
+
+def _finished_transaction_first(tail: bytes) -> bool:
+    """Whether ``tail`` starts with a whole finished transaction (its length repeated after
+    it)."""
+    if len(tail) < TRANS_HDR_LEN:
+        return False
+    _tid, length, status, *_ = struct.unpack(TRANS_HDR, tail[:TRANS_HDR_LEN])
+    if status not in (b" ", b"p", b"u") or length < TRANS_HDR_LEN or len(tail) < length + 8:
+        return False
+    return bool(struct.unpack(">Q", tail[length : length + 8])[0] == length)
+
+
 def _check_is_filestorage(path: str) -> None:
     """Refuse a directory or a foreign file before FileStorage creates anything beside it."""
     if os.path.isdir(path):
@@ -542,10 +608,32 @@ def _check_is_filestorage(path: str) -> None:
         return  # a new queue file
     except OSError:
         return  # let FileStorage's own opening report it, as before
+    if len(head) == len(FILESTORAGE_MAGIC) and bytes_apart(head, FILESTORAGE_MAGIC) == 1:
+        raise DamagedFileError(damaged_message(
+            path,
+            f"its first bytes read {head!r}, a byte away from FileStorage's {FILESTORAGE_MAGIC!r}",
+        ))
     if len(head) == len(FILESTORAGE_MAGIC) and head != FILESTORAGE_MAGIC:
         raise NotAQueueFileError(
             f"{path} is not a ZODB FileStorage file (it does not start with a FileStorage header)"
         )
+
+
+def bytes_apart(one: bytes, other: bytes) -> int:
+    """In how many places two strings of bytes of one length differ."""
+    return sum(a != b for a, b in zip(one, other, strict=True))
+
+
+def restore_magic(path: str) -> bool:
+    """Put FileStorage's first bytes right in ``path`` (a scratch copy) when a byte of them was
+    changed; whether it did."""
+    with open(path, "r+b") as f:
+        head = f.read(len(FILESTORAGE_MAGIC))
+        if len(head) != len(FILESTORAGE_MAGIC) or bytes_apart(head, FILESTORAGE_MAGIC) != 1:
+            return False
+        f.seek(0)
+        f.write(FILESTORAGE_MAGIC)
+    return True
 
 
 def _lock_owner(path: str) -> str:
@@ -569,12 +657,25 @@ def open_file_storage(
     created: list[str] = []
     try:
         if read_only:
-            return kind(path, read_only=True, pack_keep_old=False)
+            with _index_notice.opening(path) as damage:
+                storage = kind(path, read_only=True, pack_keep_old=False)
+            try:
+                _check_damage(damage, path)
+                _check_read_whole(storage, path)
+            except BaseException:
+                storage.close()
+                raise
+            return storage
         created = _created_beside(path)
         repair_before_open(path)
         copies = truncation_copies(path)
-        with _index_notice.opening(path):
+        with _index_notice.opening(path) as damage:
             storage = kind(path, read_only=False, pack_keep_old=False)
+        try:
+            _check_damage(damage, path)
+        except BaseException:
+            storage.close()
+            raise
         created = []
         remove_new_truncation_copies(path, copies)
         return storage
@@ -591,9 +692,21 @@ def open_file_storage(
             "process may open it like this: to use it from several processes, open it with "
             f"AckQueue({path!r}, shared=True) in every process"
         ) from None
-    except FileStorageError as exc:
-        why = "it does not start with a FileStorage header" if str(exc) == path else str(exc)
-        raise NotAQueueFileError(f"{path} is not a ZODB FileStorage file ({why})") from None
+    except (FileStorageError, ValueError, struct.error) as exc:
+        if isinstance(exc, FileStorageError) and str(exc) == path:
+            raise NotAQueueFileError(
+                f"{path} is not a ZODB FileStorage file (it does not start with a FileStorage "
+                "header)"
+            ) from None
+        # Its header is FileStorage's (checked above): what FileStorage could not read further
+        # on is damage, which a read-only open cannot cut off as a writable one does (nor
+        # either open a data record's header that does not parse, ZODB's ValueError).
+        why = str(exc).removeprefix(path).strip()
+        if not isinstance(exc, FileStorageError):
+            why = f"a record's header does not parse ({type(exc).__name__}: {why})"
+        raise DamagedFileError(damaged_message(path, why)) from exc
+    except StorageError:
+        raise  # ours, said already (a damaged file)
     except PermissionError as exc:
         raise StorageError(f"cannot open queue file {path}: permission denied ({exc})") from None
     except OSError as exc:
@@ -739,6 +852,34 @@ def remove_new_truncation_copies(path: str, before: set[str]) -> None:
             path,
             len(tail),
         )
+
+
+def transactions_damage(path: str) -> str | None:
+    """What is wrong with the chain of transaction headers of the FileStorage file ``path``,
+    read from its start: a transaction id not after the one before it, a status FileStorage
+    never writes, or a length its end does not repeat; None if the chain holds (a commit cut
+    short at the end is a crash's, not damage)."""
+    with open(path, "rb") as f:
+        f.seek(len(FILESTORAGE_MAGIC))
+        pos, last = len(FILESTORAGE_MAGIC), b""
+        while True:
+            head = f.read(TRANS_HDR_LEN)
+            if len(head) < TRANS_HDR_LEN:
+                return None
+            tid, length, status, *_ = struct.unpack(TRANS_HDR, head)
+            if tid <= last:
+                return f"its transaction at byte {pos} is stamped before the one before it"
+            if status == b"c":
+                return None  # a commit cut short: the last, from a crash
+            if status not in (b" ", b"p", b"u"):
+                return f"its transaction at byte {pos} has status {status!r}"
+            f.seek(pos + length)
+            repeated = f.read(8)
+            if len(repeated) < 8:
+                return None
+            if struct.unpack(">Q", repeated)[0] != length:
+                return f"the length of its transaction at byte {pos} is not repeated at its end"
+            pos, last = pos + length + 8, tid
 
 
 def only_an_unfinished_commit(tail: bytes) -> bool:
@@ -1046,10 +1187,16 @@ def rejoin_cut_file(before: str, tail: str, recovered: str) -> None:
             shutil.copyfileobj(f, out)
         out.write(cut_off if repaired is None else repaired)
     if repaired is None:
-        from ZODB import fsrecover
+        recover_structure(joined, recovered)
 
-        with contextlib.redirect_stdout(io.StringIO()):
-            fsrecover.recover(joined, recovered)
+
+def recover_structure(damaged: str, recovered: str) -> None:
+    """Write to ``recovered`` what ZODB's ``fsrecover`` can read of ``damaged``: it skips the
+    transactions it cannot read."""
+    from ZODB import fsrecover
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        fsrecover.recover(damaged, recovered)
 
 
 def repaired_tail(tail: bytes) -> bytes | None:

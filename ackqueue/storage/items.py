@@ -22,6 +22,7 @@ class, and the load error says what to do.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -29,7 +30,7 @@ import pickle
 import pickletools
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from ackqueue.errors import ItemLoadError, UnpicklableItemError
 
@@ -282,6 +283,63 @@ class _NamingUnpickler(pickle.Unpickler):
             raise
 
 
+class _Inert:
+    """Whatever a record names, as :class:`_InertUnpickler` builds it: takes any arguments and
+    state, runs no code of the class named."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Inert:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+# The packages whose classes ackqueue's records name: one that names a class they lack was
+# changed (a user's item may name any module, which the check does not import).
+_WRITTEN_BY_ACKQUEUE = ("ackqueue", "BTrees", "persistent", "zodbpickle", "ZODB")
+
+
+class _InertUnpickler(pickle.Unpickler):
+    """Reads a record's pickle through every opcode, loading no class and no reference: it
+    fails only where the bytes themselves are not a pickle."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if not all(part.isidentifier() for part in f"{module}.{name}".split(".")):
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which is no class")
+        if module.partition(".")[0] in _WRITTEN_BY_ACKQUEUE:  # importing them runs nothing new
+            try:
+                getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError) as exc:
+                raise pickle.UnpicklingError(
+                    f"it names {module}.{name}, which is no class ({exc})"
+                ) from exc
+        return _Inert
+
+    def persistent_load(self, pid: Any) -> Any:
+        # ZODB writes a reference as an oid (8 bytes), a tuple (oid, class) or a list whose
+        # arguments hold the oid: a reference without one is damage the real load would meet.
+        parts = pid[1] if isinstance(pid, list) and len(pid) == 2 else pid
+        parts = parts if isinstance(parts, (tuple, list)) else (parts,)
+        if not any(isinstance(p, bytes) and len(p) == 8 for p in parts):
+            raise pickle.UnpicklingError(f"a reference names no record: {pid!r}")
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[1] is not _Inert:
+            raise pickle.UnpicklingError(f"a reference's class is no class: {pid[1]!r}")
+        return _Inert()
+
+
+def pickle_damage(stream: IO[bytes]) -> str | None:
+    """What is wrong with the bytes of the next pickle in ``stream``, read through every
+    opcode without loading any class or running any code; None if they are a whole pickle."""
+    try:
+        _InertUnpickler(stream).load()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _describe(data: bytes, exc: Exception) -> str:
     """Name the missing class, which is what a user needs to fix it."""
     unpickler = _NamingUnpickler(io.BytesIO(data))
@@ -298,4 +356,7 @@ def _describe(data: bytes, exc: Exception) -> str:
         )
     if unpickler.missing:
         return f"class {unpickler.missing} cannot be found ({type(exc).__name__}: {exc})"
+    broken = pickle_damage(io.BytesIO(data))
+    if broken is not None:
+        return f"its stored bytes are damaged, not a whole pickle ({broken})"
     return f"{type(exc).__name__}: {exc}"

@@ -23,9 +23,11 @@ from typing import Any, TypeVar
 import transaction
 import ZODB
 from ZODB.Connection import Connection
+from ZODB.POSException import ConflictError
+from ZODB.utils import oid_repr
 
 from ackqueue.base.interrupts import Shield
-from ackqueue.errors import StorageError, StorageUnreachableError
+from ackqueue.errors import DamagedFileError, StorageError, StorageUnreachableError
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
 from ackqueue.storage.commit import GroupCommitter
@@ -35,6 +37,7 @@ from ackqueue.storage.engine import (
     Packer,
     RecordLoader,
     as_path,
+    damaged_message,
     is_uri,
     scheme_of,
     shown,
@@ -402,6 +405,11 @@ class Store:
     def _describe_failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StorageError):
             return exc
+        damage = self._conflict_damage(exc)
+        if damage is not None:
+            err: BaseException = DamagedFileError(damaged_message(self.where, damage))
+            err.__cause__ = exc
+            return err
         if isinstance(exc, OSError):
             if self._repair is not None:
                 self._repair.needed = True
@@ -416,6 +424,24 @@ class Store:
             err = StorageError(f"commit to queue storage {self.where} was interrupted ({exc!r})")
         err.__cause__ = exc
         return err
+
+
+    def _conflict_damage(self, exc: BaseException) -> str | None:
+        """Why the file is damaged, if the commit gave up on conflicts that no other writer
+        made: the record's stored revision is stamped later than the file's last transaction
+        (with one writer, a later one cannot be another's commit not seen yet)."""
+        conflict = exc.__cause__ if isinstance(exc, ConflictError) else None
+        if not isinstance(conflict, ConflictError) or self.engine.shared:
+            return None
+        oid, serials = conflict.oid, conflict.serials
+        if oid is None or not serials or not serials[0]:
+            return None
+        if serials[0] <= self.db.storage.lastTransaction():
+            return None
+        return (
+            f"record {oid_repr(oid)} is stamped with a transaction later than the file's last "
+            "one, so every write of it conflicts"
+        )
 
 
 def _close_all_at_exit() -> None:

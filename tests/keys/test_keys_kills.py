@@ -23,3 +23,21 @@ def test_kills_never_admit_a_key_twice_nor_lose_anything_confirmed(tmp_path, mon
     assert result.problems == []
     assert result.kills == KILLS
     assert result.confirmed_admissions > 0 and result.confirmed_acks > 0 and result.refused > 0
+
+
+@pytest.mark.parametrize(
+    ("shared", "processes"), [(False, 1), (True, 2)], ids=["one-process", "shared"]
+)
+def test_keyed_puts_in_transactions_from_threads_and_processes_survive_kills(
+    tmp_path, monkeypatch, shared, processes
+):
+    """Puts of one key race inside transactions, from three threads of each worker and (shared)
+    two worker processes at once (issue 21 item 4): a put that answered True is stored, or its
+    block failed with KeyTakenError; no key is admitted twice."""
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "2")
+    result = keys_campaign.run(str(tmp_path / "q.fs"), str(tmp_path / "log"), KILLS // 2,
+                               REPO_ROOT, shared=shared, seed=13, threads=3,
+                               processes=processes)
+    assert result.problems == []
+    assert result.kills == KILLS // 2
+    assert result.confirmed_admissions > 0 and result.confirmed_acks > 0 and result.refused > 0

@@ -24,3 +24,4 @@ def test_random_kills_of_workers_and_server_lose_nothing_confirmed(tmp_path, mon
     assert result.problems == []
     assert result.kills == KILLS and result.starter_killed and result.server_kills >= 1
     assert result.confirmed_puts > 0 and result.confirmed_acks > 0
+

@@ -1,0 +1,204 @@
+"""A damaged queue file says so: which file, which record or offset, and what to do.
+
+FileStorage keeps no checksums, so a changed byte is found only when what it changed is read.
+Whatever reads it (an open, a get, ``ackqueue stats``), the error a user gets is a
+:class:`~ackqueue.DamagedFileError` that names the file and the record (or the offset ZODB
+found) and points to ``ackqueue salvage``, never ZODB's empty ``StateLoadError``, a
+``POSKeyError`` or a ``MemoryError``. The campaign (``tests/corruption_campaign.py``) changes one
+random byte of a known file at a time and classifies each outcome.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import pickletools
+import shutil
+import sys
+
+import pytest
+import transaction
+from persistent import Persistent
+from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage.format import DATA_HDR_LEN
+from ZODB.POSException import StateLoadError
+
+import ackqueue
+from ackqueue.cli.commands import main as cli
+from ackqueue.storage.engine import new_db
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import corruption_campaign  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRIALS = 500  # per file: about 12 s each on a quiet 2-core machine
+
+
+@pytest.mark.parametrize("stop", ["closed", "killed"])
+def test_random_one_byte_corruptions_give_the_data_or_a_clear_error(tmp_path, stop):
+    result = corruption_campaign.run(
+        str(tmp_path), ROOT, TRIALS, seed=21, killed=stop == "killed"
+    )
+    print(f"{stop}: {TRIALS} one-byte corruptions: {result.summary()} ({result.seconds:.0f} s)")
+    assert not result.counts["internal"], result.examples["internal"]
+    assert not result.counts["loss"], result.examples["loss"]
+    # The campaign reached both kinds of outcome: a byte nothing reads, and one that is read.
+    assert result.counts["intact"] and result.counts["clear error"], result.counts
+
+
+def queue_file(tmp_path) -> str:
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(10))
+    return path
+
+
+def record_of(path: str, needle: bytes) -> int:
+    """The offset of the first stored bytes holding ``needle``."""
+    with open(path, "rb") as f:
+        at = f.read().find(needle)
+    assert at > 0
+    return at
+
+
+def state_of_current_record(path: str, class_name: bytes, own: bool = False) -> int:
+    """The offset of the state pickle of the current record of the first object whose
+    record names ``class_name`` (``own``: as its class, in the record's first pickle)."""
+    storage = FileStorage(path, read_only=True)
+    try:
+        oid = next(
+            r.oid for t in storage.iterator() for r in t
+            if r.data and class_name in (r.data[:class_pickle_end(r.data)] if own else r.data)
+        )
+        pos = storage._lookup_pos(oid) + DATA_HDR_LEN
+        data, _serial = storage.load(oid)
+    finally:
+        storage.close()
+    return pos + class_pickle_end(data)
+
+
+def class_pickle_end(data: bytes) -> int:
+    """Where a record's state pickle starts: after the pickle of its class."""
+    return [at for op, _arg, at in pickletools.genops(data) if op.name == "STOP"][0] + 1
+
+
+def test_a_record_that_does_not_unpickle_is_a_damaged_file_error_naming_it(tmp_path):
+    path = queue_file(tmp_path)
+    state = state_of_current_record(path, b"QueueRecord")
+    with open(path, "r+b") as f:  # after PROTO: read a memo entry that was never stored
+        f.seek(state + 2)
+        f.write(b"h")
+    with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
+        q.qsize()
+    message = str(raised.value)
+    assert path in message and "record 0x02 (BTrees.OOBTree.OOBTree)" in message
+    assert f"ackqueue salvage {path} --into" in message
+    assert isinstance(raised.value.__cause__, StateLoadError)
+
+
+def test_ackqueue_stats_of_a_file_damaged_after_its_index_says_where(tmp_path, capsys):
+    work = queue_file(tmp_path)
+    path = str(tmp_path / "killed.fs")
+    shutil.copy(work + ".index", path + ".index")  # saved at the last close
+    with ackqueue.AckQueue(work) as q:
+        for n in range(10):
+            q.put(n)
+        shutil.copy(work, path)  # what is on disk at a kill -9: the index is older
+    storage = FileStorage(work, read_only=True)
+    try:
+        starts = [t._tpos for t in storage.iterator()]
+    finally:
+        storage.close()
+    with open(path, "r+b") as f:
+        f.seek(starts[-5] + 8)  # the high byte of a later transaction's length
+        f.write(b"\x7f")
+    assert cli(["stats", path]) == 1
+    err = capsys.readouterr().err
+    assert "is damaged" in err and path in err and " at " in err and "ackqueue salvage" in err
+
+
+def test_an_item_whose_own_bytes_are_damaged_is_set_aside_saying_so(tmp_path):
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put("first item")
+        q.put("second")
+    at = record_of(path, b"first item")
+    with open(path, "r+b") as f:
+        f.seek(at - 1)  # the string's length byte: the pickle now reads past its end
+        f.write(b"\x7f")
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        with pytest.raises(ackqueue.ItemLoadError, match="stored bytes are damaged"):
+            c.get_nowait()
+        assert c.get_nowait() == "second"
+        assert q.dead_count() == 1
+
+
+class Refusing(Persistent):
+    """A record whose own class fails to take its state: a bug, not damage."""
+
+    def __setstate__(self, state):
+        raise RuntimeError("a bug in __setstate__")
+
+
+def test_a_record_that_reads_back_whole_is_not_called_damaged(tmp_path):
+    path = str(tmp_path / "plain.fs")
+    db = new_db(FileStorage(path))
+    db.classFactory.restricted = False
+    try:
+        conn = db.open()
+        conn.root()["x"] = Refusing()
+        transaction.commit()
+        conn.close()
+        db.cacheMinimize()
+        other = db.open()
+        with pytest.raises(StateLoadError) as raised:
+            other.root()["x"]._p_activate()
+        assert not isinstance(raised.value, ackqueue.DamagedFileError)
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        other.close()
+    finally:
+        db.close()
+
+
+def test_the_inert_check_reads_a_whole_pickle_of_any_class_without_loading_it():
+    from ackqueue.storage.items import pickle_damage
+
+    whole = pickle.dumps(Refusing.__new__(Refusing), protocol=3)
+    assert pickle_damage(io.BytesIO(whole)) is None
+    assert pickle_damage(io.BytesIO(whole[:-3])) is not None
+
+
+def test_salvage_puts_every_item_still_readable_into_a_new_file_and_leaves_the_damaged_one(
+    tmp_path, capsys
+):
+    path = str(tmp_path / "q.fs")
+    put = [f"item {n}" for n in range(60)]  # several buckets of the entry tree
+    with ackqueue.AckQueue(path) as q:
+        for item in put:
+            q.put(item, group="host" if item.endswith("7") else None)
+    state = state_of_current_record(path, b"LOBucket", own=True)  # a bucket of entries
+    with open(path, "r+b") as f:
+        f.seek(state + 2)
+        f.write(b"h")
+    taken = []  # by the gets before the damaged bucket, for good
+    with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
+        while True:
+            taken.append(q.get_nowait())
+    assert "LOBucket" in str(raised.value)
+    with open(path, "rb") as f:
+        damaged = f.read()
+
+    new = str(tmp_path / "new.fs")
+    assert cli(["salvage", path, "--into", new]) == 0
+    out = capsys.readouterr()
+    assert "could not be read" in out.out and "LOBucket" in out.err
+    with ackqueue.AckQueue(new) as q:
+        got = [q.get_nowait() for _ in range(q.qsize())]
+    assert got and set(got) <= set(put) - set(taken)
+    assert len(got) + len(taken) < len(put)  # the damaged bucket's entries cannot be read
+    assert len(got) == len(set(got))
+    with open(path, "rb") as f:
+        assert f.read() == damaged  # the damaged file is left as it was, for another try
+    assert cli(["salvage", path, "--into", path]) != 0  # never into the damaged file itself
