@@ -16,7 +16,6 @@ by :class:`OtherStorages`, so any storage it knows opens the same way.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -41,7 +40,7 @@ from ackqueue.records import (
 )
 from ackqueue.storage.commit import Syncer
 from ackqueue.storage.failures import storage_failed
-from ackqueue.storage.items import pickle_damage
+from ackqueue.storage.items import record_damage
 
 T = TypeVar("T")
 
@@ -376,14 +375,7 @@ def damage_of(
         if storage_failed(exc):
             return None
         return f"cannot be read back ({type(exc).__name__}: {exc})"
-    stream = io.BytesIO(data)
-    for _part in ("class", "state"):
-        broken = pickle_damage(stream)
-        if broken is not None:
-            return f"does not unpickle ({broken})"
-    if stream.read(1):
-        return "holds bytes after its state"
-    return None
+    return record_damage(data)
 
 
 class _RefusalsRaised(logging.Filter):

@@ -330,6 +330,23 @@ class _InertUnpickler(pickle.Unpickler):
         return _Inert()
 
 
+def record_damage(data: bytes) -> str | None:
+    """What is wrong with a ZODB record's bytes, if they are not its two whole pickles (class,
+    then state). One unpickler reads both: ZODB writes them with one pickler whose memo is
+    cleared before the class only, so the state may refer to what the class pickle memoized
+    (read apart, a sound BTree record failed with "Memo value not found")."""
+    stream = io.BytesIO(data)
+    unpickler = _InertUnpickler(stream)
+    for part in ("class", "state"):
+        try:
+            unpickler.load()
+        except Exception as exc:
+            return f"its {part} does not unpickle ({type(exc).__name__}: {exc})"
+    if stream.read(1):
+        return "holds bytes after its state"
+    return None
+
+
 def pickle_damage(stream: IO[bytes]) -> str | None:
     """What is wrong with the bytes of the next pickle in ``stream``, read through every
     opcode without loading any class or running any code; None if they are a whole pickle."""
