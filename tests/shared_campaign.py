@@ -69,6 +69,7 @@ while not os.path.exists(stop):
             q.put_many([new + "a", new + "b"])
             note("put", new + "a", new + "b")
         else:
+            note("get?")
             try:
                 item = c.get(timeout=0.2)
             except ackqueue.Empty:
@@ -196,10 +197,13 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
             if move == "stop":
                 victim = rng.choice(procs)
                 victim.send_signal(signal.SIGSTOP)
+                stopped_at = time.time()
                 # Past the lease: the others reap its session and take what it held. The
                 # fault's length, not a wait for anything: the campaign then lets it go on.
                 time.sleep(LEASE * rng.uniform(1.5, 2.5))
                 victim.send_signal(signal.SIGCONT)
+                with open(os.path.join(logdir, "stops"), "a") as f:  # to trace a problem
+                    f.write(f"{victim.pid} {stopped_at!r} {time.time()!r}\n")
                 stopped.add(victim.pid)
                 result.stops += 1
                 continue

@@ -69,6 +69,9 @@ class HeldInMemory:
     def may_be_void(self, taken_at: float) -> bool:
         return False  # holds live in memory: only their own lease ends them
 
+    def confirm(self) -> None:
+        pass
+
     def on_session_lost(self, void: Void) -> None:
         pass
 

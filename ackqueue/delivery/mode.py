@@ -117,6 +117,12 @@ class StoredHolds(Protocol):
         handed out from a buffer after such a gap must be given back, not worked on."""
         ...
 
+    def confirm(self) -> None:
+        """Holds turned out to be maybe void: settle now whether this process's session lives
+        (renewing it, or taking a new one if it was reaped), so that holds taken from now on
+        are sound and the next ``may_be_void`` is not true of them for the same gap."""
+        ...
+
     def on_session_lost(self, void: Void) -> None:
         """Call ``void(is_void)`` when this process's holds become void (shared mode only)."""
         ...

@@ -19,8 +19,9 @@ early; those already due at open are ready at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ZODB.POSException import ReadConflictError
@@ -311,6 +312,9 @@ class Claim:
     item: Any
     attempts: int
     delivery_id: int | None = None  # chosen before the hold is stored (shared mode)
+    # time.monotonic() when it was claimed, before its hold was stored: a hold is only as
+    # sound as this process's session since then (StoredHolds.may_be_void)
+    taken_at: float = field(default_factory=time.monotonic)
 
 
 class Delays:

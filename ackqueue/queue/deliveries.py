@@ -115,7 +115,7 @@ class Deliveries:
 
     def _ridden(self, table: HoldTable, n: int) -> list[Claim]:
         """Items an ack took for ``table`` already (see ackqueue.shared.riding)."""
-        return self._rides.take_for(table, n)
+        return self._sound(self._rides.take_for(table, n))
 
     def _take(self, claims: list[Claim]) -> list[Claim]:
         """Count this delivery of each claim; drop (dead-letter) those out of attempts."""
@@ -123,7 +123,29 @@ class Deliveries:
             claim.delivery_id = self.holds.next_delivery_id()
         taken = self._mode.take(claims, self._supply)
         self._forget_buried(taken.buried)
-        return taken.kept
+        return self._sound(taken.kept)
+
+    def _sound(self, claims: list[Claim]) -> list[Claim]:
+        """The claims that may be handed out; the others are given back (fenced by their
+        tokens, like a late ack), not handed out.
+
+        In shared mode a hold is only as sound as this process's session since it was
+        claimed: if this process was stopped (or cut off) past its session lease anywhere
+        between the claim and here (while its hold was committing, or an ack's ride was
+        landing), another process may have reaped the hold, got the item and acked it
+        meanwhile (issue 21 item 2). Then the session is confirmed (renewed, or taken anew)
+        before anything else is claimed, so the next round's holds are sound.
+        """
+        void = [claim for claim in claims if self._stored.may_be_void(claim.taken_at)]
+        if not void:
+            return claims
+        with self.signals.mutex:
+            for claim in void:
+                self._supply.make_ready_locked(claim.key)  # our hold, given back fenced
+            self.signals.not_empty.notify_all()
+        self._stored.confirm()
+        given_back = {id(claim) for claim in void}  # by identity: an item need not compare
+        return [claim for claim in claims if id(claim) not in given_back]
 
     def _forget_buried(self, buried: list[Claim]) -> None:
         if buried:

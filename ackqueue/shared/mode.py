@@ -430,6 +430,9 @@ class SharedMode:
     def may_be_void(self, taken_at: float) -> bool:
         return self.session.may_be_void(taken_at)
 
+    def confirm(self) -> None:
+        self.session.confirm()
+
     def session_lost(self) -> None:
         """Our session was reaped: every hold we had is void; late acks raise
         LeaseExpiredError."""

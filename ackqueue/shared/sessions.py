@@ -38,12 +38,12 @@ from persistent import Persistent
 from persistent.TimeStamp import TimeStamp
 from ZODB.POSException import ConflictError
 
-from ackqueue.errors import AckQueueError, StorageError
+from ackqueue.errors import AckQueueError, StorageError, StorageUnreachableError
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_session_holds
 from ackqueue.shared.sweeping import SESSIONS_KEY as SESSIONS_KEY
 from ackqueue.shared.sweeping import Sweeper
 from ackqueue.shared.watching import Member, Watcher
-from ackqueue.storage.failures import abort_quietly
+from ackqueue.storage.failures import abort_quietly, storage_failed
 
 # Imported before this module registers its atexit hook (ending sessions), so that the
 # store's (closing storages) runs after ours.
@@ -211,6 +211,19 @@ class Session:
         process was stopped or cut off and the session thread has not looked yet)."""
         now = time.monotonic()
         return taken_at <= self._lost_mono or now - self._renewed_mono > self.lease
+
+    def confirm(self) -> None:
+        """Renew this session now, or take a new one if it was reaped: after a gap past the
+        lease, holds taken before now are void (``may_be_void``), later ones are sound."""
+        try:
+            self.renew()
+        except SessionLost as lost:
+            self.start_over(lost.sid)
+        except StorageError:
+            raise
+        except Exception as exc:
+            cls = StorageUnreachableError if storage_failed(exc) else StorageError
+            raise cls(f"{self.store.where}: cannot renew this process's session: {exc!r}") from exc
 
     def reap(self, now: float) -> list[str]:
         """End the sessions not renewed for their lease at server time ``now`` and delete
