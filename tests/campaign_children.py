@@ -1,5 +1,6 @@
-"""What the kill campaigns (``shared_campaign.py``, ``keys_campaign.py``) share: starting a
-child process that runs the tree at ``root`` and waiting until it says its queue is open.
+"""What the kill campaigns (``shared_campaign.py``, ``keys_campaign.py``) and the tests that
+kill processes share: starting a child process that runs the tree at ``root`` and waiting until
+it says its queue is open, and finding the private server of ``shared=True`` to kill it.
 
 A child prints ``open`` on its first line once its queue is open, so that the campaign never
 kills it before it has done anything (a kill point is chosen from what the child logged).
@@ -44,6 +45,18 @@ def start_child(
     raise AssertionError(
         f"a child did not open the queue (exit {p.returncode}): {(err or '')[-2000:]}"
     )
+
+
+def server_pid(path: str) -> int | None:
+    """The pid the private server of ``shared=True`` for ``path`` wrote in its lock file, or
+    None while no server has written one."""
+    from ackqueue.storage import zeo
+
+    try:
+        with open(os.path.join(zeo.private_dir(path), zeo.SERVER_LOCK)) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
 
 
 def stderr_tail(path: str, chars: int = 3000) -> str:

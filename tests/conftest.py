@@ -80,18 +80,6 @@ def drain(source: Any) -> list[Any]:
     return got
 
 
-def server_pid(path: str) -> int | None:
-    """The pid the private server of ``shared=True`` for ``path`` wrote in its lock file, or
-    None while no server has written one."""
-    from ackqueue.storage import zeo
-
-    try:
-        with open(os.path.join(zeo.private_dir(path), zeo.SERVER_LOCK)) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
-
-
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie does not)."""
     try:

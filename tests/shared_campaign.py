@@ -32,7 +32,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from campaign_children import env_at, start_child, stderr_tail
+from campaign_children import env_at, server_pid, start_child, stderr_tail
 
 LEASE = 2.0  # session lease of the workers: a killed worker's holds come back after it
 
@@ -130,16 +130,6 @@ class Result:
     problems: list[str] = field(default_factory=list)
 
 
-def _server_pid(path: str) -> int | None:
-    from ackqueue.storage import zeo as sharedserver
-
-    try:
-        with open(os.path.join(sharedserver.private_dir(path), sharedserver.SERVER_LOCK)) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
-
-
 def _logged_events(logdir: str) -> int:
     total = 0
     for name in os.listdir(logdir):
@@ -210,7 +200,7 @@ def run(path: str, logdir: str, kills: int, root: str, workers: int = 3,
             if k == 0:
                 victim = starter
             elif rng.random() < server_share:
-                pid = _server_pid(path)
+                pid = server_pid(path)
                 if pid is not None:
                     try:
                         os.kill(pid, signal.SIGKILL)

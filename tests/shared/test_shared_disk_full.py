@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import alive, child_env, server_pid, stored_items
+from campaign_children import server_pid
+from conftest import alive, child_env, stored_items
 from polling import wait_until
 
 import ackqueue

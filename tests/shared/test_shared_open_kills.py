@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import server_pid
+from campaign_children import server_pid
 from polling import wait_until
 
 import ackqueue

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 
 import pytest
+from campaign_children import server_pid
 from conftest import alive, child_argv, child_env, spawn_child, stored_items
 from polling import wait_until
 
@@ -29,12 +30,6 @@ IDLE = "1"
 @pytest.fixture(autouse=True)
 def quick_idle_exit(monkeypatch):
     monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", IDLE)
-
-
-def server_pid(path: str) -> int:
-    """The pid of the server process of queue file ``path`` (it writes it in its lock file)."""
-    with open(os.path.join(sharedserver.private_dir(path), sharedserver.SERVER_LOCK)) as f:
-        return int(f.read())
 
 
 def wait_gone(pid: int, timeout: float = 15.0) -> None:
