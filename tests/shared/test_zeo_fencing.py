@@ -75,6 +75,8 @@ def test_stopped_consumer_past_its_lease_cannot_ack_the_redelivered_item(
 # ride, queue/riding.py); it stops itself right after that ack returned, so the ride waits.
 RIDER = """
 import signal, sys, threading, ackqueue
+import ackqueue.shared.riding as riding
+riding.RIDE_SECONDS = 10  # a loaded machine must not miss the ride this test is about
 q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
 c = q.connect()
 c.ack(c.get(timeout=30))
@@ -110,7 +112,7 @@ def run_a_stopped_getter(uri: str, child_code: str, items: list[str], acked_else
             assert child.stdout is not None
             if reads_first is not None:
                 assert child.stdout.readline().strip() == reads_first
-            wait_until(lambda: stopped(child.pid), what="the consumer to stop itself")
+            wait_until(lambda: stopped(child.pid), 60, "the consumer to stop itself")
             with q.connect() as c:
                 item = c.get(timeout=30)  # once the stopped process's session was reaped
                 assert item == acked_elsewhere
@@ -135,24 +137,31 @@ def test_an_item_ridden_before_a_stop_past_the_lease_is_not_handed_out_after_its
                          reads_first="acked")
 
 
-# The same consumer stopped after its second ack committed but before that ack's ride landed in
-# this process (a fault injected at that point: the stop is what the campaign's SIGSTOPs hit).
-RIDER_STOPPED_LANDING = """
-import signal, sys, threading, ackqueue
-from ackqueue.shared.riding import AckRides
-landed, calls = AckRides.landed, []
+# A consumer that stops itself (SIGSTOP, from its own thread) just before or just after the
+# first call of a method of ackqueue (a fault injected at a point the campaign's SIGSTOPs hit),
+# then gets once more: it prints "got ITEM" or "empty".
+STOPS_AT = """
+import importlib, signal, sys, threading, ackqueue
+import ackqueue.shared.riding as riding
+riding.RIDE_SECONDS = 10  # a loaded machine must not miss a ride (the stop is what ends it)
+owner = getattr(importlib.import_module("{module}"), "{cls}")
+method, calls = getattr(owner, "{method}"), []
 
-def landed_after_a_stop(self, table, ride):
+def stop():
     calls.append(1)
-    if len(calls) == 1:  # the second ack's ride (the first ack takes none): it committed
+    if len(calls) == 1:
         signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
-    landed(self, table, ride)
 
-AckRides.landed = landed_after_a_stop
+def stopping(*args):
+    {before}
+    result = method(*args)
+    {after}
+    return result
+
+setattr(owner, "{method}", stopping)
 q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
 c = q.connect()
-c.ack(c.get(timeout=30))
-c.ack(c.get(timeout=30))  # within the ride window of the first ack: this one takes a ride
+{consume}
 try:
     item = c.get(timeout=float(sys.argv[3]))
     print("got", item, flush=True)
@@ -160,6 +169,21 @@ except ackqueue.Empty:
     print("empty", flush=True)
 q.close()
 """
+
+
+def stops_at(where: str, when: str, consume: str = "") -> str:
+    """The code of a child that stops itself ``when`` ("before" or "after") the first call of
+    ``where`` ("package.module.Class.method"), having run ``consume`` first."""
+    module, cls, method = where.rsplit(".", 2)
+    return STOPS_AT.format(module=module, cls=cls, method=method, consume=consume,
+                           before="stop()" if when == "before" else "pass",
+                           after="stop()" if when == "after" else "pass")
+
+
+# Stopped after its second ack committed but before that ack's ride landed in the process.
+RIDER_STOPPED_LANDING = stops_at("ackqueue.shared.riding.AckRides.landed", "before", (
+    "c.ack(c.get(timeout=30))\n"
+    "c.ack(c.get(timeout=30))  # within the ride window of the first: this one takes a ride"))
 
 
 def test_an_item_ridden_by_an_ack_stopped_before_its_ride_landed_is_not_handed_out(
@@ -171,31 +195,10 @@ def test_an_item_ridden_by_an_ack_stopped_before_its_ride_landed_is_not_handed_o
     run_a_stopped_getter(zeo_server.uri, RIDER_STOPPED_LANDING, ["one", "two", "three"], "three")
 
 
-# A consumer stopped inside a get, after the get's hold committed and before the get returned
-# (a fault injected there: 4 of the 5 problems of kill_shared.py --kills 30 --stops 25 --seed 6
-# on 1523169 were such gets, their hold reaped and the item acked elsewhere meanwhile).
-GETTER_STOPPED_AFTER_ITS_HOLD = """
-import signal, sys, threading, ackqueue
-from ackqueue.shared.mode import SharedMode
-take, calls = SharedMode.take, []
-
-def take_then_stop(self, claims, supply):
-    taken = take(self, claims, supply)
-    calls.append(1)
-    if len(calls) == 1:  # the get's hold is stored: stop before the get returns
-        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
-    return taken
-
-SharedMode.take = take_then_stop
-q = ackqueue.AckQueue(sys.argv[1], session_timeout=float(sys.argv[2]))
-c = q.connect()
-try:
-    item = c.get(timeout=float(sys.argv[3]))
-    print("got", item, flush=True)
-except ackqueue.Empty:
-    print("empty", flush=True)
-q.close()
-"""
+# Stopped inside a get, after the get's hold committed and before the get returned (4 of the 5
+# problems of kill_shared.py --kills 30 --stops 25 --seed 6 on 1523169 were such gets, their
+# hold reaped and the item acked elsewhere meanwhile).
+GETTER_STOPPED_AFTER_ITS_HOLD = stops_at("ackqueue.shared.mode.SharedMode.take", "after")
 
 
 def test_a_get_stopped_past_the_lease_after_its_hold_committed_does_not_return_the_item(
