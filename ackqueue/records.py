@@ -17,7 +17,7 @@ are the serializer's business: a pickle item is code, a JSON item is data.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, TypeVar
 
 from BTrees.Length import Length
 from BTrees.LOBTree import LOBTree
@@ -28,6 +28,7 @@ from ZODB.utils import oid_repr
 from ackqueue.errors import UnsafeRecordError
 
 ROOT_KEY = "ackqueue"
+T = TypeVar("T")
 
 # The stored format this code writes. 1: records without a format_version (pickle items);
 # 2: records that name their serializer. A record of a higher format is refused, not misread.
@@ -197,6 +198,29 @@ def _stored_names(cls: type) -> frozenset[str]:
 # a byte away from one of them is that one, damaged (read as missing, it would strand items).
 NAMED_ATTRIBUTES: dict[type, frozenset[str]] = {QueueRecord: _stored_names(QueueRecord)}
 CHECKED_STATES = frozenset({*STORED_ATTRIBUTES, Length})  # the classes state_damage checks
+
+
+def edge_loaded(tree: T) -> T:
+    """``tree`` (a stored BTree), its last internal nodes loaded: safe to search a range of.
+
+    BTrees' C range search (``keys()``, ``items()``, ``values()``, iterating, each of them with
+    a ``min`` but no ``max`` too) walks down to the last bucket without checking that each
+    internal node on the way could be loaded: when one cannot (a lost ZEO connection, a
+    damaged record), the process aborts (BTrees 6.5, ``BTree_rangeSearch``:
+    ``assert(highbucket != NULL)``; a NULL dereference where assertions are compiled out).
+    Loading them here first raises that load's own error instead (a tree of two levels has
+    none: its last child is a bucket, which the search loads checking the outcome).
+    """
+    node: Any = tree
+    while isinstance(node, Persistent):  # not a plain dict standing in for an absent tree
+        state = node.__getstate__()  # loads the node, raising if it cannot be loaded
+        if not state:
+            return tree  # empty
+        last = state[0][-1]  # (child, key, child, ..., child), or (a bucket's state inline,)
+        if type(last) is not type(node):
+            return tree  # a bucket, or a bucket's state
+        node = last
+    return tree
 
 
 def state_damage(obj: Any) -> str | None:

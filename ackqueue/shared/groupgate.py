@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.delivery.groups import GroupRules
-from ackqueue.records import QueueRecord
+from ackqueue.records import QueueRecord, edge_loaded
 from ackqueue.shared.holdmarks import HOLDS_KEY, entry_of
 
 
@@ -24,7 +24,8 @@ def held_by_group(root: Any, name: str) -> Counter[str]:
     """How many entries of each group of queue ``name`` are held, in every process."""
     held: Counter[str] = Counter()
     holds = root.get(HOLDS_KEY, {})
-    for key in {key for mine in holds.values() for qname, key in mine if qname == name}:
+    mines = edge_loaded(holds).values() if holds else ()
+    for key in {key for mine in mines for qname, key in edge_loaded(mine) if qname == name}:
         entry = entry_of(root, name, key)
         group = getattr(entry, "group", None) if entry is not None else None
         if group is not None:
@@ -43,9 +44,11 @@ class GroupGate:
         """The groups that may not deliver now (paused, in their interval, or at the cap)."""
         if not record.grouped:
             return set()
-        stopped = {g for g, until in (record.group_pauses or {}).items() if until > now}
+        stopped = {
+            g for g, until in edge_loaded(record.group_pauses or {}).items() if until > now
+        }
         settings = record.group_settings or {}
-        turns = record.group_turns or {}
+        turns = edge_loaded(record.group_turns or {})
         stopped.update(
             g for g, last in turns.items() if now < last + self.rules.limits(g, settings)[1]
         )

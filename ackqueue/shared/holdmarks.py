@@ -13,6 +13,7 @@ from typing import Any
 from BTrees.OOBTree import OOBTree
 
 from ackqueue.errors import LeaseExpiredError, NotHeldError
+from ackqueue.records import edge_loaded
 
 HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
 
@@ -66,7 +67,7 @@ def drop_session_holds(root: Any, sid: str) -> None:
     mine = holds_by_session.get(sid)
     if mine is None:
         return
-    for name, key in list(mine.keys()):
+    for name, key in list(edge_loaded(mine).keys()):
         entry = entry_of(root, name, key)
         current = holder(entry) if entry is not None else None
         if current is not None and current[0] == sid:

@@ -23,7 +23,7 @@ from ackqueue.base.keyids import KeySet
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
-from ackqueue.records import QueueRecord, loads
+from ackqueue.records import QueueRecord, edge_loaded, loads
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
 from ackqueue.storage.book import Book, chunks
@@ -228,6 +228,7 @@ class SharedReadyIndex:
                 if self._stopped is not None
                 else None
             )
+            edge_loaded(entries)
             keys = entries.keys() if start is None else entries.keys(min=start, excludemin=True)
             candidates = (
                 (key, entries[key])

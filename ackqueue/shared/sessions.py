@@ -39,6 +39,7 @@ from persistent.TimeStamp import TimeStamp
 from ZODB.POSException import ConflictError
 
 from ackqueue.errors import AckQueueError, StorageError, StorageUnreachableError
+from ackqueue.records import edge_loaded
 from ackqueue.shared.holdmarks import HOLDS_KEY, HoldValue, clear_hold, drop_session_holds
 from ackqueue.shared.sweeping import SESSIONS_KEY as SESSIONS_KEY
 from ackqueue.shared.sweeping import Sweeper
@@ -234,7 +235,7 @@ class Session:
             root = self._root()
             sessions, holds_by_session = shared_trees(root)
             dead = []
-            for sid, record in list(sessions.items()):
+            for sid, record in list(edge_loaded(sessions).items()):
                 if sid == mine:
                     continue
                 record._p_activate()
@@ -244,7 +245,7 @@ class Session:
             for sid in dead:
                 sessions[sid].reaped = True  # conflicts with a renewal racing this reap
                 del sessions[sid]
-            for sid in [sid for sid in holds_by_session if sid not in sessions]:
+            for sid in [sid for sid in edge_loaded(holds_by_session) if sid not in sessions]:
                 drop_session_holds(root, sid)
             return dead
 

@@ -43,6 +43,7 @@ from ackqueue.records import (
     ROOT_KEY,
     Entry,
     QueueRecord,
+    edge_loaded,
     garbled_root_key,
     loads,
     queues_of,
@@ -227,14 +228,14 @@ class Book:
 
         def read(record: QueueRecord) -> list[tuple[Any, float]]:
             index = record.delayed
-            return list(index.items()) if index is not None else []
+            return list(edge_loaded(index).items()) if index is not None else []
 
         return self.read(read)
 
     def dead_letters(self) -> list[DeadLetter]:
         def read(record: QueueRecord) -> list[DeadLetter]:
             dead = record.dead
-            stored = list(dead.items()) if dead is not None else []
+            stored = list(edge_loaded(dead).items()) if dead is not None else []
             return [listed(dead_id, rec, self.codec) for dead_id, rec in stored]
 
         return self.read(read)
@@ -253,7 +254,10 @@ class Book:
             dead = record.dead
             if dead is None:
                 return []
-            chosen = list(dead.keys()) if ids is None else [i for i in ids if i in dead]
+            if ids is None:
+                chosen = list(edge_loaded(dead).keys())
+            else:
+                chosen = [i for i in ids if i in dead]
             return [(dead_id, dead[dead_id].key) for dead_id in dict.fromkeys(chosen)]
 
         return self.read(read)
@@ -431,7 +435,7 @@ class Book:
             if dead is None:
                 return 0
             if wanted is None:
-                doomed = list(dead.keys())
+                doomed = list(edge_loaded(dead).keys())
             else:
                 doomed = [i for i in dict.fromkeys(wanted) if i in dead]
             for dead_id in doomed:
@@ -552,7 +556,7 @@ def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
         delayed = record.delayed if record.delayed is not None else {}
         return [
             (key, entry.group, key in delayed)
-            for key, entry in record.entries.items()
+            for key, entry in edge_loaded(record.entries).items()
             if loads(entry) and entry.group is not None and not entry.done
         ]
 
@@ -564,7 +568,7 @@ def group_pauses(book: Book) -> dict[str, float]:
 
     def read(record: QueueRecord) -> dict[str, float]:
         pauses = record.group_pauses
-        return dict(pauses.items()) if pauses is not None else {}
+        return dict(edge_loaded(pauses).items()) if pauses is not None else {}
 
     return book.read(read)
 
@@ -588,7 +592,7 @@ def group_settings(book: Book) -> dict[str, tuple[int | None, float | None]]:
 
     def read(record: QueueRecord) -> dict[str, tuple[int | None, float | None]]:
         settings = record.group_settings
-        return dict(settings.items()) if settings is not None else {}
+        return dict(edge_loaded(settings).items()) if settings is not None else {}
 
     return book.read(read)
 
@@ -620,7 +624,7 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
             return 0
         doomed = [
             key
-            for key, entry in record.entries.items()
+            for key, entry in edge_loaded(record.entries).items()
             if loads(entry) and entry.group == group and getattr(entry, "holder", None) is None
             and not entry.done
         ]
@@ -639,7 +643,7 @@ def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) ->
     entries, delayed = record.entries, record.delayed
     doomed = []
     kept = 0
-    for chunk in chunks(entries.items(), scan):
+    for chunk in chunks(edge_loaded(entries).items(), scan):
         for key, entry in chunk:
             if entry.done:
                 doomed.append(key)

@@ -34,6 +34,8 @@ from typing import Any
 from persistent.TimeStamp import TimeStamp
 from ZODB.utils import p64, u64
 
+from ackqueue.records import edge_loaded
+
 log = logging.getLogger("ackqueue")
 
 COUNTS_KEY = "ackqueue.counts"  # transaction metadata: {queue name: change of its count}
@@ -251,4 +253,5 @@ def _entries_stored(record: Any) -> int:
     mode marks acked entries done for a sweeper to delete later)."""
     if not getattr(record, "done_marks", False):
         return len(record.entries)
-    return sum(1 for entry in record.entries.values() if not getattr(entry, "done", False))
+    entries = edge_loaded(record.entries)
+    return sum(1 for entry in entries.values() if not getattr(entry, "done", False))

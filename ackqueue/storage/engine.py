@@ -33,6 +33,7 @@ from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
 from ackqueue.records import (
     CHECKED_STATES,
     GarbledClassName,
+    edge_loaded,
     garbled_class_name,
     restricted_class_factory,
     state_damage,
@@ -294,8 +295,7 @@ class _NamingConnection(Connection):
             why = why or _state_misfits(kind, exc)
             if why is None:
                 raise  # the record reads back whole: not damage, the error is the code's
-            raise DamagedFileError(damaged_message(self._db.storage.getName(), f"{record} {why}"))\
-                from exc
+            raise DamagedFileError(damaged_message(self._db.where, f"{record} {why}")) from exc
 
 
 def _state_misfits(kind: type, exc: BaseException) -> str | None:
@@ -332,7 +332,7 @@ def tree_damage(tree: Any) -> str | None:
     byte in a key still unpickles, and a lookup then misses it) or BTrees' own check of its
     nodes fails; None if the tree is sound."""
     previous: Any = None
-    for n, key in enumerate(tree.keys()):
+    for n, key in enumerate(edge_loaded(tree).keys()):
         if n and not previous < key:
             return f"is out of order (key {key!r} after {previous!r})"
         previous = key
@@ -392,6 +392,7 @@ _refusals_raised = _RefusalsRaised()
 
 class _QueueDB(ZODB.DB):
     klass = _NamingConnection
+    where = ""  # what a user knows the database by (the queue file of a private server)
 
 
 class RecordLoader:
@@ -423,15 +424,19 @@ def restricts(db: Any) -> bool:
     )
 
 
-def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
+def new_db(storage: Any, where: str | None = None, **dbkw: Any) -> ZODB.DB:
     """A database on ``storage`` as ackqueue opens every one of its own, loading through a
     :class:`RecordLoader` (whatever ``dbkw`` says: a URI may not choose another class
     factory); a record it refuses is an :class:`~ackqueue.UnsafeRecordError` that says which
-    record."""
+    record. ``where``: what errors call it (the queue file of a private server, not its
+    socket); the storage's name by default."""
     dbkw["class_factory"] = RecordLoader()
     logging.getLogger("ZODB.Connection").addFilter(_refusals_raised)  # once: a set of filters
+    where = where or storage.getName()
     try:
-        return _QueueDB(storage, **dbkw)
+        db = _QueueDB(storage, **dbkw)
+        db.where = where
+        return db
     except ReadOnlyError:
         raise  # no root record, which a read-only database cannot add: never written to
     except ConflictError:
@@ -444,9 +449,7 @@ def new_db(storage: Any, **dbkw: Any) -> ZODB.DB:
         why = damage_of(storage.load, z64, storage) or _stamped_late(storage, z64)
         if why is None:
             raise
-        raise DamagedFileError(
-            damaged_message(storage.getName(), f"its root record 0x00 {why}")
-        ) from exc
+        raise DamagedFileError(damaged_message(where, f"its root record 0x00 {why}")) from exc
 
 
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ackqueue.errors import KeyHeldError, KeyTypeError, UnknownKeyError
-from ackqueue.records import Entry, QueueRecord, loads
+from ackqueue.records import Entry, QueueRecord, edge_loaded, loads
 from ackqueue.storage.counts import count_change
 from ackqueue.storage.items import Staged
 from ackqueue.storage.store import Store
@@ -91,7 +91,7 @@ def seen_count(record: QueueRecord, now: float) -> int | None:
     seen = record.seen
     if seen is None:
         return None
-    return sum(1 for until in seen.values() if until > now)
+    return sum(1 for until in edge_loaded(seen).values() if until > now)
 
 
 def release(record: QueueRecord, entry_key: Any, entry: Entry, done_at: float | None) -> None:
@@ -114,6 +114,7 @@ def sweep_expired(record: QueueRecord, after: bytes | None, now: float, limit: i
     seen = record.seen
     if seen is None:
         return None
+    edge_loaded(seen)
     keys = seen.keys() if after is None else seen.keys(min=after, excludemin=True)
     looked: list[tuple[bytes, float]] = []
     for indexed in keys:
@@ -225,7 +226,7 @@ class KeyBook:
 
         def read(record: QueueRecord) -> list[Live]:
             return [Live(key, float(entry.not_before))
-                    for key, entry in record.entries.items()
+                    for key, entry in edge_loaded(record.entries).items()
                     if loads(entry) and not entry.done and wanted(entry.data)]
 
         return self.book.read(read)

@@ -505,7 +505,7 @@ def connect(path: str, durability: str = "strict") -> ZODB.DB:
             # to (a server of a file replaced at the path refuses, and stops): start afresh.
             storage.close()
 
-    return db_on(connected)
+    return db_on(connected, where=path)
 
 
 def _wait_connected(

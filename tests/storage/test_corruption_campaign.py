@@ -15,11 +15,14 @@ import os
 import pickle
 import pickletools
 import shutil
+import subprocess
 import sys
 
 import pytest
 import transaction
+from conftest import child_argv, child_env
 from persistent import Persistent
+from ZODB import DB
 from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.format import DATA_HDR_LEN
 from ZODB.POSException import StateLoadError
@@ -229,3 +232,47 @@ def test_sound_records_of_many_level_trees_read_back_whole(tmp_path):
         assert [oid for oid in oids if damage_of(storage.load, oid) is not None] == []
     finally:
         db.close()
+
+
+DAMAGED_EDGE_CHILD = """
+import sys, ackqueue
+try:  # the open reads the tree in shared mode, the first get in one process
+    with ackqueue.AckQueue(sys.argv[1], shared=sys.argv[2] == "shared") as q, q.connect() as c:
+        while True:
+            c.ack(c.get(timeout=1))
+except ackqueue.DamagedFileError as exc:
+    print("DamagedFileError", exc)
+except ackqueue.Empty:
+    print("empty")
+"""
+
+
+@pytest.mark.parametrize("mode", ["one process", "shared"])
+def test_a_damaged_node_on_a_tree_edge_is_a_clear_error_not_an_abort(tmp_path, mode):
+    # BTrees' C range search does not check that the internal nodes on its way to the last
+    # bucket loaded: a damaged one (or one whose ZEO server went away: seen on a 16-core
+    # machine, kill_shared.py with 8 workers) aborted the process (SIGABRT, "Assertion
+    # `highbucket != NULL' failed") instead of raising.
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(1000))  # three levels of EntryTree nodes
+    storage = FileStorage(path, read_only=True)
+    try:
+        db = DB(storage)
+        tree = db.open().root()["ackqueue"]["default"].entries
+        edge = tree.__getstate__()[0][-1]  # the root's last child: an internal node
+        assert type(edge) is type(tree)
+        at = storage._lookup_pos(edge._p_oid) + DATA_HDR_LEN
+        db.close()
+    finally:
+        storage.close()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"\xff" * 16)  # its class pickle: unreadable
+    child = subprocess.run(
+        child_argv(DAMAGED_EDGE_CHILD, path, "shared" if mode == "shared" else "local"),
+        env=child_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.startswith("DamagedFileError "), child.stdout + child.stderr[-2000:]
+    assert f"ackqueue salvage {path} --into" in child.stdout
