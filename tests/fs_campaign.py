@@ -203,6 +203,11 @@ class Result:
             if len(shown) < 5:
                 shown.append(detail)
 
+    def reclassify(self, outcome: str, new: str, detail: str) -> None:
+        """Count a try judged ``outcome`` as ``new`` instead (a check the judge does not make)."""
+        self.counts[outcome] -= 1
+        self.add(new, detail)
+
     @property
     def failed(self) -> bool:
         return any(self.counts[o] for o in FAILING)
@@ -372,7 +377,7 @@ def _check(copy: str, words: dict[str, set[str]]) -> list[str]:
     """What the file ``copy`` lacks or holds wrongly, given the writer's confirmed events."""
     drained: list[str] = []
     try:
-        with ackqueue.AckQueue(copy) as q, q.connect() as c:
+        with ackqueue.AckQueue[str](copy) as q, q.connect() as c:
             while True:
                 try:
                     drained.append(c.get_nowait().split(".")[0])
@@ -443,10 +448,9 @@ def full_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
         t.finish()
         copy = os.path.join(tmp, f"check-{tag}.fs")
         shutil.copyfile(t.path, copy)
-    outcome = t.judge(copy, result, [])
+    outcome = t.judge(copy, result)
     if extra and outcome != "hang":
-        result.counts[outcome] -= 1
-        result.add("stuck", f"{tag}: {'; '.join(extra)}")
+        result.reclassify(outcome, "stuck", f"{tag}: {'; '.join(extra)}")
 
 
 def vanish_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, root: str,
@@ -518,6 +522,7 @@ def user_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
         path = os.path.join(world, "q.fs")
         t = Try(path, logdir, tag, shared, rng, root, reopen=True)
         extra: list[str] = []
+        connected = ""
         move = rng.choice(["links", "swap"]) if shared else "links"
         targets: dict[str, str] = {}
         attack_stop = os.path.join(world, "stop-attack")
@@ -551,8 +556,7 @@ def user_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
                 if attacker.returncode != 0 or not out.strip().isdigit():
                     extra.append(f"the attacker failed: {err[-500:]}")
                 elif int(out) > 0:
-                    result.add("connected", f"{tag}: {out.strip()} connections to her socket")
-                    return
+                    connected = f"{out.strip()} connections to her socket"
             restored = len(t.events())
             if not t.wait_for("a put and an ack after the attack", _recovered(restored),
                               within=60):
@@ -563,22 +567,21 @@ def user_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
         followed = []
         for link, target in targets.items():
             st = os.stat(target)
-            with open(target) as f:
+            with open(target, "rb") as f:
                 text = f.read()
-            if text != f"precious {link}" or stat.S_IMODE(st.st_mode) != 0o644:
+            if text != f"precious {link}".encode() or stat.S_IMODE(st.st_mode) != 0o644:
                 followed.append(f"{link} -> {target}: now {text[:40]!r} mode "
                                 f"{stat.S_IMODE(st.st_mode):04o}")
         copy = os.path.join(tmp, f"check-{tag}.fs")
         shutil.copyfile(path, copy)
         t.tag = f"{tag} ({move})"
-        if followed:
-            t.events()
-            result.add("followed", f"{t.tag}: {'; '.join(followed)}")
-            return
         outcome = t.judge(copy, result)
-        if extra and outcome not in ("hang", "loss"):
-            result.counts[outcome] -= 1
-            result.add("stuck", f"{t.tag}: {'; '.join(extra)}")
+        if followed:
+            result.reclassify(outcome, "followed", f"{t.tag}: {'; '.join(followed)}")
+        elif connected:
+            result.reclassify(outcome, "connected", f"{t.tag}: {connected}")
+        elif extra and outcome not in ("hang", "loss"):
+            result.reclassify(outcome, "stuck", f"{t.tag}: {'; '.join(extra)}")
     finally:
         shutil.rmtree(world, ignore_errors=True)
         shutil.rmtree(owned, ignore_errors=True)
