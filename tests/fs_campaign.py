@@ -544,8 +544,10 @@ def user_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
             if shared and rng.random() < 0.6 and t.server is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(t.server, signal.SIGKILL)  # its clients start another
-            t.wait_events(rng.randint(10, 80))
-            t.hung.clear()  # refusing her directory may stall the writer: checked below
+            # Refusing her directory may stall the writer for a while: its recovery once she
+            # is gone is checked below.
+            t.wait_events(rng.randint(10, 80), within=8)
+            t.hung.clear()
             open(attack_stop, "w").close()
             try:
                 out, err = attacker.communicate(timeout=WAIT)
