@@ -11,7 +11,8 @@ chosen from its log (after a random number of events) the campaign makes one mov
   (``umount -l``) under the running queue; in one process the file is small and packed often, so
   some moves land during an automatic pack. The writer must go on or fail with ackqueue's
   errors (never hang: a held commit lock, issue 21 item 7, would), and ``close()`` must return.
-  The campaign keeps a descriptor on the file, so what the writer confirmed must be in it.
+  The campaign reads the file through the descriptor its holder keeps, so what the writer
+  confirmed must be in it.
 * ``user``: in a directory every user may write (no sticky bit) holding the queue, a second
   Unix user (uid 65534) plants symlinks at every name the queue creates beside its file, each
   to a file of the queue's owner, or (``shared=True``) swaps the server's private directory for
@@ -50,11 +51,13 @@ import ackqueue
 
 MOVES = ("full", "vanish", "user")
 # intact: the fault changed nothing the writer saw; clear error: it saw ackqueue's errors only
-# and nothing was lost; the rest fail the campaign. stuck: no recovery once the fault was gone;
+# and nothing was lost; reported loss: the file is out of reach (a pack's rename or reopen met
+# the vanished directory) and the writer was told so by ackqueue's errors; the rest fail the
+# campaign. stuck: no recovery once the fault was gone;
 # followed: a planted link was written through; connected: a client reached her socket.
-OUTCOMES = ("intact", "clear error", "unclear error", "loss", "stuck", "hang", "followed",
-            "connected")
-FAILING = OUTCOMES[2:]
+OUTCOMES = ("intact", "clear error", "reported loss", "unclear error", "loss", "stuck", "hang",
+            "followed", "connected")
+FAILING = OUTCOMES[3:]
 NOBODY = 65534
 LEASE = 2.0  # the shared writer's session lease
 WAIT = 30.0  # the bound of every wait for the writer or its server
@@ -194,6 +197,7 @@ class Result:
     confirmed_acks: int = 0
     errors_seen: int = 0  # tries in which the writer saw at least one error
     logged_errors: int = 0  # ERROR records of the ackqueue logger, over all tries
+    notes: Counter[str] = field(default_factory=Counter)  # how many tries were made how
     seconds: float = 0.0
 
     def add(self, outcome: str, detail: str) -> None:
@@ -218,7 +222,8 @@ class Result:
         return (f"{self.move} ({'shared' if self.shared else 'one process'}): {tries} tries in "
                 f"{self.seconds:.0f} s: {outcomes or 'none'}; {self.confirmed_puts} confirmed "
                 f"puts, {self.confirmed_acks} confirmed acks checked; errors seen in "
-                f"{self.errors_seen} tries, {self.logged_errors} logged errors")
+                f"{self.errors_seen} tries, {self.logged_errors} logged errors"
+                + "".join(f"; {n} {what}" for what, n in self.notes.items()))
 
 
 def why_not(move: str, tmp: str) -> str | None:
@@ -329,7 +334,7 @@ class Try:
                     break
                 time.sleep(0.02)
 
-    def judge(self, copy: str | None, result: Result, extra: list[str] | None = None) -> str:
+    def judge(self, copy: str | None, result: Result) -> str:
         """Check the file copied to ``copy`` (None: it could not be read) against the log;
         count and return the outcome."""
         lines = self.events()
@@ -354,13 +359,15 @@ class Try:
             shown = result.examples.setdefault("logged", [])
             if len(shown) < 5:
                 shown.append(f"{self.tag}: {logged[0][:400]}")
-        problems = list(extra or [])
-        if copy is None:
-            problems.append("the file could not be read back")
-        else:
-            problems += _check(copy, words)
-        detail = f"{self.tag}: " + "; ".join(self.hung + problems + unclear)[:1500]
-        if self.hung:
+        problems = []
+        if copy is not None:
+            problems = _check(copy, words)
+        elif not errors:
+            problems.append("the file is out of reach and the writer was told nothing")
+        detail = f"{self.tag}: " + "; ".join(self.hung + problems + unclear + errors[:2])[:1500]
+        if copy is None and not (self.hung or problems or unclear):
+            outcome = "reported loss"
+        elif self.hung:
             outcome = "hang"
         elif problems:
             outcome = "loss"
@@ -368,7 +375,6 @@ class Try:
             outcome = "unclear error"
         else:
             outcome = "clear error" if errors else "intact"
-            detail += f" ({errors[0][:300] if errors else ''})"
         result.add(outcome, detail)
         return outcome
 
@@ -416,10 +422,9 @@ def _failed_since(since: int) -> Callable[[list[list[str]]], bool]:
 def _fill(directory: str) -> str:
     """Fill the filesystem of ``directory`` with a ballast file until ENOSPC."""
     ballast = os.path.join(directory, "ballast")
-    with open(ballast, "wb") as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"\0" * 65536)
-            f.flush()
+    with open(ballast, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:  # unbuffered: nothing left to fail at the close
+            f.write(b"\0" * 4096)
     return ballast
 
 
@@ -457,6 +462,7 @@ def vanish_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random
                result: Result) -> None:
     mnt = os.path.join(tmp, f"mnt-{tag}")
     how = rng.choice(["rm -r", "umount -l"])
+    result.notes[how] += 1
     with mounted(mnt, "32m"):
         directory = os.path.join(mnt, "queue")
         os.mkdir(directory)
@@ -464,29 +470,43 @@ def vanish_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random
                 small_packs=not shared)
         t.wait_events(rng.randint(5, 400))
         t.note_server()
-        # What the writer wrote stays readable through this (a pack renames a new file over
-        # the path: taken just before the move).
-        keep = os.open(t.path, os.O_RDONLY)
-        try:
-            if how == "rm -r":
-                shutil.rmtree(directory)
-            else:
-                subprocess.run(["umount", "-l", mnt], check=True)
-            t.wait_events(rng.randint(10, 80))
-            t.finish()
+        if not shared and rng.random() < 0.5:
+            # Into a pack: its copy is being written (packs come every few hundred events).
+            deadline = time.monotonic() + 10
+            while not os.path.exists(t.path + ".pack") and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if os.path.exists(t.path + ".pack"):
+                how += ", during a pack"
+                result.notes["during a pack"] += 1
+        if how.startswith("rm -r"):
+            shutil.rmtree(directory)
+        else:
+            subprocess.run(["umount", "-l", mnt], check=True)
+        t.wait_events(rng.randint(10, 80))
+        # The file as its holder (the writer, or its server) has it open: no path reaches it
+        # any more, and a pack that finished before the move put a new file at the name.
+        holder = t.server if shared else t.proc.pid
+        keep = _held_file(holder, "q.fs") if holder else None
+        t.finish()
+        copy: str | None = None
+        if keep is not None:
             copy = os.path.join(tmp, f"check-{tag}.fs")
-            with open(copy, "wb") as out:
-                size, at = os.fstat(keep).st_size, 0
-                while at < size:
-                    chunk = os.pread(keep, min(1 << 20, size - at), at)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    at += len(chunk)
-        finally:
-            os.close(keep)
+            with os.fdopen(keep, "rb") as held, open(copy, "wb") as out:
+                shutil.copyfileobj(held, out)
     t.tag = f"{tag} ({how})"
     t.judge(copy, result)
+
+
+def _held_file(pid: int, name: str) -> int | None:
+    """A new descriptor on the file named ``name`` that process ``pid`` has open, or None."""
+    fds = f"/proc/{pid}/fd"
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(fds):
+            with contextlib.suppress(OSError):
+                target = os.readlink(os.path.join(fds, fd))
+                if os.path.basename(target).removesuffix(" (deleted)") == name:
+                    return os.open(os.path.join(fds, fd), os.O_RDONLY)
+    return None
 
 
 def _planted_names(path: str, pids: list[int]) -> list[str]:
@@ -524,6 +544,7 @@ def user_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
         extra: list[str] = []
         connected = ""
         move = rng.choice(["links", "swap"]) if shared else "links"
+        result.notes[move] += 1
         targets: dict[str, str] = {}
         attack_stop = os.path.join(world, "stop-attack")
         if t.wait_events(rng.randint(3, 60)):
