@@ -78,7 +78,7 @@ class Logged(logging.Handler):
     def emit(self, record):
         note("logged", record.levelname, record.getMessage())
 
-logging.getLogger("ackqueue").addHandler(Logged(logging.ERROR))
+logging.getLogger("ackqueue").addHandler(Logged(logging.WARNING))
 if small_packs == "1":  # packs every few hundred kB: vanishing moves land in them
     from ackqueue.storage.filestorage import AutoPacker
     AutoPacker.__init__.__defaults__ = (None, 64 * 1024, 128 * 1024)
@@ -207,10 +207,14 @@ class Result:
             if len(shown) < 5:
                 shown.append(detail)
 
-    def reclassify(self, outcome: str, new: str, detail: str) -> None:
-        """Count a try judged ``outcome`` as ``new`` instead (a check the judge does not make)."""
+    def reclassify(self, outcome: str, new: str, tag: str, why: str) -> None:
+        """Count try ``tag``, judged ``outcome``, as ``new`` instead (for ``why``: a check the
+        judge does not make)."""
         self.counts[outcome] -= 1
-        self.add(new, detail)
+        if outcome in self.examples:
+            self.examples[outcome] = [d for d in self.examples[outcome]
+                                      if not d.startswith(f"{tag}: ")]
+        self.add(new, f"{tag}: {why}")
 
     @property
     def failed(self) -> bool:
@@ -354,6 +358,9 @@ class Try:
         result.confirmed_puts += len(words["put"])
         result.confirmed_acks += len(words["acked"])
         result.errors_seen += bool(errors or unclear)
+        if any("belongs_to_nobody" in line for line in logged + errors):
+            result.notes["refused her directory"] += 1
+        logged = [line for line in logged if line.startswith("ERROR")]
         result.logged_errors += len(logged)
         if logged:
             shown = result.examples.setdefault("logged", [])
@@ -455,7 +462,7 @@ def full_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
         shutil.copyfile(t.path, copy)
     outcome = t.judge(copy, result)
     if extra and outcome != "hang":
-        result.reclassify(outcome, "stuck", f"{tag}: {'; '.join(extra)}")
+        result.reclassify(outcome, "stuck", tag, "; ".join(extra))
 
 
 def vanish_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, root: str,
@@ -600,11 +607,11 @@ def user_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
         t.tag = f"{tag} ({move})"
         outcome = t.judge(copy, result)
         if followed:
-            result.reclassify(outcome, "followed", f"{t.tag}: {'; '.join(followed)}")
+            result.reclassify(outcome, "followed", t.tag, "; ".join(followed))
         elif connected:
-            result.reclassify(outcome, "connected", f"{t.tag}: {connected}")
+            result.reclassify(outcome, "connected", t.tag, connected)
         elif extra and outcome not in ("hang", "loss"):
-            result.reclassify(outcome, "stuck", f"{t.tag}: {'; '.join(extra)}")
+            result.reclassify(outcome, "stuck", t.tag, "; ".join(extra))
     finally:
         shutil.rmtree(world, ignore_errors=True)
         shutil.rmtree(owned, ignore_errors=True)
