@@ -31,6 +31,7 @@ Used by ``benchmarks/fs_faults.py``; needs root (mounts, a second user).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -296,14 +297,16 @@ class Try:
     def wait_for(self, what: str, done: Callable[[list[list[str]]], bool],
                  within: float = WAIT) -> bool:
         """Wait until ``done(log)``; False (a hang noted) if the writer logs nothing for
-        ``within`` seconds or ends."""
+        ``within`` seconds, ends, or logs without getting there for ``4 * within``."""
         last, deadline = -1, time.monotonic() + within
+        overall = time.monotonic() + 4 * within
         while not done(lines := self.events()):
             if len(lines) != last:
                 last, deadline = len(lines), time.monotonic() + within
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.hung.append(f"the writer logged nothing for {within:.0f} s waiting for "
-                                 f"{what} (exit {self.proc.poll()})")
+            if min(deadline, overall) < time.monotonic() or self.proc.poll() is not None:
+                self.hung.append(f"no {what} from the writer (it logged nothing for "
+                                 f"{time.monotonic() - deadline + within:.0f} s; exit "
+                                 f"{self.proc.poll()})")
                 return False
             time.sleep(0.005)
         return True
@@ -539,8 +542,6 @@ def _tree_pids(pid: int) -> list[int]:
 
 def user_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, root: str,
              result: Result) -> None:
-    import json
-
     world = tempfile.mkdtemp(prefix="ackqueue-world-")  # /tmp: others may reach it
     owned = tempfile.mkdtemp(prefix="ackqueue-owned-")
     os.chmod(world, 0o777)  # everyone may write, no sticky bit
