@@ -45,8 +45,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from campaign_children import env_at, start_child, stderr_tail
-from conftest import alive, server_pid
+from campaign_children import env_at, server_pid, start_child, stderr_tail
+from conftest import alive
 
 import ackqueue
 

@@ -111,6 +111,7 @@ import io
 import logging
 import os
 import shutil
+import stat
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -447,6 +448,11 @@ class QueueFileStorage(FileStorage):
             if not self._is_read_only and not self._file.closed:
                 self._save_index()
 
+    def _save_index(self) -> None:
+        if not self._is_read_only:
+            own_file(self.__name__ + ".index.index_tmp")  # FileStorage writes it by name
+        super()._save_index()
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.sync_through(self._flushed)
@@ -667,6 +673,8 @@ def open_file_storage(
                 raise
             return storage
         created = _created_beside(path)
+        for beside in (path + ".lock", path + ".tmp"):
+            own_file(beside)
         repair_before_open(path)
         copies = truncation_copies(path)
         with _index_notice.opening(path) as damage:
@@ -946,6 +954,46 @@ def copy_exclusively(source: str, target: str) -> None:
         shutil.copyfileobj(f, out)
         out.flush()
         os.fsync(out.fileno())
+
+
+def own_file(name: str) -> None:
+    """Make sure ``name``, a file beside the queue file that FileStorage or zc.lockfile opens
+    by name (following links: ``.lock``, ``.tmp``, ``.index.index_tmp``), is a regular file of
+    this user's, made now if it is not there.
+
+    In a directory others may write, another user can plant a symlink at such a name before
+    it exists: opened through it, the queue's owner would truncate and overwrite the file it
+    points to (found by ``benchmarks/fs_faults.py``, issue 21 item 13). A planted link is
+    removed (where the directory lets us) and the file made with ``O_EXCL|O_NOFOLLOW``; what
+    cannot be made ours is refused. Made exclusively, the file cannot be swapped under the
+    open that follows where others may not rename our files (a sticky directory); where they
+    may, nothing beside the queue file can be trusted (docs/explanation/security.rst).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _attempt in range(2):
+        try:
+            os.close(os.open(name, flags, 0o600))
+            return
+        except FileExistsError:
+            pass
+        st = os.lstat(name)
+        if stat.S_ISREG(st.st_mode) and st.st_uid in (os.geteuid(), 0):
+            return
+        if not stat.S_ISLNK(st.st_mode):
+            raise StorageError(
+                f"{name}, beside the queue file, is not a file of this user's (owner uid "
+                f"{st.st_uid}): another user may read or change what is written to it; keep "
+                "queue files in a directory only their user can write"
+            )
+        try:
+            os.unlink(name)  # a link someone planted where a file of ours goes
+        except OSError as exc:
+            raise StorageError(
+                f"{name}, beside the queue file, is a symbolic link that cannot be removed "
+                f"({exc.strerror}): another user may have planted it to make this process "
+                "overwrite another file; keep queue files in a directory only their user can write"
+            ) from exc
+    raise StorageError(f"{name}, beside the queue file, keeps being replaced by another process")
 
 
 def remove_commit_scratch(path: str) -> None:
