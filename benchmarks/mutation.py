@@ -34,10 +34,8 @@ CORE = [
     "ackqueue/queue/deliveries.py",
     "ackqueue/queue/claiming.py",
     "ackqueue/delivery/supply.py",
-    "ackqueue/delivery/holding.py",
     "ackqueue/delivery/ready.py",
     "ackqueue/delivery/holds.py",
-    "ackqueue/delivery/recovery.py",
     "ackqueue/queue/consumer.py",
     "ackqueue/storage/filestorage.py",
 ]
@@ -83,7 +81,9 @@ def mutmut_config(modules: list[str], tests: list[str]) -> str:
         # Shared-mode tests leave the shared server a child of the test process for a while
         # after they end; mutmut's runner reaps every child with os.wait() and crashes
         # (KeyError) on one it did not start. Shared mode is beyond the mutated core anyway.
-        'pytest_add_cli_args = ["-p", "no:timeout", "-p", "no:cacheprovider", "-q", '
+        # One process (-n 0 over the suite's two xdist workers): mutmut's trampolines record
+        # which tests reach which function in the process that runs them.
+        'pytest_add_cli_args = ["-p", "no:timeout", "-p", "no:cacheprovider", "-q", "-n", "0", '
         '"-k", "not shared"]\n'
         "mutate_only_covered_lines = true\n"
     )
