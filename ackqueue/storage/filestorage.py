@@ -450,7 +450,7 @@ class QueueFileStorage(FileStorage):
 
     def _save_index(self) -> None:
         if not self._is_read_only:
-            own_file(self.__name__ + ".index.index_tmp")  # FileStorage writes it by name
+            own_file(self.__name__, ".index.index_tmp")  # FileStorage writes it by name
         super()._save_index()
 
     def close(self) -> None:
@@ -660,6 +660,7 @@ def open_file_storage(
         raise StorageError(f"cannot open queue file {path}: directory {directory} does not exist")
     kind = RelaxedFileStorage if durability == "relaxed" and not read_only else QueueFileStorage
     _check_is_filestorage(path)
+    own_file(path, ".index", make=False)  # unpickled at open: another user's would run code
     created: list[str] = []
     try:
         if read_only:
@@ -673,8 +674,8 @@ def open_file_storage(
                 raise
             return storage
         created = _created_beside(path)
-        for beside in (path + ".lock", path + ".tmp"):
-            own_file(beside)
+        for suffix in (".lock", ".tmp"):
+            own_file(path, suffix)
         repair_before_open(path)
         copies = truncation_copies(path)
         with _index_notice.opening(path) as damage:
@@ -956,10 +957,12 @@ def copy_exclusively(source: str, target: str) -> None:
         os.fsync(out.fileno())
 
 
-def own_file(name: str) -> None:
-    """Make sure ``name``, a file beside the queue file that FileStorage or zc.lockfile opens
-    by name (following links: ``.lock``, ``.tmp``, ``.index.index_tmp``), is a regular file of
-    this user's, made now if it is not there.
+def own_file(path: str, suffix: str, make: bool = True) -> None:
+    """Make sure ``path + suffix``, a file beside the queue file ``path`` that FileStorage or
+    zc.lockfile opens by name (following links: ``.lock``, ``.tmp``, ``.index.index_tmp``), is
+    a regular file of this user's (or root's, or the queue file's owner's: her items are her
+    pickles anyway), made now if it is not there (``make=False``: one that FileStorage only
+    reads, the ``.index``, which it unpickles).
 
     In a directory others may write, another user can plant a symlink at such a name before
     it exists: opened through it, the queue's owner would truncate and overwrite the file it
@@ -969,15 +972,25 @@ def own_file(name: str) -> None:
     open that follows where others may not rename our files (a sticky directory); where they
     may, nothing beside the queue file can be trusted (docs/explanation/security.rst).
     """
+    name = path + suffix
+    owners = {os.geteuid(), 0}
+    with contextlib.suppress(OSError):
+        owners.add(os.stat(path).st_uid)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _attempt in range(2):
+        if make:
+            try:
+                os.close(os.open(name, flags, 0o600))
+                return
+            except FileExistsError:
+                pass
         try:
-            os.close(os.open(name, flags, 0o600))
+            st = os.lstat(name)
+        except FileNotFoundError:
+            if make:
+                continue
             return
-        except FileExistsError:
-            pass
-        st = os.lstat(name)
-        if stat.S_ISREG(st.st_mode) and st.st_uid in (os.geteuid(), 0):
+        if stat.S_ISREG(st.st_mode) and st.st_uid in owners:
             return
         if not stat.S_ISLNK(st.st_mode):
             raise StorageError(
@@ -993,6 +1006,8 @@ def own_file(name: str) -> None:
                 f"({exc.strerror}): another user may have planted it to make this process "
                 "overwrite another file; keep queue files in a directory only their user can write"
             ) from exc
+        if not make:
+            return
     raise StorageError(f"{name}, beside the queue file, keeps being replaced by another process")
 
 

@@ -5,6 +5,7 @@ truncate, overwrite or chmod a file the link points to."""
 from __future__ import annotations
 
 import os
+import pickle
 import stat
 
 import pytest
@@ -57,3 +58,31 @@ def test_a_symlink_planted_at_a_storage_file_name_is_not_followed(tmp_path, suff
         q.put(1)
     assert victim.read_bytes() == b"precious"
     assert not os.path.islink(path + suffix)
+
+
+class _Runs:
+    """A pickle that makes a directory when it is loaded: code run by whoever unpickles it."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_an_index_file_of_another_user_is_refused_not_unpickled(tmp_path):
+    # FileStorage unpickles <file>.index at open with ZODB's plain unpickler: one that another
+    # user put there (before the queue first made its own, in a directory she may write) would
+    # run her code as the queue's owner.
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put(1)
+    marker = str(tmp_path / "her-code-ran")
+    with open(path + ".index", "wb") as f:
+        pickle.dump(_Runs(marker), f)
+    os.chown(path + ".index", 65534, 65534)
+    with pytest.raises(ackqueue.StorageError, match=r"q\.fs\.index, beside the queue file, is "
+                       r"not a file of this user's \(owner uid 65534\)"):
+        ackqueue.AckQueue(path)
+    assert not os.path.exists(marker)
