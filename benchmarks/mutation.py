@@ -1,6 +1,7 @@
 """How many deliberate bugs in the core the fast tests catch: mutmut over a copy of the tree.
 
     python3 benchmarks/mutation.py                       # the core modules, the fast tests
+    python3 benchmarks/mutation.py --whole               # delivery/, queue/, storage/ (hours)
     python3 benchmarks/mutation.py ackqueue/storage/filestorage.py \
         -- tests/storage/test_power_loss.py
 
@@ -13,18 +14,21 @@ breaks a promise the docs make.
 
 The run happens in a temporary copy of the git tree (mutmut writes a ``mutants/`` folder
 beside the code), so the worktree stays clean; ``--keep`` leaves the copy to read the diffs
-(``cd COPY && mutmut show NAME``). Prints mutmut's per-mutant results and the totals.
+(``cd COPY && mutmut show NAME``). Prints mutmut's per-mutant results, then each module's score
+(killed or timed out, over the mutants tested) and the totals.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,6 +43,9 @@ CORE = [
     "ackqueue/queue/consumer.py",
     "ackqueue/storage/filestorage.py",
 ]
+
+# The layers whose score issue 21 asks for, with --whole.
+WHOLE = ["delivery", "queue", "storage"]
 
 # Tests that run in seconds, with no kill loops, servers or long hypothesis searches.
 # (Adding test_queue_compat, test_recovery, test_leases or test_dead_letters made mutmut 3.8's
@@ -89,13 +96,52 @@ def mutmut_config(modules: list[str], tests: list[str]) -> str:
     )
 
 
+# mutmut names a mutant after its function: ``package.module.x_function__mutmut_N`` or
+# ``package.module.xǁClassǁmethod__mutmut_N``.
+MUTANT = re.compile(r"^\s*(?P<module>[\w.]+?)\.x[_ǁ]\S*:\s*(?P<state>.+?)\s*$")
+CAUGHT = ("killed", "timeout")  # a mutant that made a test fail, or hang until mutmut's limit
+
+
+def score_report(results: str) -> str:
+    """Each module's outcomes and score (mutants caught / mutants tested), then the totals."""
+    by_module: dict[str, Counter[str]] = defaultdict(Counter)
+    for line in results.splitlines():
+        match = MUTANT.match(line)
+        if match:
+            by_module[match["module"]][match["state"]] += 1
+    lines = []
+    total: Counter[str] = Counter()
+    for module, states in sorted(by_module.items()):
+        total.update(states)
+        lines.append(f"{module}: {_score(states)}")
+    lines.append(f"totals: {_score(total)}")
+    return "\n".join(lines)
+
+
+def _score(states: Counter[str]) -> str:
+    tested = sum(n for state, n in states.items() if state not in ("not checked", "skipped"))
+    caught = sum(states[state] for state in CAUGHT)
+    outcomes = ", ".join(f"{state} {n}" for state, n in states.most_common())
+    share = f"{100 * caught / tested:.0f} % caught" if tested else "none tested"
+    return f"{share} ({outcomes})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", default=CORE, help="files to mutate")
     parser.add_argument("--tests", nargs="+", default=FAST_TESTS, help="test files to run")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--keep", action="store_true", help="keep the copy and its mutants/")
+    parser.add_argument("--whole", action="store_true",
+                        help="every module of ackqueue/delivery, queue and storage (hours)")
     args = parser.parse_args()
+    if args.whole:
+        args.modules = sorted(
+            os.path.relpath(path, ROOT)
+            for package in WHOLE
+            for path in glob.glob(os.path.join(ROOT, "ackqueue", package, "*.py"))
+            if not path.endswith("__init__.py")
+        )
 
     work = tempfile.mkdtemp(prefix="ackqueue-mutation-")
     try:
@@ -112,9 +158,7 @@ def main() -> int:
             cwd=work, env=env, capture_output=True, text=True, check=False,
         ).stdout
         print(results)
-        states = Counter(line.rsplit(":", 1)[-1].strip() for line in results.splitlines()
-                         if ":" in line)
-        print("totals:", ", ".join(f"{state} {n}" for state, n in states.most_common()))
+        print(score_report(results))
         if args.keep:
             print(f"kept in {work}")
     finally:
