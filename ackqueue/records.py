@@ -17,6 +17,9 @@ are the serializer's business: a pickle item is code, a JSON item is data.
 from __future__ import annotations
 
 import importlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from BTrees.Length import Length
@@ -138,6 +141,76 @@ class QueueRecord(Persistent):
         self.length = Length()
         self.seq_reserved = 0
 
+    # -- its entries -----------------------------------------------------------------------
+    # Every other module reads and changes a queue's entries through these methods (and the
+    # attributes of each Entry), never through ``entries`` itself: how the entries are kept
+    # (today one Entry record each, in a BTree in delivery order) is this class's business,
+    # so that a change of it is made here alone (tests/project/test_stored_format.py).
+
+    def entry(self, key: Any) -> Entry | None:
+        """Entry ``key``, or None if it is not stored."""
+        found: Entry | None = self.entries.get(key)
+        return found
+
+    def entry_at(self, key: Any) -> Entry:
+        """Entry ``key``; KeyError if it is not stored."""
+        found: Entry = self.entries[key]
+        return found
+
+    def has_entry(self, key: Any) -> bool:
+        return key in self.entries
+
+    def entry_count(self) -> int:
+        """How many entries are stored, those marked done (shared mode) included."""
+        return len(self.entries)
+
+    def live_entry_count(self) -> int:
+        """How many entries are stored and not marked done: the items the queue holds (reads
+        every entry once shared mode may have marked some)."""
+        if not self.done_marks:
+            return len(self.entries)
+        return sum(1 for entry in edge_loaded(self.entries).values() if not entry.done)
+
+    def entry_keys(self, after: Any = None) -> Iterator[Any]:
+        """The stored keys in delivery order, from the first or from just after ``after``."""
+        entries = edge_loaded(self.entries)
+        keys = entries.keys() if after is None else entries.keys(min=after, excludemin=True)
+        return iter(keys)
+
+    def entry_items(self, after: Any = None) -> Iterator[tuple[Any, Entry]]:
+        """``(key, entry)`` in delivery order, from the first or from just after ``after``."""
+        entries = edge_loaded(self.entries)
+        items = entries.items() if after is None else entries.items(min=after, excludemin=True)
+        return iter(items)
+
+    def add_entry(self, key: Any, entry: Entry) -> Entry:
+        self.entries[key] = entry
+        return entry
+
+    def drop_entry(self, key: Any) -> None:
+        """Delete entry ``key`` and its due time (KeyError if it is not stored); the count
+        and its item key are the caller's."""
+        del self.entries[key]
+        delayed = self.delayed
+        if delayed is not None and key in delayed:
+            del delayed[key]
+
+    def entry_damage(self) -> str | None:
+        """What is wrong with the stored entries, if they are out of order or their tree
+        does not hold together (see :func:`tree_damage`); None if they are sound."""
+        return tree_damage(self.entries)
+
+    def salvageable_entries(self, unreadable: list[str]) -> Iterator[Entry]:
+        """Every entry that can still be read, node by node: a node of the tree that cannot
+        be read costs only its own entries (iterating the tree would stop at it); why each
+        such node could not be read is added to ``unreadable``."""
+        return _entries_of(self.entries, unreadable)
+
+    def dead_count(self) -> int:
+        """How many dead letters are stored."""
+        length = self.dead_length
+        return int(length()) if length is not None else 0
+
     def reserve_seq(self, seq: int) -> None:
         """Make sure no later session hands out ``seq`` again."""
         if seq >= self.seq_reserved:
@@ -221,6 +294,73 @@ def edge_loaded(tree: T) -> T:
             return tree  # a bucket, or a bucket's state
         node = last
     return tree
+
+
+def tree_damage(tree: Any) -> str | None:
+    """What is wrong with the stored BTree ``tree``, if its keys are out of order (a changed
+    byte in a key still unpickles, and a lookup then misses it) or BTrees' own check of its
+    nodes fails; None if the tree is sound."""
+    previous: Any = None
+    for n, key in enumerate(edge_loaded(tree).keys()):
+        if n and not previous < key:
+            return f"is out of order (key {key!r} after {previous!r})"
+        previous = key
+    try:
+        tree._check()
+    except AssertionError as exc:
+        return f"does not hold together ({exc})"
+    return None
+
+
+def _entries_of(node: Any, unreadable: list[str]) -> Iterator[Entry]:
+    try:
+        node._p_activate()
+        state = node.__getstate__()
+    except Exception as exc:
+        unreadable.append(str(exc))
+        return
+    if state is None:
+        return
+    if type(node).__name__.endswith("Bucket"):
+        yield from state[0][1::2]
+        return
+    children = state[0]
+    if len(children) == 1 and isinstance(children[0], tuple):  # a small tree's one bucket
+        yield from children[0][1::2]
+        return
+    for child in children[0::2]:
+        yield from _entries_of(child, unreadable)
+
+
+@dataclass(frozen=True)
+class UnreadableEntry:
+    """Stands in for a stored entry whose record names what no queue file holds (see
+    :func:`restricted_class_factory`): nothing of it was loaded, so nothing of it is known."""
+
+    error: str
+    data: bytes = b""
+    put_at: float = math.inf  # never the oldest
+    attempts: int = 0
+    not_before: float = 0.0
+    group: str | None = None
+    item_key: bytes | None = None
+    done = False
+
+
+def readable_entries(record: QueueRecord) -> Iterator[tuple[Any, Entry | UnreadableEntry]]:
+    """``(key, entry)`` of every stored entry not marked done, in delivery order, loaded; an
+    entry whose record names what no queue file holds comes as an :class:`UnreadableEntry`."""
+    for key, entry in record.entry_items():
+        try:
+            entry._p_activate()
+        except Exception as exc:
+            unsafe = unsafe_record(exc)
+            if unsafe is None:
+                raise
+            yield key, UnreadableEntry(unsafe_record_named(entry, unsafe))
+            continue
+        if not entry.done:  # acked in shared mode, not swept yet
+            yield key, entry
 
 
 def state_damage(obj: Any) -> str | None:

@@ -39,10 +39,10 @@ def group_rows(qf: QueueFile, name: str, now: float) -> list[GroupRow]:
     """One row per group of queue ``name``, the biggest first (a long read shows progress)."""
     record = qf.record(name)
     held_keys = qf.held_keys(name)
-    delayed_index = getattr(record, "delayed", None) or {}
+    delayed_index = record.delayed or {}
     rows: dict[str | None, GroupRow] = {}
-    for key, entry in qf.entries(record, Progress("reading entries"), stored_count(record)):
-        group = getattr(entry, "group", None)
+    for key, entry in qf.stored_entries(record, Progress("reading entries"), stored_count(record)):
+        group = entry.group
         row = rows.get(group)
         if row is None:
             row = rows[group] = GroupRow(group, held=None if held_keys is None else 0)
@@ -56,8 +56,8 @@ def group_rows(qf: QueueFile, name: str, now: float) -> list[GroupRow]:
         else:
             row.ready += 1
             row.next_due = now
-    turns = getattr(record, "group_turns", None) or {}
-    for group, until in (getattr(record, "group_pauses", None) or {}).items():
+    turns = record.group_turns or {}
+    for group, until in (record.group_pauses or {}).items():
         if until > now and group in rows:
             rows[group].paused_until = until
     queue_paused = qf.paused(name)

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import ast
 import fcntl
-import math
 import os
 import random
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from ZODB.POSException import ReadOnlyError
@@ -39,11 +37,13 @@ from ackqueue.errors import DamagedFileError, NotAQueueFileError, StorageError
 from ackqueue.queue.status import read_status
 from ackqueue.records import (
     ROOT_KEY,
+    Entry,
     QueueRecord,
+    UnreadableEntry,
+    edge_loaded,
     garbled_root_key,
     queues_of,
-    unsafe_record,
-    unsafe_record_named,
+    readable_entries,
 )
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
@@ -311,7 +311,7 @@ class QueueFile:
         held = len(held_items) if self.holds_known else None
         oldest: float | None = None
         scanned = 0
-        for key, entry in self.entries(record, progress, min(stored, OLDEST_SCAN)):
+        for key, entry in self.stored_entries(record, progress, min(stored, OLDEST_SCAN)):
             if scanned >= OLDEST_SCAN:
                 break
             scanned += 1
@@ -325,7 +325,7 @@ class QueueFile:
             ready=None if held is None else max(0, stored - len(delayed) - held),
             held=held,
             delayed=len(delayed),
-            dead=_dead_count(record),
+            dead=record.dead_count(),
             oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
             oldest_ready_exact=scanned >= stored,
             held_items=held_items,
@@ -336,16 +336,15 @@ class QueueFile:
 
     def paused(self, name: str) -> bool:
         """Whether queue ``name`` is paused (stored, so every process and reader sees it)."""
-        return bool(getattr(self.record(name), "paused", False))
+        return bool(self.record(name).paused)
 
     def _delayed_keys(self, record: QueueRecord, now: float) -> set[str]:
         """The reprs of the keys not yet due: a PriorityAckQueue's keys hold its items, which
         need not be hashable, so the keys themselves cannot go in a set."""
-        index = _delay_index(record)
+        index = record.delayed
         if index is None:
             return set()
-        entries = record.entries
-        return {repr(key) for key, when in index.items() if when > now and key in entries}
+        return {repr(key) for key, when in index.items() if when > now and record.has_entry(key)}
 
     @property
     def holds_age(self) -> float | None:
@@ -366,8 +365,8 @@ class QueueFile:
         found: list[StoredItem] = []
         if count <= 0:
             return found
-        for key, entry in self.entries(record, progress, min(count, stored_count(record))):
-            due = _due_time(entry)
+        for key, entry in self.stored_entries(record, progress, min(count, stored_count(record))):
+            due = float(entry.not_before or 0)
             state = (
                 "delayed" if due > now
                 else "held" if repr(key) in held_keys else "ready"
@@ -379,8 +378,8 @@ class QueueFile:
             found.append(StoredItem(
                 position=repr(key), item=item, item_is_repr=is_repr,
                 put_age=max(0.0, now - entry.put_at),
-                attempts=getattr(entry, "attempts", 0), state=state, queue_paused=paused,
-                key=_user_key(entry), group=getattr(entry, "group", None),
+                attempts=entry.attempts, state=state, queue_paused=paused,
+                key=_user_key(entry), group=entry.group,
                 due_in=due - now if due > now else None, size=len(entry.data),
                 item_truncated=truncated,
             ))
@@ -390,12 +389,12 @@ class QueueFile:
 
     def dead(self, name: str, limit: int | None = 200, for_json: bool = False) -> list[DeadItem]:
         record = self.record(name)
-        tree = _dead_tree(record)
+        tree = record.dead
         if tree is None:
             return []
         serializer = str(record.serializer)
         return [dead_item(key, letter, limit, for_json, serializer)
-                for key, letter in tree.items()]
+                for key, letter in edge_loaded(tree).items()]
 
     # -- holds, from the live process's status file ---------------------------------------------
 
@@ -421,14 +420,13 @@ class QueueFile:
         """Holds of queue ``name`` stored in shared mode: session -> {(queue, key): token}."""
         if self._stored_holds is None:
             return []
-        record = self._queues.get(name)
-        entries = record.entries if record is not None else None
+        record: QueueRecord | None = self._queues.get(name)
         held = []
         for sid, mine in self._stored_holds.items():
             for (queue_name, key), token in mine.items():
-                if queue_name != name or entries is None:
+                if queue_name != name or record is None:
                     continue
-                entry = entries.get(key)
+                entry = record.entry(key)
                 if entry is None or holder(entry) != (sid, token):
                     continue  # settled, or taken over, since it was listed
                 held.append({"owner": sid, "id": token, "attempts": entry.attempts,
@@ -446,78 +444,34 @@ class QueueFile:
             for h in self._held_raw(name)
         ]
 
-    def entries(
+    def stored_entries(
         self, record: QueueRecord, progress: Progress | None, total: int
-    ) -> Iterator[tuple[Any, Any]]:
-        """Stored entries not yet acked; ``progress`` every 10,000; flat memory on big queues."""
-        for n, (key, entry) in enumerate(record.entries.items(), 1):
-            try:
-                entry._p_activate()
-            except Exception as exc:
-                unsafe = unsafe_record(exc)
-                if unsafe is None:
-                    raise
-                yield key, UnreadableEntry(unsafe_record_named(entry, unsafe))
-                continue
-            if not getattr(entry, "done", False):  # acked in shared mode, not swept yet
-                yield key, entry
+    ) -> Iterator[tuple[Any, Entry | UnreadableEntry]]:
+        """Stored entries not yet acked (see :func:`readable_entries`); ``progress`` every
+        10,000; flat memory on big queues."""
+        for n, pair in enumerate(readable_entries(record), 1):
+            yield pair
             if progress is not None and n % 10_000 == 0:
                 progress(n, total)
             if n % 1_000 == 0:
                 self._conn.cacheGC()  # keep memory flat on big queues
 
 
-@dataclass(frozen=True)
-class UnreadableEntry:
-    """Stands in for a stored entry whose record names what no queue file holds (see
-    ``restricted_class_factory``): nothing of it was loaded, so nothing of it is known."""
-
-    error: str
-    data: bytes = b""
-    put_at: float = math.inf  # never the oldest
-    attempts: int = 0
-    not_before: float = 0.0
-
-
-# -- the two places that know how later core versions store delays and dead letters -----------
-
-def _due_time(entry: Any) -> float:
-    """When a stored entry may be delivered (0 for at once)."""
-    return float(getattr(entry, "not_before", 0) or 0)
-
-
 def _user_key(entry: Any) -> str | None:
     """The key an entry was put with (put(key=)), as given; a bytes key as its repr."""
-    indexed = getattr(entry, "item_key", None)
+    indexed = entry.item_key
     if indexed is None:
         return None
     key = shown_key(indexed)
     return key if isinstance(key, str) else repr(key)
 
 
-def _delay_index(record: Any) -> Any:
-    """The record's mapping of delayed entry keys to due times, or None if it has none."""
-    return getattr(record, "delayed", None)
-
-
-def _still_stored(record: Any, key_repr: str) -> bool:
+def _still_stored(record: QueueRecord, key_repr: str) -> bool:
     try:
         key = ast.literal_eval(key_repr)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return True  # a key we cannot rebuild: trust the live process's report
     try:
-        return key in record.entries
+        return record.has_entry(key)
     except TypeError:
         return True
-
-
-def _dead_tree(record: Any) -> Any:
-    """The record's mapping of dead letters, or None if this file has none."""
-    return getattr(record, "dead", None)
-
-
-def _dead_count(record: Any) -> int:
-    length = getattr(record, "dead_length", None)
-    if length is not None:
-        return int(length())
-    return len(_dead_tree(record) or ())

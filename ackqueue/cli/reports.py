@@ -9,6 +9,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ackqueue.records import DeadRecord
 from ackqueue.storage.items import JSON, PICKLE
 
 
@@ -157,19 +158,16 @@ def as_json(value: Any) -> Any:
 
 
 def dead_item(
-    key: Any, letter: Any, limit: int | None, for_json: bool = False, serializer: str = PICKLE
+    key: Any, letter: DeadRecord, limit: int | None, for_json: bool = False,
+    serializer: str = PICKLE,
 ) -> DeadItem:
-    data = getattr(letter, "data", None)
-    if not isinstance(data, bytes):
-        data = pickle.dumps(getattr(letter, "item", letter))
-        serializer = PICKLE
-    item, is_repr, truncated = shown_item(data, limit, for_json, serializer)
+    item, is_repr, truncated = shown_item(letter.data, limit, for_json, serializer)
     return DeadItem(
         id=repr(key),
         item=item,
         item_is_repr=is_repr,
         item_truncated=truncated,
-        attempts=int(getattr(letter, "attempts", 0)),
-        reason=getattr(letter, "reason", None),
-        when=getattr(letter, "when", getattr(letter, "dead_at", None)),
+        attempts=int(letter.attempts),
+        reason=letter.reason,
+        when=letter.when,
     )

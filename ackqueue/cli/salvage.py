@@ -30,7 +30,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ackqueue.cli.common import CommandError, open_queue
@@ -90,11 +89,11 @@ def cmd_salvage(args: argparse.Namespace) -> int:
     for (name, kind), entries in missing.items():
         with open_queue(kind, into, name) as q:
             for entry in entries:
-                due = getattr(entry, "not_before", 0.0)
+                due = entry.not_before
                 q.put(
                     unpickle_item(entry.data, f"an item of {tail}"),
                     delay=max(0.0, due - now) or None,
-                    group=getattr(entry, "group", None),
+                    group=entry.group,
                 )
                 count += 1
     for done in (tail, before):
@@ -112,13 +111,13 @@ def _missing_items(recovered: str, cut: str) -> dict[tuple[str, str], list[Any]]
         had = {
             (name, repr(key), entry.data, entry.put_at)
             for name in base.names()
-            for key, entry in base.entries(base.record(name), None, 0)
+            for key, entry in base.stored_entries(base.record(name), None, 0)
         }
     with QueueFile(recovered) as qf:
         for name in qf.names():
             fresh = [
                 entry
-                for key, entry in qf.entries(qf.record(name), None, 0)
+                for key, entry in qf.stored_entries(qf.record(name), None, 0)
                 if (name, repr(key), entry.data, entry.put_at) not in had
             ]
             if fresh:
@@ -191,7 +190,6 @@ def _readable_items(
             try:
                 record = qf.record(name)
                 kind = qf.kind(name)
-                tree = record.entries
             except Exception as exc:
                 unreadable.append(f"queue {name!r}: {exc}")
                 continue
@@ -199,35 +197,13 @@ def _readable_items(
                 unreadable.append(f"queue {name!r}: its kind {kind!r} (its items go in order)")
                 kind = "fifo"
             items = found.setdefault((name, kind), [])
-            for entry in _entries_of(tree, unreadable):
+            for entry in record.salvageable_entries(unreadable):
                 try:
                     items.append((
                         unpickle_item(entry.data, f"an item of {shown}"),
-                        float(getattr(entry, "not_before", 0.0)),
-                        getattr(entry, "group", None),
+                        float(entry.not_before),
+                        entry.group,
                     ))
                 except Exception as exc:
                     unreadable.append(f"an item of queue {name!r}: {exc}")
     return found
-
-
-def _entries_of(node: Any, unreadable: list[str]) -> Iterator[Any]:
-    """The values of a BTree, node by node: a node that cannot be read costs only its own
-    entries (iterating the tree would stop at it)."""
-    try:
-        node._p_activate()
-        state = node.__getstate__()
-    except Exception as exc:
-        unreadable.append(str(exc))
-        return
-    if state is None:
-        return
-    if type(node).__name__.endswith("Bucket"):
-        yield from state[0][1::2]
-        return
-    children = state[0]
-    if len(children) == 1 and isinstance(children[0], tuple):  # a small tree's one bucket
-        yield from children[0][1::2]
-        return
-    for child in children[0::2]:
-        yield from _entries_of(child, unreadable)

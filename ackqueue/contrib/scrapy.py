@@ -252,14 +252,14 @@ class Frontier:
             for group, interval in job.intervals.items():
                 # Its own commit, rare (see follow_throttle), and not one to undo with a page's.
                 self.requests.set_group(group, interval=interval)
-        jobs = [job for job in jobs if job.entries or job.items or job.data is not None]
+        jobs = [job for job in jobs if job.requests or job.items or job.data is not None]
         if not jobs:
             return
         keys: set[str] = set()
         stored = duplicates = 0
         with self.consumer.transaction():
             for job in jobs:
-                for entry, key, group, priority in job.entries:
+                for entry, key, group, priority in job.requests:
                     if key is not None:
                         if key in keys:  # linked twice by the pages of this commit
                             duplicates += 1
@@ -366,7 +366,7 @@ class Job:
     """One page's outcome: child requests as ``(entry, key, group, priority)``, its items,
     and the held request to ack (None: none); or groups' new intervals (AutoThrottle's)."""
 
-    entries: list[tuple[dict[str, Any], str | None, str, int]]
+    requests: list[tuple[dict[str, Any], str | None, str, int]]
     items: list[Any]
     data: dict[str, Any] | None
     intervals: dict[str, float] = field(default_factory=dict)  # group -> interval to store

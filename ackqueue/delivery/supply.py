@@ -33,7 +33,7 @@ from ackqueue.delivery.groups import Group, GroupedReadyIndex, Indexing
 from ackqueue.delivery.itemcache import READ_AHEAD, ItemCache
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.ready import ReadyKeys
-from ackqueue.records import QueueRecord, edge_loaded
+from ackqueue.records import QueueRecord
 from ackqueue.storage.book import Book, group_pauses
 from ackqueue.storage.items import Staged
 
@@ -260,8 +260,7 @@ class Supply:
     def _read_ahead(self, record: QueueRecord, cursor: Any) -> None:
         """Keep the next backlog entries after the backlog cursor: undelivered, untouched."""
         try:
-            entries = edge_loaded(record.entries).items(min=cursor, excludemin=True)
-            for n, (later, entry) in enumerate(entries):
+            for n, (later, entry) in enumerate(record.entry_items(after=cursor)):
                 seq = self._order.key_seq(later)
                 if n >= READ_AHEAD or seq in self.items:
                     break
@@ -276,10 +275,8 @@ class Supply:
         """The next few backlog keys after ``cursor``, in order (empty when there is none)."""
 
         def scan(record: QueueRecord) -> list[Any]:
-            entries = edge_loaded(record.entries)
-            keys = entries.keys() if cursor is None else entries.keys(min=cursor, excludemin=True)
             found: list[Any] = []
-            for looked, key in enumerate(keys):
+            for looked, key in enumerate(record.entry_keys(after=cursor)):
                 if self._is_from_backlog(key):
                     found.append(key)
                     if len(found) >= SCAN_AHEAD:

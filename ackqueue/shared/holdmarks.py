@@ -24,7 +24,7 @@ Edit = Callable[[], None]
 def entry_of(root: Any, name: str, key: Any) -> Any:
     queues = root.get("ackqueue")
     record = queues.get(name) if queues is not None else None
-    return record.entries.get(key) if record is not None else None
+    return record.entry(key) if record is not None else None
 
 
 def holder(entry: Any) -> HoldValue | None:
@@ -89,7 +89,7 @@ def check_holds(
     (LeaseExpiredError), while one acked under a live session was acked by its own earlier
     try."""
     for key, value, token in expected:
-        entry = record.entries.get(key)
+        entry = record.entry(key)
         if value is None or value[1] != token or entry is None or holder(entry) != value:
             if (entry is None or entry.done) and not session_lost(value[0] if value else None):
                 raise NotHeldError(

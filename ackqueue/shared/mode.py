@@ -102,7 +102,7 @@ class ManyWriters:
 
     def retire(self, book: Book, key: Any) -> None:
         record = book.record
-        entry = record.entries[key]
+        entry = record.entry_at(key)
         if record.keyed is not None:
             release(record, key, entry, book.clock())
         entry.done = True
@@ -292,7 +292,7 @@ class SharedMode:
             results: list[TakeResult] = []
             admit = gate.admitter(record, root(), now)
             for claim in claims:
-                entry = record.entries.get(claim.key)
+                entry = record.entry(claim.key)
                 if entry is None or entry.done or holder(entry) is not None:
                     results.append(None)  # another process got it first
                 elif not admit(entry):

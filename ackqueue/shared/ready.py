@@ -23,7 +23,7 @@ from ackqueue.base.keyids import KeySet
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
-from ackqueue.records import QueueRecord, edge_loaded, loads
+from ackqueue.records import QueueRecord, loads
 from ackqueue.shared.holdmarks import holder
 from ackqueue.shared.sessions import SESSIONS_KEY
 from ackqueue.storage.book import Book, chunks
@@ -220,7 +220,6 @@ class SharedReadyIndex:
 
         def first(record: QueueRecord, start: Any, spread: int, striped: bool) -> Any:
             skip = spread
-            entries = record.entries
             delayed = record.delayed
             now = self._clock()
             stopped = (
@@ -228,11 +227,9 @@ class SharedReadyIndex:
                 if self._stopped is not None
                 else None
             )
-            edge_loaded(entries)
-            keys = entries.keys() if start is None else entries.keys(min=start, excludemin=True)
             candidates = (
-                (key, entries[key])
-                for key in keys
+                (key, record.entry_at(key))
+                for key in record.entry_keys(after=start)
                 if not (striped and key_seq(key) % stripes != stripe)
                 and key not in holder_.taking
                 and key not in holder_.mine

@@ -52,7 +52,7 @@ from ackqueue.records import (
 )
 from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
-from ackqueue.storage.engine import damaged_message, tree_damage
+from ackqueue.storage.engine import damaged_message
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
 from ackqueue.storage.filestorage import transactions_damage
 from ackqueue.storage.items import PICKLE_CODEC, Codec, Staged
@@ -165,7 +165,7 @@ class Book:
         """Raise :class:`~ackqueue.DamagedFileError` if the stored entry tree is out of order,
         or the file's chain of transactions (whose records the count is folded from) is
         broken: called where what was read at open and what is stored now disagree."""
-        why = self.read(lambda record: tree_damage(record.entries))
+        why = self.read(lambda record: record.entry_damage())
         if why is not None:
             why = f"the entry tree of queue {self.name!r} {why}"
         elif self.store.file_path is not None:  # the count is folded from the transactions
@@ -191,7 +191,7 @@ class Book:
         """The stored pickle and attempts of ``key`` (KeyError if it is not stored)."""
 
         def read(record: QueueRecord) -> tuple[bytes, int]:
-            entry: Entry = record.entries[key]
+            entry = record.entry_at(key)
             try:
                 if entry.done:
                     raise KeyError(key)  # acked in shared mode, not swept yet
@@ -209,7 +209,7 @@ class Book:
 
     def put_at(self, key: Any) -> float:
         """When entry ``key`` was put (the queue's clock); KeyError if it is not stored."""
-        return self.read(lambda record: float(record.entries[key].put_at))
+        return self.read(lambda record: float(record.entry_at(key).put_at))
 
     def paused(self) -> bool:
         """Whether the queue is paused (:meth:`pauser`)."""
@@ -241,11 +241,7 @@ class Book:
         return self.read(read)
 
     def dead_count(self) -> int:
-        def read(record: QueueRecord) -> int:
-            length = record.dead_length
-            return int(length()) if length is not None else 0
-
-        return self.read(read)
+        return self.read(lambda record: record.dead_count())
 
     def dead_keys(self, ids: list[int] | None) -> list[tuple[int, Any]]:
         """``(dead-letter id, old entry key)`` of the chosen dead letters (all with None)."""
@@ -267,8 +263,8 @@ class Book:
     def store_entry(self, staged: Staged, now: float) -> Entry:
         """Store a staged put's entry (inside a change; the count is the caller's)."""
         record = self.record
-        entry = record.entries[staged.key] = Entry(
-            staged.data, now, staged.not_before, staged.group
+        entry = record.add_entry(
+            staged.key, Entry(staged.data, now, staged.not_before, staged.group)
         )
         if staged.not_before:
             record.delay_index()[staged.key] = staged.not_before
@@ -302,9 +298,8 @@ class Book:
         record, name = self.record, self.name  # attributes read inside the change
 
         def require() -> None:
-            entries = record.entries
             for key in keys:
-                if key not in entries:
+                if not record.has_entry(key):
                     raise AckQueueError(f"entry {key!r} of queue {name!r} is not stored")
 
         return require
@@ -314,12 +309,10 @@ class Book:
         by a plain get, so a key it was put with to be remembered goes to the seen-set."""
         record = self.record
         if record.keyed is not None:
-            release(record, key, record.entries[key], self.clock() if done else None)
-        del record.entries[key]
+            release(record, key, record.entry_at(key), self.clock() if done else None)
+        record.drop_entry(key)
         count_change(record, -1)
         self.store.note_dropped(1)  # the entry's own record is garbage now
-        if record.delayed is not None and key in record.delayed:
-            del record.delayed[key]
 
     def retire_entry(self, key: Any) -> None:
         """An acked entry leaves the queue (inside a change), the way the mode keeps entries."""
@@ -356,7 +349,7 @@ class Book:
         def edit() -> None:
             for key, settlement, reason, attempts in plan:
                 if data is not None and settlement != "delete":
-                    record.entries[key].data = data
+                    record.entry_at(key).data = data
                 if settlement == "rewrite":
                     continue
                 if settlement == "delete":
@@ -364,7 +357,7 @@ class Book:
                 elif settlement == "bury":
                     bury(record, key, reason, now, attempts)
                 else:
-                    entry = record.entries[key]
+                    entry = record.entry_at(key)
                     entry.not_before = due
                     record.delay_index()[key] = due
                     if settlement == "snooze" and entry.attempts > 0:
@@ -384,11 +377,11 @@ class Book:
             now = clock()
             for key in keys:
                 try:
-                    entry = record.entries[key]
+                    entry = record.entry_at(key)
                 except KeyError as exc:
                     # One this process found in the tree at open: a lookup that misses it now
                     # is a damaged tree, or a bug to let out as it is.
-                    why = tree_damage(record.entries)
+                    why = record.entry_damage()
                     if why is None:
                         raise
                     raise DamagedFileError(damaged_message(
@@ -416,7 +409,7 @@ class Book:
                     continue
                 del record.dead[dead_id]
                 record.dead_length.change(-1)
-                record.entries[staged.key] = Entry(letter.data, letter.put_at, group=letter.group)
+                record.add_entry(staged.key, Entry(letter.data, letter.put_at, group=letter.group))
                 staged.group = letter.group
                 count_change(record, 1)
                 record.reserve_seq(staged.seq)
@@ -556,7 +549,7 @@ def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
         delayed = record.delayed if record.delayed is not None else {}
         return [
             (key, entry.group, key in delayed)
-            for key, entry in edge_loaded(record.entries).items()
+            for key, entry in record.entry_items()
             if loads(entry) and entry.group is not None and not entry.done
         ]
 
@@ -624,12 +617,12 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
             return 0
         doomed = [
             key
-            for key, entry in edge_loaded(record.entries).items()
+            for key, entry in record.entry_items()
             if loads(entry) and entry.group == group and getattr(entry, "holder", None) is None
             and not entry.done
         ]
         for key in doomed:
-            record.entries[key]._p_changed = True  # conflicts with a take racing it
+            record.entry_at(key)._p_changed = True  # conflicts with a take racing it
             book.remove_entry(key, done=False)  # a removed item's key is free, not seen
         return len(doomed)
 
@@ -640,10 +633,9 @@ def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) ->
     """Delete the entries marked done among the first ``scan`` keys of ``record`` (all with
     None), inside a change on any connection; return how many. With ``gap``, stop after that
     many entries in a row that are not done (acks happen near the head)."""
-    entries, delayed = record.entries, record.delayed
     doomed = []
     kept = 0
-    for chunk in chunks(edge_loaded(entries).items(), scan):
+    for chunk in chunks(record.entry_items(), scan):
         for key, entry in chunk:
             if entry.done:
                 doomed.append(key)
@@ -653,9 +645,7 @@ def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) ->
         if gap is not None and kept >= gap:
             break
     for key in doomed:
-        del entries[key]
-        if delayed is not None and key in delayed:
-            del delayed[key]
+        record.drop_entry(key)
     return len(doomed)
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from persistent.TimeStamp import TimeStamp
 from ZODB.utils import p64, u64
 
-from ackqueue.records import edge_loaded
+from ackqueue.records import queues_of
 
 log = logging.getLogger("ackqueue")
 
@@ -162,13 +162,11 @@ def stored_count(record: Any, storage: Any = None) -> int:
             # which FileStorage's iterator refuses to start from: look again, or count.
             if attempt == 2:
                 log.warning("counting the entries of a queue instead", exc_info=True)
-    return len(record.entries)
+    return int(record.entry_count())
 
 
 def name_of(record: Any) -> str:
     """The name ``record`` is stored under in its database root."""
-    from ackqueue.records import queues_of  # records imports nothing of ours; keep it that way
-
     queues = queues_of(record._p_jar.root(), create=False)
     for name, candidate in queues.items():
         if candidate is record:
@@ -232,11 +230,11 @@ def settle(record: Any, storage: Any) -> None:
         change = logged_changes(storage, name_of(record), length._p_serial)
     except Exception:  # a storage that cannot iterate its transactions: count the entries
         log.warning("recounting the entries of a queue (its count was deferred)", exc_info=True)
-        change = len(record.entries) - base
+        change = record.entry_count() - base
     # The changes come from transaction headers that no checksum covers: one wrong byte
     # there (a damaged disk) would leave the count short or long for good, and a short
     # count strands the last item. This runs only after an unclean stop: check it.
-    stored = _entries_stored(record)
+    stored = record.live_entry_count()
     if base + change != stored:
         log.warning(
             "the stored count of queue %r was %d but it holds %d entries (a damaged count "
@@ -247,11 +245,3 @@ def settle(record: Any, storage: Any) -> None:
     length.change(change)
     record.counted_in_log = False
 
-
-def _entries_stored(record: Any) -> int:
-    """The entries ``record`` holds that count: all of them, less any marked done (shared
-    mode marks acked entries done for a sweeper to delete later)."""
-    if not getattr(record, "done_marks", False):
-        return len(record.entries)
-    entries = edge_loaded(record.entries)
-    return sum(1 for entry in entries.values() if not getattr(entry, "done", False))

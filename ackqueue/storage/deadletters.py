@@ -48,7 +48,7 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
 
     ``attempts`` None keeps the stored count.
     """
-    entry = record.entries[key]  # first, so a missing key changes nothing
+    entry = record.entry_at(key)  # first, so a missing key changes nothing
     try:
         data, put_at, stored, group = entry.data, entry.put_at, entry.attempts, entry.group
         loaded = True
@@ -68,10 +68,8 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     record.dead_length.change(1)
     if loaded:
         release(record, key, entry, None)  # a dead letter gives up its key (see keys.py)
-    del record.entries[key]
+    record.drop_entry(key)
     count_change(record, -1)
-    if record.delayed is not None and key in record.delayed:
-        del record.delayed[key]
     return dead_id
 
 

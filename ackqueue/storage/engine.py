@@ -33,7 +33,6 @@ from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
 from ackqueue.records import (
     CHECKED_STATES,
     GarbledClassName,
-    edge_loaded,
     garbled_class_name,
     restricted_class_factory,
     state_damage,
@@ -324,22 +323,6 @@ def _stamped_late(storage: Any, oid: bytes) -> str | None:
         return f"cannot be read back ({type(exc).__name__}: {exc})"
     if tid > storage.lastTransaction():
         return "is stamped with a transaction later than the file's last one"
-    return None
-
-
-def tree_damage(tree: Any) -> str | None:
-    """What is wrong with the stored BTree ``tree``, if its keys are out of order (a changed
-    byte in a key still unpickles, and a lookup then misses it) or BTrees' own check of its
-    nodes fails; None if the tree is sound."""
-    previous: Any = None
-    for n, key in enumerate(edge_loaded(tree).keys()):
-        if n and not previous < key:
-            return f"is out of order (key {key!r} after {previous!r})"
-        previous = key
-    try:
-        tree._check()
-    except AssertionError as exc:
-        return f"does not hold together ({exc})"
     return None
 
 

@@ -196,7 +196,7 @@ class KeyBook:
             for key in keys:
                 entry_key = index.get(key) if index is not None else None
                 if entry_key is not None:
-                    entry = record.entries[entry_key]
+                    entry = record.entry_at(entry_key)
                     found.append(Live(entry_key, float(entry.not_before)))
                 else:
                     found.append(seen_until(record, key, now) is not None)
@@ -211,7 +211,7 @@ class KeyBook:
             entry_key = record.keyed.get(key) if record.keyed is not None else None
             if entry_key is None:
                 return None
-            return Live(entry_key, float(record.entries[entry_key].not_before))
+            return Live(entry_key, float(record.entry_at(entry_key).not_before))
 
         return self.book.read(read)
 
@@ -226,7 +226,7 @@ class KeyBook:
 
         def read(record: QueueRecord) -> list[Live]:
             return [Live(key, float(entry.not_before))
-                    for key, entry in edge_loaded(record.entries).items()
+                    for key, entry in record.entry_items()
                     if loads(entry) and not entry.done and wanted(entry.data)]
 
         return self.book.read(read)
@@ -274,7 +274,7 @@ class KeyBook:
                      or seen_until(record, put.key, now) is not None]
             for revisit in revisits:
                 entry_key = revisit.live.entry_key
-                entry = record.entries.get(entry_key)
+                entry = record.entry(entry_key)
                 if (index is None or index.get(revisit.key) != entry_key or entry is None
                         or held(entry) is not None):
                     found.append(revisit.key)
@@ -299,7 +299,7 @@ class KeyBook:
         entry_key = revisit.live.entry_key
         if index.get(revisit.key) != entry_key:
             return False  # acked, removed or replaced since the snapshot
-        entry = record.entries[entry_key]
+        entry = record.entry_at(entry_key)
         if held(entry) is not None:
             return False  # another process holds it
         if revisit.data is not None:
@@ -320,7 +320,7 @@ class KeyBook:
         def remove() -> list[bool]:
             removed: list[bool] = []
             for entry_key in entry_keys:
-                entry = record.entries.get(entry_key)
+                entry = record.entry(entry_key)
                 index = record.keyed
                 if key is not None and (index is None or index.get(key) != entry_key):
                     raise UnknownKeyError(f"queue {name!r} has no live item with key "
