@@ -8,11 +8,14 @@ process) per item, one thread, on files in ``--dir`` (default ``/dev/shm``, a tm
 - persist-queue's ``SQLiteAckQueue`` (``multithreading=True``; its plain get is
   ``SQLiteQueue``'s);
 - the standard library's ``queue.Queue`` (no storage: the floor of the queue machinery);
-- three ZODB floors: a FileStorage commit of one new record at the storage API
+- four ZODB floors: a FileStorage commit of one new record at the storage API
   (``tpc_begin``/``store``/``tpc_vote``/``tpc_finish``); a Connection commit through the
-  transaction manager of one small ``Persistent`` changed; and ackqueue's stored shape without
+  transaction manager of one small ``Persistent`` changed; ackqueue's stored shape without
   ackqueue ("ZODB tree shape": a put inserts a new ``Persistent`` into an ``LOBTree``, a
-  get+ack reads and deletes one, a commit each), so that what ackqueue adds shows.
+  get+ack reads and deletes one, a commit each), so that what ackqueue adds shows; and the
+  stored shape issue 22 proposes, without ackqueue ("ZODB segment shape": a put appends to a
+  segment's blob, an ack sets a bit in the segment's marks, a commit each), what a queue
+  stored that way could reach through ZODB's Connection.
 
 ``put``: N puts into an empty queue. ``get+ack``: N held gets each acked, of items put earlier
 (queue reopened first). ``get``: N plain gets of items put earlier (reopened). Each figure is the
@@ -38,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import _common as c
 import persistqueue
@@ -157,6 +161,29 @@ def run_storage_floor(base: str, n: int) -> Figures:
             fs.close()
 
 
+@contextmanager
+def zodb(base: str) -> Iterator[tuple[Any, transaction.TransactionManager]]:
+    """A Connection, with a transaction manager of its own, on a new FileStorage file."""
+    with workdir(base) as d:
+        db = ZODB.DB(FileStorage(os.path.join(d, "floor.fs")))
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        try:
+            yield conn, tm
+        finally:
+            conn.close()
+            db.close()
+
+
+def put_then_get_ack(
+    n: int, conn: Any, puts: Callable[[], None], get_acks: Callable[[], None]
+) -> Figures:
+    out = {"put": cpu_us(n, puts)}
+    conn.cacheMinimize()  # as after a reopen: what was put is read from the file
+    out["get+ack"] = cpu_us(n, get_acks)
+    return out
+
+
 class Small(Persistent):
     value = b""
 
@@ -164,23 +191,16 @@ class Small(Persistent):
 def run_connection_floor(base: str, n: int) -> Figures:
     """One small Persistent changed a commit, through a Connection and transaction manager."""
     items = [c.item(i) for i in range(n)]
-    with workdir(base) as d:
-        db = ZODB.DB(FileStorage(os.path.join(d, "floor.fs")))
-        tm = transaction.TransactionManager()
-        conn = db.open(transaction_manager=tm)
-        try:
-            obj = conn.root()["small"] = Small()
-            tm.commit()
+    with zodb(base) as (conn, tm):
+        obj = conn.root()["small"] = Small()
+        tm.commit()
 
-            def commits() -> None:
-                for x in items:
-                    obj.value = x
-                    tm.commit()
+        def commits() -> None:
+            for x in items:
+                obj.value = x
+                tm.commit()
 
-            return {"put": cpu_us(n, commits)}
-        finally:
-            conn.close()
-            db.close()
+        return {"put": cpu_us(n, commits)}
 
 
 class Item(Persistent):
@@ -193,34 +213,83 @@ def run_tree_floor(base: str, n: int) -> Figures:
     LOBTree, one Connection commit; each get+ack reads the first one's data and deletes it,
     one commit (as an ack does). What is left of ackqueue's figures above these is its own."""
     items = [c.item(i) for i in range(n)]
-    with workdir(base) as d:
-        db = ZODB.DB(FileStorage(os.path.join(d, "floor.fs")))
-        tm = transaction.TransactionManager()
-        conn = db.open(transaction_manager=tm)
-        try:
-            tree = conn.root()["tree"] = LOBTree()
-            tm.commit()
+    with zodb(base) as (conn, tm):
+        tree = conn.root()["tree"] = LOBTree()
+        tm.commit()
 
-            def puts() -> None:
-                for i, x in enumerate(items):
+        def puts() -> None:
+            for i, x in enumerate(items):
+                tm.begin()
+                tree[i] = Item(x)
+                tm.commit()
+
+        def get_acks() -> None:
+            for i in range(n):
+                tm.begin()
+                assert tree[i].data
+                del tree[i]
+                tm.commit()
+
+        return put_then_get_ack(n, conn, puts, get_acks)
+
+
+SEGMENT = 64  # items a segment holds, in the segment shape below
+
+
+class Segment(Persistent):
+    """Items appended as one length-prefixed blob."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.count = 0
+
+
+class Marks(Persistent):
+    """Which items of a segment are done, as bits."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+
+def run_segment_floor(base: str, n: int) -> Figures:
+    """The stored shape issue 22 proposes, without ackqueue: a put appends its item to the
+    current segment (one Persistent whose state is one bytes blob: a handful of
+    ``persistent_id`` calls, not one per key and reference of a tree bucket), a new segment
+    every ``SEGMENT`` puts (its index, an LOBTree, written then); a get reads its item out of
+    its segment (loaded once per segment) and the ack sets its bit in the segment's marks
+    (one small Persistent), a commit each; a segment whose items are all done leaves the
+    index. What a queue stored that way could reach through a Connection."""
+    items = [c.item(i) for i in range(n)]
+    with zodb(base) as (conn, tm):
+        index = conn.root()["segments"] = LOBTree()  # number -> (Segment, Marks)
+        tm.commit()
+
+        def puts() -> None:
+            segment = None
+            for i, x in enumerate(items):
+                tm.begin()
+                if segment is None or segment.count == SEGMENT:
+                    segment = Segment()
+                    index[i // SEGMENT] = (segment, Marks())
+                segment.data += len(x).to_bytes(4, "little") + x
+                segment.count += 1
+                tm.commit()
+
+        def get_acks() -> None:
+            for number in list(index.keys()):
+                segment, marks = index[number]
+                blob, at = segment.data, 0
+                for slot in range(segment.count):
                     tm.begin()
-                    tree[i] = Item(x)
+                    size = int.from_bytes(blob[at:at + 4], "little")
+                    assert blob[at + 4:at + 4 + size]
+                    at += 4 + size
+                    marks.done |= 1 << slot
+                    if slot == segment.count - 1:
+                        del index[number]
                     tm.commit()
 
-            def get_acks() -> None:
-                for i in range(n):
-                    tm.begin()
-                    assert tree[i].data
-                    del tree[i]
-                    tm.commit()
-
-            out = {"put": cpu_us(n, puts)}
-            conn.cacheMinimize()  # as after a reopen: entries are read from the file
-            out["get+ack"] = cpu_us(n, get_acks)
-            return out
-        finally:
-            conn.close()
-            db.close()
+        return put_then_get_ack(n, conn, puts, get_acks)
 
 
 IMPLEMENTATIONS: dict[str, Callable[[str, int], Figures]] = {
@@ -230,6 +299,7 @@ IMPLEMENTATIONS: dict[str, Callable[[str, int], Figures]] = {
     "FileStorage API commit": run_storage_floor,
     "Connection commit": run_connection_floor,
     "ZODB tree shape": run_tree_floor,
+    "ZODB segment shape": run_segment_floor,
 }
 OPERATIONS = ["put", "get+ack", "get"]
 
