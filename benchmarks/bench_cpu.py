@@ -8,14 +8,16 @@ process) per item, one thread, on files in ``--dir`` (default ``/dev/shm``, a tm
 - persist-queue's ``SQLiteAckQueue`` (``multithreading=True``; its plain get is
   ``SQLiteQueue``'s);
 - the standard library's ``queue.Queue`` (no storage: the floor of the queue machinery);
-- four ZODB floors: a FileStorage commit of one new record at the storage API
+- five ZODB floors: a FileStorage commit of one new record at the storage API
   (``tpc_begin``/``store``/``tpc_vote``/``tpc_finish``); a Connection commit through the
   transaction manager of one small ``Persistent`` changed; ackqueue's stored shape without
   ackqueue ("ZODB tree shape": a put inserts a new ``Persistent`` into an ``LOBTree``, a
-  get+ack reads and deletes one, a commit each), so that what ackqueue adds shows; and the
-  stored shape issue 22 proposes, without ackqueue ("ZODB segment shape": a put appends to a
-  segment's blob, an ack sets a bit in the segment's marks, a commit each), what a queue
-  stored that way could reach through ZODB's Connection.
+  get+ack reads and deletes one, a commit each), so that what ackqueue adds shows; and two
+  stored shapes a next format could take, without ackqueue: "ZODB inline shape" (today's tree,
+  each entry one bytes value in its bucket instead of a record of its own) and "ZODB segment
+  shape" (issue 22's proposal: a put appends to a segment's blob, an ack sets a bit in the
+  segment's marks), a commit each: what a queue stored that way could reach through ZODB's
+  Connection.
 
 ``put``: N puts into an empty queue. ``get+ack``: N held gets each acked, of items put earlier
 (queue reopened first). ``get``: N plain gets of items put earlier (reopened). Each figure is the
@@ -37,6 +39,7 @@ import os
 import pstats
 import queue
 import shutil
+import struct
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -233,6 +236,42 @@ def run_tree_floor(base: str, n: int) -> Figures:
         return put_then_get_ack(n, conn, puts, get_acks)
 
 
+class SmallNodes(LOBTree):
+    """An LOBTree with ackqueue's entry tree's node sizes (records.EntryTree)."""
+
+    max_leaf_size = 16
+    max_internal_size = 32
+
+
+INLINE_HEADER = struct.Struct("<dI")  # put_at, attempts: what an entry keeps beside its item
+
+
+def run_inline_floor(base: str, n: int) -> Figures:
+    """Today's tree with each entry kept in its bucket as one bytes value (a small header and
+    the item) instead of a record of its own: a put rewrites the bucket and makes no record,
+    a get reads its value out of the bucket it loads anyway, an ack deletes it (a commit
+    each). The step between today's shape and the segment layout."""
+    items = [c.item(i) for i in range(n)]
+    with zodb(base) as (conn, tm):
+        tree = conn.root()["tree"] = SmallNodes()
+        tm.commit()
+
+        def puts() -> None:
+            for i, x in enumerate(items):
+                tm.begin()
+                tree[i] = INLINE_HEADER.pack(time.time(), 0) + x
+                tm.commit()
+
+        def get_acks() -> None:
+            for i in range(n):
+                tm.begin()
+                assert tree[i][INLINE_HEADER.size:]
+                del tree[i]
+                tm.commit()
+
+        return put_then_get_ack(n, conn, puts, get_acks)
+
+
 SEGMENT = 64  # items a segment holds, in the segment shape below
 
 
@@ -299,6 +338,7 @@ IMPLEMENTATIONS: dict[str, Callable[[str, int], Figures]] = {
     "FileStorage API commit": run_storage_floor,
     "Connection commit": run_connection_floor,
     "ZODB tree shape": run_tree_floor,
+    "ZODB inline shape": run_inline_floor,
     "ZODB segment shape": run_segment_floor,
 }
 OPERATIONS = ["put", "get+ack", "get"]
