@@ -17,9 +17,19 @@ shared-mode process over ZEO, ``ackqueue stats`` opening the file read-only, an 
 
 Each commit records its own change, also the one that folds (the folded ``Length`` includes
 it, and a reader starts after the ``Length``'s revision), so a reader that loaded an older
-``Length`` still adds up to the right count. A pack drops transactions whose records were all
-replaced; the store folds every queue it defers and packs only up to that fold (see
-:meth:`LogCounts.fold_for_pack`), so no dropped transaction is still needed.
+``Length`` still adds up to the right count.
+
+Each commit that changes a count, and each fold, also records the count it leaves
+(:data:`TOTALS_KEY`). No checksum covers transaction metadata, so an opener after an unclean
+stop checks the chain before it trusts it: the fold's recorded count is the ``Length``, and each
+later change added to it gives the count that commit recorded. A chain that holds is the count
+(nothing else is read: reopening a million items after ``kill -9`` reads a few hundred
+transaction headers); one that does not (a changed byte, a file from before counts were
+recorded) is recounted from the entries and put right, with a warning.
+
+A pack drops transactions whose records were all replaced; the store folds every queue it
+defers and packs only up to that fold (see :meth:`LogCounts.fold_for_pack`), so no dropped
+transaction is still needed.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from ackqueue.records import queues_of
 log = logging.getLogger("ackqueue")
 
 COUNTS_KEY = "ackqueue.counts"  # transaction metadata: {queue name: change of its count}
+TOTALS_KEY = "ackqueue.totals"  # transaction metadata: {queue name: its count after the commit}
 FOLD_EVERY = 512  # commits between folds: what a reader or an opener after a crash scans
 
 
@@ -108,6 +119,18 @@ class LogCounts:
         for oid in self._fold:
             record = self._writer.get(oid)
             record.length.change(self._pending.get(oid, 0) + txn.get(oid, 0))
+        recorded = {oid for oid, n in txn.items() if n} | self._fold
+        if recorded:
+            self._tm.get().setExtendedInfo(
+                TOTALS_KEY, {self._names[oid]: self._total(oid) for oid in recorded}
+            )
+
+    def _total(self, oid: bytes) -> int:
+        """The count of queue ``oid`` once the commit being made is in (folds applied)."""
+        total = int(self._writer.get(oid).length())
+        if oid not in self._fold:
+            total += self._pending.get(oid, 0) + self._txn.get(oid, 0)
+        return total
 
     def committed(self) -> None:
         folded = self._fold
@@ -196,6 +219,38 @@ def logged_changes(storage: Any, name: str, after: bytes) -> int:
     return total
 
 
+def checked_changes(storage: Any, name: str, anchor: bytes, base: int) -> int | None:
+    """The changes of queue ``name``'s count recorded after its Length's revision ``anchor``,
+    if the recorded counts vouch for them: the fold at ``anchor`` recorded ``base`` (the
+    Length), and each later commit that recorded a count recorded ``base`` plus the changes up
+    to it. None when the chain breaks or a link is missing (a commit that changed the count and
+    recorded none: a file written before counts were recorded, or a damaged byte)."""
+    transactions = storage.iterator(anchor)
+    running, scanned = base, 0
+    try:
+        for txn in transactions:
+            scanned += 1
+            totals = txn.extension.get(TOTALS_KEY) or {}
+            if txn.tid == anchor:  # the fold: it recorded the Length it wrote
+                if totals.get(name) != base:
+                    return None
+                continue
+            if scanned == 1:
+                return None  # the fold's own transaction is gone: nothing vouches for base
+            change = (txn.extension.get(COUNTS_KEY) or {}).get(name, 0)
+            running += change
+            if (change or name in totals) and totals.get(name) != running:
+                return None
+    finally:
+        close = getattr(transactions, "close", None)
+        if close is not None:
+            close()
+    if not scanned:
+        return None
+    log.debug("count of %r checked over %d transactions", name, scanned)
+    return running - base
+
+
 _by_connection: weakref.WeakKeyDictionary[Any, LogCounts] = weakref.WeakKeyDictionary()
 
 
@@ -226,6 +281,14 @@ def settle(record: Any, storage: Any) -> None:
         return
     length = record.length
     base = int(length())  # loads it: a ghost's _p_serial is not its revision's
+    try:
+        checked = checked_changes(storage, name_of(record), length._p_serial, base)
+    except Exception:  # a storage that cannot iterate its transactions: see below
+        checked = None
+    if checked is not None:
+        length.change(checked)
+        record.counted_in_log = False
+        return
     try:
         change = logged_changes(storage, name_of(record), length._p_serial)
     except Exception:  # a storage that cannot iterate its transactions: count the entries

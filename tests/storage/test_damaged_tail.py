@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import logging
 import os
+import pickletools
 import shutil
 
 import pytest
+import ZODB
 from ZODB.FileStorage import FileStorage
 
 import ackqueue
 from ackqueue.cli.commands import main as cli
+from ackqueue.records import ROOT_KEY
+from ackqueue.storage import counts
+from ackqueue.storage.filestorage import QueueFileStorage
 
 CLOSED_WITH = 100  # items in the file when its index was last saved
 PUT_AFTER = 200  # items put afterwards, each its own commit, before the "kill -9"
@@ -134,3 +139,42 @@ def test_a_wrong_count_recorded_by_a_commit_is_repaired_when_the_file_is_opened_
             except ackqueue.Empty:
                 break
         assert got == put and q.qsize() == 0
+
+
+def recorded_count(path: str) -> int | None:
+    """The count of queue ``default`` as the recorded counts vouch for it (None: they do
+    not), read-only."""
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        length = db.open().root()[ROOT_KEY]["default"].length
+        base = length()
+        change = counts.checked_changes(db.storage, "default", length._p_serial, base)
+        return None if change is None else base + change
+    finally:
+        db.close()
+
+
+def test_a_wrong_total_recorded_by_a_commit_is_caught_and_the_count_recounted(tmp_path):
+    """Each commit also records the count it leaves (counts.py), which is what lets an opener
+    after a kill trust the recorded changes without reading the entries: one wrong byte in a
+    recorded count breaks that chain, so the opener counts the entries instead."""
+    path, put, _ = killed_file(tmp_path)
+    assert recorded_count(path) == len(put)
+    start = transaction_starts(path)[-PUT_AFTER // 2]
+    with open(path, "r+b") as f:
+        f.seek(start)
+        head = f.read(300)
+        metadata = head.index(b"\x80")  # the pickled metadata of the transaction
+        after = None
+        for opcode, arg, at in pickletools.genops(head[metadata:]):
+            if arg == "ackqueue.totals":
+                after = at
+            elif after is not None and opcode.name.startswith("BININT"):
+                value = metadata + at + 1  # the count this commit recorded (one queue)
+                break
+        f.seek(start + value)
+        f.write(bytes([head[value] ^ 1]))
+    assert recorded_count(path) is None  # the chain no longer holds
+    with ackqueue.AckQueue(path) as q:
+        assert q.qsize() == len(put)
+    assert drained(path) == put
