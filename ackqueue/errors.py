@@ -63,6 +63,15 @@ class DamagedFileError(StorageError):
     read into a new queue file."""
 
 
+def damaged_message(where: str, what: str) -> str:
+    """What a :class:`DamagedFileError` says: the file, what of it is damaged, and what to do."""
+    return (
+        f"queue file {where} is damaged: {what}. Keep a copy of it as it is; "
+        f"`ackqueue salvage {where} --into NEW` puts every item that can still be read into the "
+        "new queue file NEW"
+    )
+
+
 class UnsafeRecordError(NotAQueueFileError):
     """A stored record names a global that no queue file holds (a function such as
     ``os.system``, a class of another module): the record was not written by ackqueue, and

@@ -28,7 +28,7 @@ from BTrees.OOBTree import OOBTree
 from persistent import Persistent
 from ZODB.utils import oid_repr
 
-from ackqueue.errors import UnsafeRecordError
+from ackqueue.errors import DamagedFileError, UnsafeRecordError, damaged_message
 
 ROOT_KEY = "ackqueue"
 T = TypeVar("T")
@@ -76,6 +76,11 @@ class Entry(Persistent):
     # Shared mode: acked, waiting for the sweeper to delete it (see ackqueue/shared/sweeping.py).
     # An ack that only marks its own entry writes no tree bucket, so it conflicts with nothing.
     done = False
+    # Which entry this is: its key (a PriorityAckQueue's, its sequence number), set when it is
+    # stored (QueueRecord.add_entry). A changed byte in a tree bucket's reference to it points
+    # at another record, an acked item's old one say, which still loads: QueueRecord.vouch
+    # tells them apart. None: stored before entries said so (not checked).
+    key_id: Any = None
 
     def __init__(
         self, data: bytes, put_at: float, not_before: float = 0.0, group: str | None = None
@@ -184,8 +189,26 @@ class QueueRecord(Persistent):
         return iter(items)
 
     def add_entry(self, key: Any, entry: Entry) -> Entry:
+        entry.key_id = self._key_id(key)
         self.entries[key] = entry
         return entry
+
+    def vouch(self, key: Any, entry: Entry) -> None:
+        """Raise :class:`~ackqueue.DamagedFileError` unless ``entry`` (loaded here) is the
+        entry stored under ``key``: the tree's reference to it may have been damaged into one
+        to another record, which loads as well."""
+        stored = entry.key_id
+        if stored is None or stored == self._key_id(key):
+            return
+        db = self._p_jar.db()
+        where = getattr(db, "where", "") or db.storage.getName()
+        raise DamagedFileError(damaged_message(where, (
+            f"an entry tree refers under key {key!r} to record {oid_repr(entry._p_oid)}, "
+            f"which is the entry of key {stored!r}: the reference is damaged"
+        )))
+
+    def _key_id(self, key: Any) -> Any:
+        return key[1] if self.kind == "priority" else key  # a priority key is (item, seq)
 
     def drop_entry(self, key: Any) -> None:
         """Delete entry ``key`` and its due time (KeyError if it is not stored); the count

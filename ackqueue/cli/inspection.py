@@ -33,7 +33,12 @@ from ackqueue.cli.reports import (
     dead_item,
     shown_item,
 )
-from ackqueue.errors import DamagedFileError, NotAQueueFileError, StorageError
+from ackqueue.errors import (
+    DamagedFileError,
+    NotAQueueFileError,
+    StorageError,
+    damaged_message,
+)
 from ackqueue.queue.status import read_status
 from ackqueue.records import (
     ROOT_KEY,
@@ -53,7 +58,6 @@ from ackqueue.storage.engine import (
     RecordLoader,
     as_path,
     damage_of,
-    damaged_message,
     is_uri,
     new_db,
     shown,

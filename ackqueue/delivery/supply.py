@@ -264,9 +264,10 @@ class Supply:
                 seq = self._order.key_seq(later)
                 if n >= READ_AHEAD or seq in self.items:
                     break
-                if self._is_from_backlog(later) and not self.items.add(
-                    seq, entry.data, entry.attempts
-                ):
+                if not self._is_from_backlog(later):
+                    continue
+                record.vouch(later, entry)
+                if not self.items.add(seq, entry.data, entry.attempts):
                     break
         except ReadConflictError:
             pass  # a pack meanwhile: those entries are read one by one instead

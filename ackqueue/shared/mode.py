@@ -293,6 +293,8 @@ class SharedMode:
             admit = gate.admitter(record, root(), now)
             for claim in claims:
                 entry = record.entry(claim.key)
+                if entry is not None and not entry.done:
+                    record.vouch(claim.key, entry)
                 if entry is None or entry.done or holder(entry) is not None:
                     results.append(None)  # another process got it first
                 elif not admit(entry):

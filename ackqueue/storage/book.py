@@ -36,6 +36,7 @@ from ackqueue.errors import (
     SerializerMismatchError,
     StorageError,
     StorageUnreachableError,
+    damaged_message,
 )
 from ackqueue.records import (
     FORMAT_VERSION,
@@ -52,7 +53,6 @@ from ackqueue.records import (
 )
 from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
-from ackqueue.storage.engine import damaged_message
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
 from ackqueue.storage.filestorage import transactions_damage
 from ackqueue.storage.items import PICKLE_CODEC, Codec, Staged
@@ -195,6 +195,7 @@ class Book:
             try:
                 if entry.done:
                     raise KeyError(key)  # acked in shared mode, not swept yet
+                record.vouch(key, entry)
                 return entry.data, entry.attempts
             except Exception as exc:
                 unsafe = unsafe_record(exc)

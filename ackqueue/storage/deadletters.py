@@ -51,6 +51,7 @@ def bury(record: QueueRecord, key: Any, reason: str, when: float, attempts: int 
     entry = record.entry_at(key)  # first, so a missing key changes nothing
     try:
         data, put_at, stored, group = entry.data, entry.put_at, entry.attempts, entry.group
+        record.vouch(key, entry)
         loaded = True
     except Exception as exc:
         if unsafe_record(exc) is None:

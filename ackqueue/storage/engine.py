@@ -26,10 +26,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import ZODB
 from ZODB.broken import Broken, find_global
 from ZODB.Connection import Connection
+from ZODB.FileStorage import FileStorage
 from ZODB.POSException import ConflictError, POSKeyError, ReadOnlyError, StateLoadError
 from ZODB.utils import oid_repr, z64
 
-from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError
+from ackqueue.errors import DamagedFileError, StorageError, UnsafeRecordError, damaged_message
 from ackqueue.records import (
     CHECKED_STATES,
     GarbledClassName,
@@ -330,16 +331,6 @@ class _StateLacks(Exception):
     """A record's state loaded without an attribute every record of its class holds."""
 
 
-def damaged_message(where: str, what: str) -> str:
-    """What a :class:`~ackqueue.DamagedFileError` says: the file, what of it is damaged, and
-    what to do."""
-    return (
-        f"queue file {where} is damaged: {what}. Keep a copy of it as it is; "
-        f"`ackqueue salvage {where} --into NEW` puts every item that can still be read into the "
-        "new queue file NEW"
-    )
-
-
 def damage_of(
     load: Callable[[bytes], tuple[bytes, bytes]], oid: bytes, storage: Any = None
 ) -> str | None:
@@ -422,12 +413,17 @@ def new_db(storage: Any, where: str | None = None, **dbkw: Any) -> ZODB.DB:
         return db
     except ReadOnlyError:
         raise  # no root record, which a read-only database cannot add: never written to
-    except ConflictError:
+    except ConflictError as exc:
         # Another process created the root of a new database at the same moment (db_on
         # opens again). Not damage: a client's last transaction may lag the root just
         # committed by the other, which the check below would take for a record from the
-        # future (CI: test_processes_opening_at_once_end_up_with_one_server).
-        raise
+        # future (CI: test_processes_opening_at_once_end_up_with_one_server). A file this
+        # process reads itself has no other writer to lag: there the root stamped later than
+        # the file's last transaction is a damaged transaction header.
+        why = _stamped_late(storage, z64) if isinstance(storage, FileStorage) else None
+        if why is None:
+            raise
+        raise DamagedFileError(damaged_message(where, f"its root record 0x00 {why}")) from exc
     except Exception as exc:  # it reads the root record (and writes it where none is)
         why = damage_of(storage.load, z64, storage) or _stamped_late(storage, z64)
         if why is None:

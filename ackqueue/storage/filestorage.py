@@ -130,6 +130,7 @@ from ackqueue.errors import (
     NotAQueueFileError,
     QueueLockedError,
     StorageError,
+    damaged_message,
 )
 from ackqueue.storage import zeo
 from ackqueue.storage.commit import Syncer
@@ -138,7 +139,6 @@ from ackqueue.storage.engine import (
     Packer,
     WriteRepair,
     as_path,
-    damaged_message,
     new_db,
 )
 

@@ -27,7 +27,12 @@ from ZODB.POSException import ConflictError
 from ZODB.utils import oid_repr
 
 from ackqueue.base.interrupts import Shield
-from ackqueue.errors import DamagedFileError, StorageError, StorageUnreachableError
+from ackqueue.errors import (
+    DamagedFileError,
+    StorageError,
+    StorageUnreachableError,
+    damaged_message,
+)
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
 from ackqueue.storage.commit import GroupCommitter
@@ -37,7 +42,6 @@ from ackqueue.storage.engine import (
     Packer,
     RecordLoader,
     as_path,
-    damaged_message,
     is_uri,
     scheme_of,
     shown,
