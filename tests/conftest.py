@@ -1,7 +1,9 @@
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import pytest
@@ -111,3 +113,13 @@ def spawn_child(code: str, *args: str) -> subprocess.Popen[str]:
 def qpath(tmp_path):
     """A fresh FileStorage path in a temporary directory."""
     return os.path.join(tmp_path, "queue.fs")
+
+
+@pytest.fixture
+def short_qpath():
+    """A fresh FileStorage path in a directory whose path is short: a shared queue keeps its
+    server's socket beside the file only while that path fits a Unix socket address (108
+    bytes), and pytest's own temporary paths grow with its run number past that."""
+    directory = tempfile.mkdtemp(prefix="aq-")
+    yield os.path.join(directory, "queue.fs")
+    shutil.rmtree(directory, ignore_errors=True)

@@ -25,8 +25,9 @@ def test_the_status_file_beside_a_live_queue_is_readable_by_the_owner_only(qpath
         os.umask(old_umask)
 
 
-def test_everything_a_shared_queue_writes_beside_its_file_is_the_owners_only(qpath):
+def test_everything_a_shared_queue_writes_beside_its_file_is_the_owners_only(short_qpath):
     """shared=True: the served file and the server's directory, log, locks and socket."""
+    qpath = short_qpath  # the server's directory beside the file: see the fixture
     old_umask = os.umask(0o022)
     try:
         with ackqueue.AckQueue(qpath, shared=True) as q:

@@ -69,7 +69,8 @@ q.close()
 """
 
 
-def test_two_processes_share_a_file_through_a_private_server_they_start(qpath) -> None:
+def test_two_processes_share_a_file_through_a_private_server_they_start(short_qpath) -> None:
+    qpath = short_qpath  # the private directory beside the file: see the fixture
     child = spawn_child(PUT_AND_PRINT_PID, qpath, "from the child")
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "put"
