@@ -226,8 +226,21 @@ class QueueRecord(Persistent):
     def salvageable_entries(self, unreadable: list[str]) -> Iterator[Entry]:
         """Every entry that can still be read, node by node: a node of the tree that cannot
         be read costs only its own entries (iterating the tree would stop at it); why each
-        such node could not be read is added to ``unreadable``."""
-        return _entries_of(self.entries, unreadable)
+        such node could not be read is added to ``unreadable``, and so is each entry found
+        under another key than its own (a damaged reference: see :meth:`vouch`)."""
+        for key, entry in _entries_of(self.entries, unreadable):
+            try:
+                stored = entry.key_id
+            except Exception:  # the caller reads it, and says why it cannot
+                yield entry
+                continue
+            if stored is not None and stored != self._key_id(key):
+                unreadable.append(
+                    f"record {oid_repr(entry._p_oid)} is the entry of key {stored!r} but is "
+                    f"found under key {key!r}: a damaged reference, left out"
+                )
+                continue
+            yield entry
 
     def dead_count(self) -> int:
         """How many dead letters are stored."""
@@ -335,7 +348,7 @@ def tree_damage(tree: Any) -> str | None:
     return None
 
 
-def _entries_of(node: Any, unreadable: list[str]) -> Iterator[Entry]:
+def _entries_of(node: Any, unreadable: list[str]) -> Iterator[tuple[Any, Entry]]:
     try:
         node._p_activate()
         state = node.__getstate__()
@@ -345,11 +358,12 @@ def _entries_of(node: Any, unreadable: list[str]) -> Iterator[Entry]:
     if state is None:
         return
     if type(node).__name__.endswith("Bucket"):
-        yield from state[0][1::2]
+        yield from zip(state[0][0::2], state[0][1::2], strict=False)  # damage: odd length
         return
     children = state[0]
-    if len(children) == 1 and isinstance(children[0], tuple):  # a small tree's one bucket
-        yield from children[0][1::2]
+    if len(children) == 1 and isinstance(children[0], tuple):  # a small tree's one bucket,
+        items = children[0][0]  # inline: its state, (items,)
+        yield from zip(items[0::2], items[1::2], strict=False)
         return
     for child in children[0::2]:
         yield from _entries_of(child, unreadable)

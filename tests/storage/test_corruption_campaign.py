@@ -207,6 +207,20 @@ def test_salvage_puts_every_item_still_readable_into_a_new_file_and_leaves_the_d
     assert cli(["salvage", path, "--into", path]) != 0  # never into the damaged file itself
 
 
+@pytest.mark.parametrize("n", [3, 16, 40])
+def test_salvage_of_a_sound_file_puts_every_item_back_whatever_its_trees_depth(tmp_path, n):
+    # A small queue's entry tree keeps its one bucket inline in its own record: salvage read
+    # that bucket's state as if it were the items, and put nothing back ("put 0 item(s)").
+    path = str(tmp_path / "q.fs")
+    put = [f"item {i}" for i in range(n)]
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(put)
+    new = str(tmp_path / "new.fs")
+    assert cli(["salvage", path, "--into", new]) == 0
+    with ackqueue.AckQueue(new) as q:
+        assert sorted(q.get_nowait() for _ in range(q.qsize())) == sorted(put)
+
+
 def test_sound_records_of_many_level_trees_read_back_whole(tmp_path):
     # ZODB writes a record's class and state with one pickler (memo shared): read apart, the
     # state of nearly every BTree node failed ("Memo value not found"), and any load failing
@@ -301,6 +315,11 @@ def test_a_damaged_reference_to_an_entry_is_a_clear_error_not_another_item(tmp_p
         c.get_nowait()
     assert f"ackqueue salvage {path} --into" in str(raised.value)
     assert "reference is damaged" in str(raised.value)
+    # salvage as the error says: "b" is out of reach, and "a" is not put back as if stored
+    into = str(tmp_path / "new.fs")
+    assert cli(["salvage", path, "--into", into]) == 0
+    with ackqueue.AckQueue(into) as q:
+        assert [q.get_nowait() for _ in range(q.qsize())] == ["c"]
 
 
 def test_a_closed_files_last_transaction_stamped_early_is_a_clear_error(tmp_path, capsys):
