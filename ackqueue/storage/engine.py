@@ -304,7 +304,10 @@ def _state_misfits(kind: type, exc: BaseException) -> str | None:
     whose code is not ackqueue's to get wrong: a BTree or bucket (an entry key of the wrong
     type, a child of another class), or persistent's plain state (not a dict)."""
     cause = exc.__cause__
-    if not isinstance(exc, StateLoadError) or not isinstance(cause, (TypeError, ValueError)):
+    # BTrees' C __setstate__ parses the state with PyArg_ParseTuple, which raises SystemError
+    # ("new style getargs format but argument is not a tuple") for a state of another shape.
+    refusals = (TypeError, ValueError, SystemError)
+    if not isinstance(exc, StateLoadError) or not isinstance(cause, refusals):
         return None
     if kind.__module__.partition(".")[0] != "BTrees" and "__setstate__" in vars(kind):
         return None

@@ -207,6 +207,37 @@ def test_salvage_puts_every_item_still_readable_into_a_new_file_and_leaves_the_d
     assert cli(["salvage", path, "--into", path]) != 0  # never into the damaged file itself
 
 
+def test_a_bucket_whose_next_reference_names_an_entry_is_a_damaged_file(tmp_path):
+    # A changed byte in a bucket's reference to the next bucket can make it name an entry's
+    # record: loaded as a bucket, its state fails BTrees' __setstate__ with a SystemError ("new
+    # style getargs format but argument is not a tuple"), which ZODB wraps in an empty
+    # StateLoadError (the corruption campaign met it).
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, autopack=False) as q:
+        q.put_many(range(40))  # several buckets, each but the last naming the next
+        oids = q._book.read(lambda record: [e._p_oid for _, e in record.entry_items()])
+        q.get_nowait()  # item 0: its record stays in the file, named by no bucket
+    storage = FileStorage(path, read_only=True)
+    try:
+        db = DB(storage)
+        tree = db.open().root()["ackqueue"]["default"].entries
+        bucket = tree.__getstate__()[0][0]._p_oid  # the first: it names the next
+        data, _serial = storage.load(bucket)
+        at = storage._lookup_pos(bucket) + DATA_HDR_LEN
+        db.close()
+    finally:
+        storage.close()
+    next_ref = data.rindex(b"C\x08") + 2  # the last reference of its state: the next bucket
+    assert data[next_ref:next_ref + 8] not in oids
+    with open(path, "r+b") as f:
+        f.seek(at + next_ref)
+        f.write(oids[0])  # item 0's old record: an entry, which nothing has loaded
+    with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
+        while True:
+            q.get_nowait()
+    assert "LOBucket" in str(raised.value) and f"ackqueue salvage {path}" in str(raised.value)
+
+
 @pytest.mark.parametrize("n", [3, 16, 40])
 def test_salvage_of_a_sound_file_puts_every_item_back_whatever_its_trees_depth(tmp_path, n):
     # A small queue's entry tree keeps its one bucket inline in its own record: salvage read
