@@ -25,7 +25,9 @@ stop checks the chain before it trusts it: the fold's recorded count is the ``Le
 later change added to it gives the count that commit recorded. A chain that holds is the count
 (nothing else is read: reopening a million items after ``kill -9`` reads a few hundred
 transaction headers); one that does not (a changed byte, a file from before counts were
-recorded) is recounted from the entries and put right, with a warning.
+recorded) is recounted from the entries and put right, with a warning. A clean close records
+the count it writes to the ``Length`` as well, and every open checks a ``Length`` against the
+count its own commit recorded.
 
 A pack drops transactions whose records were all replaced; the store folds every queue it
 defers and packs only up to that fold (see :meth:`LogCounts.fold_for_pack`), so no dropped
@@ -69,6 +71,7 @@ class LogCounts:
         self._pending: dict[bytes, int] = {}  # committed changes not yet in the Length
         self._txn: dict[bytes, int] = {}  # changes in the commit being made
         self._fold: set[bytes] = set()  # records to fold in the commit being made
+        self._stopped: dict[bytes, str] = {}  # records that stop deferring in this commit
         self._since_fold = 0
         self._fold_all = False
         self.fold_tid: bytes | None = None  # the transaction of the last fold of everything
@@ -98,7 +101,9 @@ class LogCounts:
         record.length.change(self._pending.get(oid, 0) + self._txn.pop(oid, 0))
         record.counted_in_log = False
         self._fold.discard(oid)
-        self._names.pop(oid, None)
+        name = self._names.pop(oid, None)
+        if name is not None:
+            self._stopped[oid] = name
         self._pending.pop(oid, None)
 
     # -- the group committer's hooks -------------------------------------------------------
@@ -106,6 +111,7 @@ class LogCounts:
     def begin(self) -> None:
         self._txn = {}
         self._fold = set()
+        self._stopped = {}
 
     def before_commit(self) -> None:
         txn = self._txn
@@ -120,10 +126,11 @@ class LogCounts:
             record = self._writer.get(oid)
             record.length.change(self._pending.get(oid, 0) + txn.get(oid, 0))
         recorded = {oid for oid, n in txn.items() if n} | self._fold
-        if recorded:
-            self._tm.get().setExtendedInfo(
-                TOTALS_KEY, {self._names[oid]: self._total(oid) for oid in recorded}
-            )
+        totals = {self._names[oid]: self._total(oid) for oid in recorded}
+        for oid, name in self._stopped.items():  # the Length holds it all now
+            totals[name] = int(self._writer.get(oid).length())
+        if totals:
+            self._tm.get().setExtendedInfo(TOTALS_KEY, totals)
 
     def _total(self, oid: bytes) -> int:
         """The count of queue ``oid`` once the commit being made is in (folds applied)."""
@@ -144,6 +151,7 @@ class LogCounts:
             self.fold_tid = self._storage.lastTransaction()
         self._txn = {}
         self._fold = set()
+        self._stopped = {}
 
     # -- folding everything ----------------------------------------------------------------
 
@@ -219,6 +227,42 @@ def logged_changes(storage: Any, name: str, after: bytes) -> int:
     return total
 
 
+def _check_length(record: Any, storage: Any) -> None:
+    """Put right a Length that is not the count its own commit recorded (a changed byte in
+    either): the entries are counted, as after a kill when the chain breaks."""
+    length = record.length
+    value = int(length())  # loads it: a ghost's _p_serial is not its revision's
+    try:
+        recorded = _recorded_total(storage, name_of(record), length._p_serial)
+    except Exception:  # a storage that cannot iterate its transactions: nothing to check
+        return
+    if recorded is None or recorded == value:
+        return
+    stored = record.live_entry_count()
+    if stored != value:
+        log.warning(
+            "the stored count of queue %r was %d but it holds %d entries (a damaged count "
+            "record); using %d", name_of(record), value, stored, stored,
+        )
+        length.change(stored - value)
+
+
+def _recorded_total(storage: Any, name: str, tid: bytes) -> int | None:
+    """The count of queue ``name`` that transaction ``tid`` recorded, if it recorded one."""
+    transactions = storage.iterator(tid)
+    try:
+        for txn in transactions:
+            if txn.tid != tid:
+                return None
+            total = (txn.extension.get(TOTALS_KEY) or {}).get(name)
+            return total if isinstance(total, int) else None
+    finally:
+        close = getattr(transactions, "close", None)
+        if close is not None:
+            close()
+    return None
+
+
 def checked_changes(storage: Any, name: str, anchor: bytes, base: int) -> int | None:
     """The changes of queue ``name``'s count recorded after its Length's revision ``anchor``,
     if the recorded counts vouch for them: the fold at ``anchor`` recorded ``base`` (the
@@ -276,8 +320,11 @@ def count_change(record: Any, n: int) -> None:
 
 def settle(record: Any, storage: Any) -> None:
     """Inside a change: put the changes logged after ``record``'s Length into it, and keep the
-    count in the Length from now on (a queue whose deferring process died)."""
+    count in the Length from now on (a queue whose deferring process died). A Length that is
+    the count already (written at a clean close) is checked against the count its commit
+    recorded, and recounted if they differ."""
     if not getattr(record, "counted_in_log", False):
+        _check_length(record, storage)
         return
     length = record.length
     base = int(length())  # loads it: a ghost's _p_serial is not its revision's

@@ -287,8 +287,9 @@ class Store:
     # -- deferred counts (see counts.py) -------------------------------------------------
 
     def _settle_counts(self) -> None:
-        """Fold the counts a process that died left deferred, for every queue of the file:
-        a pack would drop the transactions that record them."""
+        """Fold the counts a process that died left deferred, for every queue of the file (a
+        pack would drop the transactions that record them), and check the others' against
+        the count their last fold recorded (see counts.py)."""
         storage = self.db.storage
 
         def settle_all() -> None:
@@ -299,10 +300,9 @@ class Store:
         self._tm.begin()
         try:
             queues = queues_of(self.writer.root(), create=False)
-            stale = queues is not None and any(r.counted_in_log for r in queues.values())
         finally:
             self._tm.abort()
-        if stale:
+        if queues is not None:
             self._committer.run(settle_all)
 
     def _stop_counting(self, name: str | None) -> None:

@@ -4,6 +4,7 @@ for an opener that does not defer counts (a caller's own database)."""
 
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import subprocess
@@ -162,3 +163,32 @@ def test_an_opener_after_a_kill_trusts_recorded_counts_that_vouch_for_each_other
         db.close()
     # 400 entries fill at least 25 buckets of at most 16: a recount would have read them all
     assert opened < 400 // 16, f"{opened} records read at open"
+
+
+@pytest.mark.parametrize("recorded", [30, 5])
+def test_a_closed_files_damaged_count_is_put_right_at_open(tmp_path, caplog, recorded):
+    """A clean close writes the count to the queue's Length and records it in that commit too:
+    a Length that disagrees with it (a changed byte in either) is recounted at open, so that
+    neither a short count strands items nor a long one makes gets look for items not there."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(30))
+    storage = QueueFileStorage(path, read_only=True)
+    try:
+        db = ZODB.DB(storage)
+        length = db.open().root()[ROOT_KEY]["default"].length
+        assert length() == 30
+        data, _serial = storage.load(length._p_oid)
+        at = storage._lookup_pos(length._p_oid) + 42  # past the data record's header
+        db.close()
+    finally:
+        storage.close()
+    value = data.rindex(b"K\x1e")  # the state: BININT1 30
+    with open(path, "r+b") as f:
+        f.seek(at + value + 1)
+        f.write(bytes([5 if recorded == 30 else 45]))  # the Length now says 5 (or 45)
+    with caplog.at_level(logging.WARNING, logger="ackqueue"), ackqueue.AckQueue(path) as q:
+        assert q.qsize() == 30
+        got = [q.get_nowait() for _ in range(30)]
+        assert sorted(got) == list(range(30)) and q.qsize() == 0
+    assert any("count" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
