@@ -138,8 +138,15 @@ class QueueRecord(Persistent):
     format_version = 1  # written before formats were numbered: the first one
     serializer = "pickle"  # the name of the serializer of the items (storage/items.py)
 
-    def __init__(self, kind: str, serializer: str = "pickle") -> None:
+    # The name the queue was made under (None: made before records kept it). The mapping of
+    # names to records is what an open looks up; a changed byte in a name there would make
+    # the queue look absent, and a new empty one be made beside it (see Book).
+    name: str | None = None
+
+    def __init__(self, kind: str, serializer: str = "pickle", name: str | None = None) -> None:
         self.format_version = FORMAT_VERSION
+        if name is not None:
+            self.name = name
         self.serializer = serializer
         self.kind = kind
         self.entries: Any = PriorityEntryTree() if kind == "priority" else EntryTree()

@@ -124,7 +124,13 @@ class Book:
         queues = queues_of(root, create=True)
         record: QueueRecord | None = queues.get(self.name)
         if record is None:
-            record = queues[self.name] = QueueRecord(self._kind, self.codec.name)
+            listed = next((key for key, other in queues.items() if other.name == self.name), None)
+            if listed is not None:
+                raise DamagedFileError(damaged_message(store.where, (
+                    f"queue {self.name!r} is listed as {listed!r}: the name in its list of "
+                    "queues is damaged"
+                )))
+            record = queues[self.name] = QueueRecord(self._kind, self.codec.name, self.name)
         elif record.format_version > FORMAT_VERSION:
             raise NotAQueueFileError(
                 f"queue {self.name!r} in {store.where} was written in format "

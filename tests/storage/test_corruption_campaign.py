@@ -376,3 +376,23 @@ def test_a_closed_files_last_transaction_stamped_early_is_a_clear_error(tmp_path
     assert f"ackqueue salvage {path} --into" in str(raised.value)
     assert cli(["stats", path]) != 0
     assert f"ackqueue salvage {path} --into" in capsys.readouterr().err
+
+
+def test_a_damaged_queue_name_is_a_clear_error_not_a_new_empty_queue(tmp_path):
+    # The file maps queue names to records: a changed byte in "default" there made the queue
+    # look absent, and opening it made a new, empty one beside the old (the corruption
+    # campaign: every item missing, no error).
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(5))
+    with open(path, "rb") as f:
+        data = f.read()
+    listing = data.index(b"OOBTree\nOOBTree\n")  # the record of the list of queues
+    at = data.index(b"default", listing) + 4  # the "u" of its name there
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"v")
+    with pytest.raises(ackqueue.DamagedFileError) as raised:
+        ackqueue.AckQueue(path)
+    assert "'default' is listed as 'defavlt'" in str(raised.value)
+    assert f"ackqueue salvage {path} --into" in str(raised.value)
