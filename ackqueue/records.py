@@ -420,7 +420,7 @@ def state_damage(obj: Any) -> str | None:
         return f"its state has no {', '.join(sorted(required - state))}"
     named = NAMED_ATTRIBUTES.get(type(obj), frozenset())
     for name in state - named if named else ():
-        meant = [n for n in named if _a_byte_apart(n, name)]
+        meant = [n for n in named if a_byte_apart(n, name)]
         if meant:
             return f"its state names {name!r}, which is {meant[0]!r} damaged"
     return None
@@ -431,10 +431,11 @@ def garbled_root_key(root: Any) -> str | None:
     key, damaged (else the queues would look gone, and a new empty queue be made)."""
     if ROOT_KEY in root:
         return None
-    return next((k for k in root if isinstance(k, str) and _a_byte_apart(k, ROOT_KEY)), None)
+    return next((k for k in root if isinstance(k, str) and a_byte_apart(k, ROOT_KEY)), None)
 
 
-def _a_byte_apart(one: str, other: str) -> bool:
+def a_byte_apart(one: str, other: str) -> bool:
+    """Whether ``one`` is ``other`` with one byte changed (what a damaged name looks like)."""
     return len(one) == len(other) and sum(a != b for a, b in zip(one, other, strict=True)) == 1
 
 
@@ -470,7 +471,7 @@ def garbled_class_name(module: str, name: str) -> bool:
     ours = (*_ALLOWED_PACKAGES, "ackqueue")
     return (
         package in ours
-        or any(_a_byte_apart(package, one) for one in ours)
+        or any(a_byte_apart(package, one) for one in ours)
         or not all(part.isidentifier() for part in f"{module}.{name}".split("."))
     )
 

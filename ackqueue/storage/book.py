@@ -44,6 +44,7 @@ from ackqueue.records import (
     ROOT_KEY,
     Entry,
     QueueRecord,
+    a_byte_apart,
     edge_loaded,
     garbled_root_key,
     loads,
@@ -55,11 +56,13 @@ from ackqueue.storage.counts import count_change, stored_count
 from ackqueue.storage.deadletters import DeadLetter, bury, listed
 from ackqueue.storage.failures import abort_quietly, connection_lost, storage_failed
 from ackqueue.storage.filestorage import transactions_damage
-from ackqueue.storage.items import PICKLE_CODEC, Codec, Staged
+from ackqueue.storage.items import JSON, PICKLE, PICKLE_CODEC, Codec, Staged
 from ackqueue.storage.keys import release
 from ackqueue.storage.store import Store
 
 T = TypeVar("T")
+
+SERIALIZERS = (PICKLE, JSON)  # the names of ackqueue's own serializers
 
 # What settling a held entry does to it: delete (ack), bury (dead letters), delay (a nack with
 # a delay: a new due time). A nack without delay stores nothing.
@@ -147,6 +150,16 @@ class Book:
                 f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "
                 f"class, not {self._class_name}"
             )
+        elif record.serializer != self.codec.name and any(
+            a_byte_apart(str(record.serializer), own) for own in SERIALIZERS
+        ):
+            # Not a caller's own serializer's name either: those are versioned ("codec-v1",
+            # "codec-v2") and may well be a byte apart from each other.
+            raise DamagedFileError(damaged_message(store.where, (
+                f"queue {self.name!r} names its serializer {record.serializer!r}, which is "
+                f"{next(o for o in SERIALIZERS if a_byte_apart(str(record.serializer), o))!r} "
+                "damaged"
+            )))
         elif record.serializer != self.codec.name:
             raise SerializerMismatchError(
                 f"queue {self.name!r} in {store.where} holds items encoded with serializer "

@@ -396,3 +396,21 @@ def test_a_damaged_queue_name_is_a_clear_error_not_a_new_empty_queue(tmp_path):
         ackqueue.AckQueue(path)
     assert "'default' is listed as 'defavlt'" in str(raised.value)
     assert f"ackqueue salvage {path} --into" in str(raised.value)
+
+
+def test_a_damaged_serializer_name_is_a_damaged_file_not_a_mismatch(tmp_path):
+    # "pickle" with a byte changed ("pichle") is no serializer anyone named: the error said
+    # to open the queue with serializer='pichle' (the corruption campaign, seed 3).
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(5))
+    with open(path, "rb") as f:
+        data = f.read()
+    at = data.rindex(b"X\x06\x00\x00\x00pickle") + 5 + 3  # the "k" of the record's current one
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"h")
+    with pytest.raises(ackqueue.DamagedFileError) as raised:
+        ackqueue.AckQueue(path)
+    assert "'pichle', which is 'pickle' damaged" in str(raised.value)
+    assert f"ackqueue salvage {path} --into" in str(raised.value)
