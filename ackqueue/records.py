@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -187,13 +187,25 @@ class QueueRecord(Persistent):
         """The stored keys in delivery order, from the first or from just after ``after``."""
         entries = edge_loaded(self.entries)
         keys = entries.keys() if after is None else entries.keys(min=after, excludemin=True)
-        return iter(keys)
+        return self._walked(keys)
 
     def entry_items(self, after: Any = None) -> Iterator[tuple[Any, Entry]]:
         """``(key, entry)`` in delivery order, from the first or from just after ``after``."""
         entries = edge_loaded(self.entries)
         items = entries.items() if after is None else entries.items(min=after, excludemin=True)
-        return iter(items)
+        return self._walked(items)
+
+    def _walked(self, walk: Iterable[T]) -> Iterator[T]:
+        """``walk`` of the entry tree; a :class:`~ackqueue.DamagedFileError` where BTrees' C
+        iteration fails on a damaged bucket chain (a bucket's next reference damaged into one
+        to another record: "the bucket being iterated changed size")."""
+        try:
+            yield from walk
+        except RuntimeError as exc:
+            why = self.entry_damage()  # walks the tree again from its root
+            if why is None:
+                raise
+            raise DamagedFileError(damaged_message(self._where(), f"its entry tree {why}")) from exc
 
     def add_entry(self, key: Any, entry: Entry) -> Entry:
         entry.key_id = self._key_id(key)
@@ -207,12 +219,15 @@ class QueueRecord(Persistent):
         stored = entry.key_id
         if stored is None or stored == self._key_id(key):
             return
-        db = self._p_jar.db()
-        where = getattr(db, "where", "") or db.storage.getName()
-        raise DamagedFileError(damaged_message(where, (
+        raise DamagedFileError(damaged_message(self._where(), (
             f"an entry tree refers under key {key!r} to record {oid_repr(entry._p_oid)}, "
             f"which is the entry of key {stored!r}: the reference is damaged"
         )))
+
+    def _where(self) -> str:
+        """The file (or storage) this record is in, as errors name it."""
+        db = self._p_jar.db()
+        return str(getattr(db, "where", "") or db.storage.getName())
 
     def _key_id(self, key: Any) -> Any:
         return key[1] if self.kind == "priority" else key  # a priority key is (item, seq)
@@ -344,10 +359,13 @@ def tree_damage(tree: Any) -> str | None:
     byte in a key still unpickles, and a lookup then misses it) or BTrees' own check of its
     nodes fails; None if the tree is sound."""
     previous: Any = None
-    for n, key in enumerate(edge_loaded(tree).keys()):
-        if n and not previous < key:
-            return f"is out of order (key {key!r} after {previous!r})"
-        previous = key
+    try:
+        for n, key in enumerate(edge_loaded(tree).keys()):
+            if n and not previous < key:
+                return f"is out of order (key {key!r} after {previous!r})"
+            previous = key
+    except RuntimeError as exc:  # BTrees' iteration met a bucket chain that is no chain
+        return f"does not hold together ({exc})"
     try:
         tree._check()
     except AssertionError as exc:

@@ -207,11 +207,14 @@ def test_salvage_puts_every_item_still_readable_into_a_new_file_and_leaves_the_d
     assert cli(["salvage", path, "--into", path]) != 0  # never into the damaged file itself
 
 
-def test_a_bucket_whose_next_reference_names_an_entry_is_a_damaged_file(tmp_path):
+@pytest.mark.parametrize("named", ["unloaded", "loaded"])
+def test_a_bucket_whose_next_reference_names_an_entry_is_a_damaged_file(tmp_path, named):
     # A changed byte in a bucket's reference to the next bucket can make it name an entry's
-    # record: loaded as a bucket, its state fails BTrees' __setstate__ with a SystemError ("new
-    # style getargs format but argument is not a tuple"), which ZODB wraps in an empty
-    # StateLoadError (the corruption campaign met it).
+    # record. One nothing has loaded yet is loaded as a bucket, and its state fails BTrees'
+    # __setstate__ with a SystemError ("new style getargs format but argument is not a
+    # tuple"), which ZODB wraps in an empty StateLoadError (the corruption campaign met it);
+    # an entry already loaded is taken for the next bucket by BTrees' C iteration, which
+    # fails with "the bucket being iterated changed size".
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path, autopack=False) as q:
         q.put_many(range(40))  # several buckets, each but the last naming the next
@@ -231,11 +234,13 @@ def test_a_bucket_whose_next_reference_names_an_entry_is_a_damaged_file(tmp_path
     assert data[next_ref:next_ref + 8] not in oids
     with open(path, "r+b") as f:
         f.seek(at + next_ref)
-        f.write(oids[0])  # item 0's old record: an entry, which nothing has loaded
+        # item 0's old record (named by no bucket), or the last item's (its bucket's read)
+        f.write(oids[0] if named == "unloaded" else oids[-1])
     with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
         while True:
             q.get_nowait()
-    assert "LOBucket" in str(raised.value) and f"ackqueue salvage {path}" in str(raised.value)
+    assert f"ackqueue salvage {path}" in str(raised.value)
+    assert ("LOBucket" if named == "unloaded" else "entry tree") in str(raised.value)
 
 
 @pytest.mark.parametrize("n", [3, 16, 40])
