@@ -26,6 +26,7 @@ from BTrees.Length import Length
 from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree
 from persistent import Persistent
+from persistent.mapping import PersistentMapping
 from ZODB.utils import oid_repr
 
 from ackqueue.errors import DamagedFileError, UnsafeRecordError, damaged_message
@@ -314,6 +315,7 @@ class QueueRecord(Persistent):
 # What every stored record of a class holds, whatever the version that wrote it: a loaded state
 # without one of them was damaged (a changed byte in an attribute's name still unpickles).
 STORED_ATTRIBUTES: dict[type, frozenset[str]] = {
+    PersistentMapping: frozenset({"data"}),  # the database root (or "_container": see below)
     Entry: frozenset({"data", "put_at", "attempts"}),
     DeadRecord: frozenset({"key", "data", "put_at", "attempts", "reason", "when"}),
     QueueRecord: frozenset({"kind", "entries", "length", "seq_reserved"}),
@@ -433,6 +435,8 @@ def state_damage(obj: Any) -> str | None:
         value = obj.value
         return None if isinstance(value, int) else f"its count is {type(value).__name__}"
     state = obj.__dict__.keys()
+    if isinstance(obj, PersistentMapping) and "_container" in state:
+        return None  # the name persistent's mapping used before it was "data"
     required = STORED_ATTRIBUTES[type(obj)]
     if not required <= state:
         return f"its state has no {', '.join(sorted(required - state))}"

@@ -419,3 +419,23 @@ def test_a_damaged_serializer_name_is_a_damaged_file_not_a_mismatch(tmp_path):
         ackqueue.AckQueue(path)
     assert "'pichle', which is 'pickle' damaged" in str(raised.value)
     assert f"ackqueue salvage {path} --into" in str(raised.value)
+
+
+def test_a_root_record_without_its_data_is_a_damaged_file(tmp_path, capsys):
+    # A changed byte in the name of the root mapping's one attribute ("data") still unpickles:
+    # the root then failed on first use with persistent's KeyError('_container').
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(5))
+    with open(path, "rb") as f:
+        data = f.read()
+    at = data.rindex(b"X\x04\x00\x00\x00dataq") + 5 + 1  # the root's current record
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"(")
+    with pytest.raises(ackqueue.DamagedFileError) as raised:
+        ackqueue.AckQueue(path)
+    assert "record 0x00" in str(raised.value)
+    assert f"ackqueue salvage {path} --into" in str(raised.value)
+    assert cli(["stats", path]) != 0
+    assert "record 0x00" in capsys.readouterr().err
