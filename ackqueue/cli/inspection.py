@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ZODB.POSException import ReadOnlyError
-from ZODB.utils import oid_repr
+from ZODB.utils import oid_repr, z64
 
 from ackqueue.cli.reports import (
     DeadItem,
@@ -61,6 +61,7 @@ from ackqueue.storage.engine import (
     is_uri,
     new_db,
     shown,
+    stamped_late,
 )
 from ackqueue.storage.filestorage import open_file_storage
 from ackqueue.storage.items import PICKLE, Serializer, stored_serializer
@@ -172,11 +173,16 @@ class QueueFile:
             raise
         if queues is None:
             garbled = garbled_root_key(root)
+            # A root record stamped later than the file's last transaction (a changed byte in
+            # its header) is passed over for its previous revision: the empty root of a new file.
+            late = stamped_late(self._storage, z64) if self.is_file else None
             self.close()
             if garbled is not None:
                 raise DamagedFileError(damaged_message(
                     self.path, f"its root names {garbled!r} where ackqueue wrote {ROOT_KEY!r}"
                 ))
+            if late is not None:
+                raise DamagedFileError(damaged_message(self.path, f"its root record 0x00 {late}"))
             raise NotAQueueFileError(f"{path} is a ZODB storage but holds no ackqueue queues")
         self._queues = queues
         loader = self._db.classFactory

@@ -316,7 +316,7 @@ def _state_misfits(kind: type, exc: BaseException) -> str | None:
     return f"has a state its class refuses ({type(cause).__name__}: {cause})"
 
 
-def _stamped_late(storage: Any, oid: bytes) -> str | None:
+def stamped_late(storage: Any, oid: bytes) -> str | None:
     """Why a record whose view conflicts ("deleted, likely by simultaneous pack") is damaged:
     its current record reads back stamped with a transaction after the storage's last."""
     try:
@@ -347,7 +347,7 @@ def damage_of(
     except POSKeyError:
         return "is not in the file: the record that refers to it is damaged"
     except ConflictError:
-        return None if storage is None else _stamped_late(storage, oid)
+        return None if storage is None else stamped_late(storage, oid)
     except Exception as exc:
         if storage_failed(exc):
             return None
@@ -423,12 +423,12 @@ def new_db(storage: Any, where: str | None = None, **dbkw: Any) -> ZODB.DB:
         # future (CI: test_processes_opening_at_once_end_up_with_one_server). A file this
         # process reads itself has no other writer to lag: there the root stamped later than
         # the file's last transaction is a damaged transaction header.
-        why = _stamped_late(storage, z64) if isinstance(storage, FileStorage) else None
+        why = stamped_late(storage, z64) if isinstance(storage, FileStorage) else None
         if why is None:
             raise
         raise DamagedFileError(damaged_message(where, f"its root record 0x00 {why}")) from exc
     except Exception as exc:  # it reads the root record (and writes it where none is)
-        why = damage_of(storage.load, z64, storage) or _stamped_late(storage, z64)
+        why = damage_of(storage.load, z64, storage) or stamped_late(storage, z64)
         if why is None:
             raise
         raise DamagedFileError(damaged_message(where, f"its root record 0x00 {why}")) from exc

@@ -26,6 +26,7 @@ from ZODB import DB
 from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.format import DATA_HDR_LEN
 from ZODB.POSException import StateLoadError
+from ZODB.utils import p64, u64
 
 import ackqueue
 from ackqueue.cli.commands import main as cli
@@ -439,3 +440,27 @@ def test_a_root_record_without_its_data_is_a_damaged_file(tmp_path, capsys):
     assert f"ackqueue salvage {path} --into" in str(raised.value)
     assert cli(["stats", path]) != 0
     assert "record 0x00" in capsys.readouterr().err
+
+
+def test_a_root_stamped_after_the_last_transaction_is_a_damaged_file_for_the_reader(
+    tmp_path, capsys
+):
+    # A changed byte in the transaction id of the root's own record makes it look newer than
+    # the file: a read-only view then takes the root's previous revision, the empty root of a
+    # new file, and `ackqueue stats` said the file "holds no ackqueue queues".
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, autopack=False) as q:  # the root written once, with "ackqueue"
+        q.put_many(range(5))
+    storage = FileStorage(path, read_only=True)
+    try:
+        at = storage._lookup_pos(b"\0" * 8) + 8  # the tid in the root record's header
+        later = p64(u64(storage.lastTransaction()) + (1 << 32))  # a minute after the last
+    finally:
+        storage.close()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(later)
+    assert cli(["stats", path]) != 0
+    err = capsys.readouterr().err
+    assert "root record 0x00 is stamped with a transaction later" in err
+    assert f"ackqueue salvage {path} --into" in err
