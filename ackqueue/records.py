@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -488,13 +489,19 @@ class GarbledClassName(UnsafeRecordError):
 def garbled_class_name(module: str, name: str) -> bool:
     """Whether ``module.name``, which names no class, is a name ackqueue wrote with a byte
     changed: not a dotted name at all, or in a package whose classes ackqueue's records name
-    (the caller found no such class there) or one a byte away from such a package's name."""
+    (the caller found no such class there) or one a byte away from such a package's name, or
+    a byte away from a module of those packages ("BTrees4OOBTree": its dot changed)."""
     package = module.partition(".")[0]
     ours = (*_ALLOWED_PACKAGES, "ackqueue")
     return (
         package in ours
         or any(a_byte_apart(package, one) for one in ours)
         or not all(part.isidentifier() for part in f"{module}.{name}".split("."))
+        or any(
+            a_byte_apart(module, loaded)
+            for loaded in list(sys.modules)
+            if loaded.partition(".")[0] in ours
+        )
     )
 
 
