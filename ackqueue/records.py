@@ -163,13 +163,22 @@ class QueueRecord(Persistent):
 
     def entry(self, key: Any) -> Entry | None:
         """Entry ``key``, or None if it is not stored."""
-        found: Entry | None = self.entries.get(key)
-        return found
+        found = self.entries.get(key)
+        return None if found is None else self._an_entry(key, found)
 
     def entry_at(self, key: Any) -> Entry:
         """Entry ``key``; KeyError if it is not stored."""
-        found: Entry = self.entries[key]
-        return found
+        return self._an_entry(key, self.entries[key])
+
+    def _an_entry(self, key: Any, value: Any) -> Entry:
+        """``value``, stored under ``key``, if it is an entry (a ghost is one too: its class is
+        known without loading it); else a :class:`~ackqueue.DamagedFileError`."""
+        if isinstance(value, Entry):
+            return value
+        raise DamagedFileError(damaged_message(self._where(), (
+            f"its entry tree holds {type(value).__name__} under key {key!r} where an entry "
+            "belongs"
+        )))
 
     def has_entry(self, key: Any) -> bool:
         return key in self.entries
@@ -195,7 +204,7 @@ class QueueRecord(Persistent):
         """``(key, entry)`` in delivery order, from the first or from just after ``after``."""
         entries = edge_loaded(self.entries)
         items = entries.items() if after is None else entries.items(min=after, excludemin=True)
-        return self._walked(items)
+        return ((key, self._an_entry(key, value)) for key, value in self._walked(items))
 
     def _walked(self, walk: Iterable[T]) -> Iterator[T]:
         """``walk`` of the entry tree; a :class:`~ackqueue.DamagedFileError` where BTrees' C

@@ -305,8 +305,10 @@ def _state_misfits(kind: type, exc: BaseException) -> str | None:
     type, a child of another class), or persistent's plain state (not a dict)."""
     cause = exc.__cause__
     # BTrees' C __setstate__ parses the state with PyArg_ParseTuple, which raises SystemError
-    # ("new style getargs format but argument is not a tuple") for a state of another shape.
-    refusals = (TypeError, ValueError, SystemError)
+    # ("new style getargs format but argument is not a tuple") for a state of another shape;
+    # zodbpickle's unpickler refuses an opcode of a later protocol that the inert check
+    # (the standard library's) reads, with OverflowError ("character argument not in range").
+    refusals = (TypeError, ValueError, SystemError, OverflowError)
     if not isinstance(exc, StateLoadError) or not isinstance(cause, refusals):
         return None
     if kind.__module__.partition(".")[0] != "BTrees" and "__setstate__" in vars(kind):
