@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from persistent.TimeStamp import TimeStamp
@@ -263,25 +263,33 @@ def _recorded_total(storage: Any, name: str, tid: bytes) -> int | None:
     return None
 
 
-def checked_changes(storage: Any, name: str, anchor: bytes, base: int) -> int | None:
+def checked_changes(
+    storage: Any, name: str, anchor: bytes, base: int, names: Collection[str]
+) -> int | None:
     """The changes of queue ``name``'s count recorded after its Length's revision ``anchor``,
     if the recorded counts vouch for them: the fold at ``anchor`` recorded ``base`` (the
     Length), and each later commit that recorded a count recorded ``base`` plus the changes up
     to it. None when the chain breaks or a link is missing (a commit that changed the count and
-    recorded none: a file written before counts were recorded, or a damaged byte)."""
+    recorded none: a file written before counts were recorded, or a damaged byte), or when a
+    commit records a count under a name that is none of the file's queues (``names``): the
+    metadata pickle keeps a queue's name once and refers to it for its total, so one changed
+    byte there moves both the change and the total to a name nobody looks up."""
     transactions = storage.iterator(anchor)
     running, scanned = base, 0
     try:
         for txn in transactions:
             scanned += 1
             totals = txn.extension.get(TOTALS_KEY) or {}
+            changes = txn.extension.get(COUNTS_KEY) or {}
+            if not (totals.keys() | changes.keys()) <= set(names):
+                return None
             if txn.tid == anchor:  # the fold: it recorded the Length it wrote
                 if totals.get(name) != base:
                     return None
                 continue
             if scanned == 1:
                 return None  # the fold's own transaction is gone: nothing vouches for base
-            change = (txn.extension.get(COUNTS_KEY) or {}).get(name, 0)
+            change = changes.get(name, 0)
             running += change
             if (change or name in totals) and totals.get(name) != running:
                 return None
@@ -329,7 +337,10 @@ def settle(record: Any, storage: Any) -> None:
     length = record.length
     base = int(length())  # loads it: a ghost's _p_serial is not its revision's
     try:
-        checked = checked_changes(storage, name_of(record), length._p_serial, base)
+        queues = queues_of(record._p_jar.root(), create=False)
+        checked = checked_changes(
+            storage, name_of(record), length._p_serial, base, list(queues or ())
+        )
     except Exception:  # a storage that cannot iterate its transactions: see below
         checked = None
     if checked is not None:
