@@ -499,7 +499,9 @@ def garbled_class_name(module: str, name: str) -> bool:
     """Whether ``module.name``, which names no class, is a name ackqueue wrote with a byte
     changed: not a dotted name at all, or in a package whose classes ackqueue's records name
     (the caller found no such class there) or one a byte away from such a package's name, or
-    a byte away from a module of those packages ("BTrees4OOBTree": its dot changed)."""
+    a byte away from a module of those packages ("BTrees4OOBTree": its dot changed; "BT" and
+    "ees.LOBTree": a letter of "BTrees.LOBTree" changed into the newline that ends a module's
+    name in a pickle)."""
     package = module.partition(".")[0]
     ours = (*_ALLOWED_PACKAGES, "ackqueue")
     return (
@@ -507,7 +509,7 @@ def garbled_class_name(module: str, name: str) -> bool:
         or any(a_byte_apart(package, one) for one in ours)
         or not all(part.isidentifier() for part in f"{module}.{name}".split("."))
         or any(
-            a_byte_apart(module, loaded)
+            a_byte_apart(module, loaded) or a_byte_apart(f"{module}.{name}", loaded)
             for loaded in list(sys.modules)
             if loaded.partition(".")[0] in ours
         )

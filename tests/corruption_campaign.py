@@ -159,8 +159,11 @@ def read(path: str, unloadable: list[str] | None = None) -> Content:
                     raise
                 unloadable.append(str(exc))
                 continue
-            items[item] += 1
             c.ack(item)
+            try:
+                items[item] += 1
+            except TypeError:  # a changed byte in its pickle made it a list, a dict...
+                items[repr(item)] += 1
         dead = Counter(d.item for d in q.dead_letters())
         delayed = q.delayed_count() if hasattr(q, "delayed_count") else 0
     return Content(items, dead, delayed)

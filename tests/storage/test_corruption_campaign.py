@@ -466,24 +466,31 @@ def test_a_root_stamped_after_the_last_transaction_is_a_damaged_file_for_the_rea
     assert f"ackqueue salvage {path} --into" in err
 
 
-def test_a_class_name_whose_dot_was_changed_is_a_damaged_file_not_a_foreign_record(tmp_path):
-    # "BTrees.OOBTree" with its dot changed ("BTrees4OOBTree") names no package ackqueue's
-    # records name, so the restricted loader took it for a record another program wrote.
+@pytest.mark.parametrize(
+    ("at", "byte", "shown"), [(6, b"4", "BTrees4OOBTree"), (2, b"\n", "BT.ees")]
+)
+def test_a_class_name_whose_dot_was_changed_is_a_damaged_file_not_a_foreign_record(
+    tmp_path, at, byte, shown
+):
+    # "BTrees.OOBTree" with its dot changed ("BTrees4OOBTree"), or a letter changed into the
+    # newline that ends a module's name in a pickle (module "BT", class "ees.OOBTree"), names
+    # no package ackqueue's records name, so the restricted loader took it for a record
+    # another program wrote (corrupt_bytes.py --seeds 6 and 11).
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path, serializer="json") as q:
         q.put("x", key="k")  # the queue's record now refers to its key index, an OOBTree
     with open(path, "rb") as f:
         data = f.read()
     record = data.rindex(b"ackqueue.records\nQueueRecord")  # its current revision
-    at = data.index(b"BTrees.OOBTree", record) + len(b"BTrees")
+    name = data.index(b"BTrees.OOBTree", record)
     with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(b"4")
+        f.seek(name + at)
+        f.write(byte)
     with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(
         path, serializer="json"
     ) as q:
         q.put("y", key="k")
-    assert "BTrees4OOBTree" in str(raised.value)
+    assert shown in str(raised.value)
     assert f"ackqueue salvage {path} --into" in str(raised.value)
 
 
