@@ -501,7 +501,7 @@ def garbled_class_name(module: str, name: str) -> bool:
     (the caller found no such class there) or one a byte away from such a package's name, or
     a byte away from a module of those packages ("BTrees4OOBTree": its dot changed; "BT" and
     "ees.LOBTree": a letter of "BTrees.LOBTree" changed into the newline that ends a module's
-    name in a pickle)."""
+    name in a pickle), or the end of one ("kqueue.records": the pickle read out of step)."""
     package = module.partition(".")[0]
     ours = (*_ALLOWED_PACKAGES, "ackqueue")
     return (
@@ -509,7 +509,9 @@ def garbled_class_name(module: str, name: str) -> bool:
         or any(a_byte_apart(package, one) for one in ours)
         or not all(part.isidentifier() for part in f"{module}.{name}".split("."))
         or any(
-            a_byte_apart(module, loaded) or a_byte_apart(f"{module}.{name}", loaded)
+            a_byte_apart(module, loaded)
+            or a_byte_apart(f"{module}.{name}", loaded)
+            or ("." in module and loaded.endswith(module) and len(loaded) - len(module) <= 3)
             for loaded in list(sys.modules)
             if loaded.partition(".")[0] in ours
         )

@@ -537,3 +537,17 @@ def test_an_opcode_of_a_later_pickle_protocol_in_a_record_is_a_damaged_file(tmp_
         q.get_nowait()
     assert "EntryTree" in str(raised.value)
     assert f"ackqueue salvage {path} --into" in str(raised.value)
+
+
+@pytest.mark.parametrize(("module", "name", "garbled"), [
+    ("BTrees4OOBTree", "OOBTree", True),  # its dot changed
+    ("BT", "ees.LOBTree", True),  # a letter changed into the newline that ends a module name
+    ("kqueue.records", "QueueRecord", True),  # read out of step: its first bytes passed over
+    ("os", "system", False),  # what a crafted record names: another program's, not damage
+    ("queue", "Queue", False),
+    ("mymodule.records", "QueueRecord", False),
+])
+def test_which_class_names_the_loader_takes_for_damage(module, name, garbled):
+    from ackqueue.records import garbled_class_name
+
+    assert garbled_class_name(module, name) is garbled
