@@ -59,6 +59,7 @@ FAST_TESTS = [
     "tests/queue/test_shutdown.py",
     "tests/delivery/test_priority.py",
     "tests/queue/test_close_wakes.py",
+    "tests/storage/test_group_commit.py",
 ]
 
 

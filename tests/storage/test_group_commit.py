@@ -384,3 +384,84 @@ def test_an_interrupt_inside_a_change_reaches_its_caller_and_leaves_the_committe
         committer.run(interrupted)
     assert committer.run(lambda: conn.root()["n"]) == 0
     committer.close()  # returns: no group is left counted as in flight
+
+
+class HeldSyncer(GatedSyncer):
+    """Each fsync held at a gate of its own, released in the order the test chooses."""
+
+    def __init__(self, storage: QueueFileStorage) -> None:
+        super().__init__(storage)
+        self.gates: list[threading.Event] = []
+
+    def sync_through(self, mark: int) -> None:
+        gate = threading.Event()
+        self.gates.append(gate)
+        assert gate.wait(10), "the test never released this fsync"
+        self.storage.sync_through(mark)
+        self.synced.append(mark)
+
+
+def test_close_waits_for_every_group_being_fsynced(writer):
+    """Two groups committed, both being fsynced: close() returns only after the second fsync
+    too (the storage is closed right after, under it)."""
+    storage, _db, conn, _tm = writer
+    syncer = HeldSyncer(storage)
+    committer = committer_of(writer, None)
+    committer._syncer = syncer
+    order: list[str] = []
+    first, _ = in_thread(lambda: committer.run(lambda: conn.root().__setitem__("n", 1)))
+    wait_until(lambda: len(syncer.gates) == 1, what="the first group's fsync")
+    second, _ = in_thread(lambda: committer.run(lambda: conn.root().__setitem__("n", 2)))
+    wait_until(lambda: len(syncer.gates) == 2, what="the second group's fsync")
+
+    def close() -> None:
+        committer.close()
+        order.append("closed")
+
+    closer, _ = in_thread(close)
+    wait_until(lambda: not closer.is_alive() or committer._idle._waiters, what="close to wait")
+    syncer.gates[0].set()
+    first.join(5)
+    # notify_all took the closer off the waiters: it either waits again or has returned
+    wait_until(lambda: not closer.is_alive() or committer._idle._waiters, what="close to wait")
+    order.append("second released")
+    syncer.gates[1].set()
+    for thread in (second, closer):
+        thread.join(5)
+        assert not thread.is_alive()
+    assert order == ["second released", "closed"]
+    assert not storage.unsynced()
+
+
+class RecordedHooks:
+    """The commit hooks (counts.py keeps its counts through them), noting each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def begin(self) -> None:
+        self.calls.append("begin")
+
+    def before_commit(self) -> None:
+        self.calls.append("before_commit")
+
+    def committed(self) -> None:
+        self.calls.append("committed")
+
+
+def test_the_commit_hooks_run_around_each_attempt_and_committed_only_after_success(writer):
+    _storage, db, conn, tm = writer
+    hooks = RecordedHooks()
+    committer = GroupCommitter(tm, Described, None, hooks)
+    attempts: list[int] = []
+
+    def bump() -> None:
+        attempts.append(1)
+        conn.root()["n"] = len(attempts)
+        if len(attempts) == 1:
+            conflicting(db, 100)
+
+    committer.run(lambda: conn.root().__setitem__("n", 0))
+    hooks.calls.clear()
+    committer.run(bump)
+    assert hooks.calls == ["begin", "before_commit", "begin", "before_commit", "committed"]
