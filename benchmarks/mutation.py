@@ -60,6 +60,7 @@ FAST_TESTS = [
     "tests/delivery/test_priority.py",
     "tests/queue/test_close_wakes.py",
     "tests/storage/test_group_commit.py",
+    "tests/storage/test_dead_letter_store.py",
 ]
 
 
