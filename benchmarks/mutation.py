@@ -61,6 +61,7 @@ FAST_TESTS = [
     "tests/queue/test_close_wakes.py",
     "tests/storage/test_group_commit.py",
     "tests/storage/test_dead_letter_store.py",
+    "tests/storage/test_count_log.py",
 ]
 
 

@@ -1,0 +1,127 @@
+"""Counts kept in transaction metadata (storage/counts.py), checked fast and in-process: a
+copy of the queue file taken while the writer runs is what ``kill -9`` would leave (every
+commit is flushed to the OS before put or ack returns), so opening the copy is opening after
+a crash, and a read-only reader of the copy is ``ackqueue stats`` on it.
+
+The kill campaigns of test_counts.py check the same with real SIGKILLs, in seconds; these run
+in the mutation run's fast tests."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+import ZODB
+
+import ackqueue
+from ackqueue.records import ROOT_KEY
+from ackqueue.storage import counts
+from ackqueue.storage.filestorage import QueueFileStorage
+
+NAMES = ("default", "other")
+
+
+def crash_image(path: str, into: str) -> str:
+    """The file as a kill -9 would leave it now (no index: the opener scans the file)."""
+    shutil.copyfile(path, into)
+    return into
+
+
+def read_only_counts(path: str) -> dict[str, tuple[int, int]]:
+    """Per queue: (entries in its tree, its count as a reader computes it)."""
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        queues = db.open().root()[ROOT_KEY]
+        return {
+            name: (len(record.entries), counts.stored_count(record))
+            for name, record in queues.items()
+        }
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_counts_of_a_crash_image_are_exact_amid_folds_and_packs(tmp_path, monkeypatch, seed):
+    monkeypatch.setattr(counts, "FOLD_EVERY", 4)  # fold often: images on every side of one
+    rng = random.Random(seed)
+    path = str(tmp_path / "q.fs")
+    expected = dict.fromkeys(NAMES, 0)
+    with ackqueue.AckQueue(path) as q, ackqueue.AckQueue(path, name="other") as other:
+        queues = {"default": q, "other": other}
+        consumers = {name: queues[name].connect() for name in NAMES}
+        for step in range(60):
+            name = rng.choice(NAMES)
+            roll = rng.random()
+            if roll < 0.55 or expected[name] == 0:
+                queues[name].put(step)
+                expected[name] += 1
+            elif roll < 0.9:
+                c = consumers[name]
+                c.ack(c.get())
+                expected[name] -= 1
+            else:
+                q.pack()
+            if step % 6 == 5:
+                image = crash_image(path, str(tmp_path / f"image{step}.fs"))
+                found = read_only_counts(image)
+                assert {n: found[n][1] for n in found} == expected, step
+                assert all(entries == count for entries, count in found.values())
+                with ackqueue.AckQueue(image) as a, ackqueue.AckQueue(image, name="other") as b:
+                    assert (a.qsize(), b.qsize()) == (expected["default"], expected["other"])
+                # the opener folded the logged changes into the Length for good
+                db = ZODB.DB(QueueFileStorage(image, read_only=True))
+                try:
+                    for record_name, record in db.open().root()[ROOT_KEY].items():
+                        assert not record.counted_in_log
+                        assert record.length() == expected[record_name]
+                finally:
+                    db.close()
+        assert (q.qsize(), other.qsize()) == (expected["default"], expected["other"])
+    with ackqueue.AckQueue(path) as q, ackqueue.AckQueue(path, name="other") as other:
+        assert (q.qsize(), other.qsize()) == (expected["default"], expected["other"])
+
+
+def test_the_writer_keeps_each_queues_count_off_its_commits_and_folds_it_every_so_often(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(counts, "FOLD_EVERY", 5)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        record = q._book.record
+        assert record.counted_in_log
+        lags = []
+        for i in range(13):
+            if i == 3:  # opening a queue folds only its own count: the others' cadence holds
+                ackqueue.AckQueue(path, name="other").close()
+            q.put(i)
+            lags.append(i + 1 - record.length())
+        # not written by every put, and folded within every FOLD_EVERY commits
+        assert all(0 <= lag < 5 for lag in lags), lags
+        assert any(lag > 0 for lag in lags) and lags.count(0) >= 2, lags
+        assert q.qsize() == 13
+    with ackqueue.AckQueue(path) as q:
+        assert q.qsize() == 13
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        record = db.open().root()[ROOT_KEY]["default"]
+        assert not record.counted_in_log and record.length() == 13  # folded at close
+    finally:
+        db.close()
+
+
+def test_a_pack_keeps_what_a_reader_adds_to_the_folded_counts(tmp_path, monkeypatch):
+    monkeypatch.setattr(counts, "FOLD_EVERY", 1000)  # only the pack folds
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        for i in range(20):
+            q.put(i)
+        for _ in range(5):
+            c.ack(c.get())
+        q.pack()
+        for i in range(3):
+            q.put(i)
+        found = read_only_counts(crash_image(path, str(tmp_path / "image.fs")))
+        assert found["default"] == (18, 18)
+        assert q.qsize() == 18
