@@ -62,6 +62,7 @@ FAST_TESTS = [
     "tests/storage/test_group_commit.py",
     "tests/storage/test_dead_letter_store.py",
     "tests/storage/test_count_log.py",
+    "tests/storage/test_book_edits.py",
 ]
 
 
