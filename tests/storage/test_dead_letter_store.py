@@ -5,11 +5,15 @@ Fast enough for the mutation run's fast tests: one file queue each, no children.
 
 from __future__ import annotations
 
+import importlib
+import os
 import queue
+import sys
+import uuid
 
 import pytest
 
-from ackqueue import AckQueue
+from ackqueue import AckQueue, ItemLoadError, UnloadableItem
 
 
 class Clock:
@@ -116,3 +120,40 @@ def test_a_rejected_item_records_its_deliveries_counted_in_memory(qpath):
         c.reject(c.get(), reason="enough")
         [letter] = q.dead_letters()
         assert (letter.attempts, letter.reason) == (3, "enough")
+
+
+@pytest.fixture
+def vanishing_class(tmp_path):
+    """A class importable now, gone later: ``(module, remove)``."""
+    name = f"gone_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("class Gone:\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    module = importlib.import_module(name)
+
+    def remove() -> None:
+        os.remove(tmp_path / f"{name}.py")
+        sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+
+    yield module, remove
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop(name, None)
+
+
+def test_an_unloadable_item_is_buried_with_its_bytes_and_stored_attempts(qpath, vanishing_class):
+    module, remove = vanishing_class
+    with AckQueue(qpath, max_attempts=5) as q, q.connect() as c:
+        q.put(module.Gone())
+        c.nack(c.get())  # one stored attempt
+        q.put("after")
+    remove()
+    with AckQueue(qpath, max_attempts=5) as q, q.connect() as c:
+        with pytest.raises(ItemLoadError):
+            c.get()
+        assert c.get() == "after"
+        [letter] = q.dead_letters()
+    assert isinstance(letter.item, UnloadableItem)
+    assert letter.attempts == 1  # the stored count: this get never delivered it
+    assert module.__name__.encode() in letter.item.data  # the record's own bytes, kept
+    assert letter.item.error.startswith(f"cannot load dead letter {letter.id}")
+    assert module.__name__ in letter.item.error
