@@ -8,6 +8,7 @@ in the mutation run's fast tests."""
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 
@@ -125,3 +126,88 @@ def test_a_pack_keeps_what_a_reader_adds_to_the_folded_counts(tmp_path, monkeypa
         found = read_only_counts(crash_image(path, str(tmp_path / "image.fs")))
         assert found["default"] == (18, 18)
         assert q.qsize() == 18
+
+
+def test_a_clean_close_and_a_crash_image_open_warn_of_nothing(tmp_path, caplog):
+    """Folding at close and settling a crash image's counts are routine: a warning there
+    ("could not write the count", "recounting", "stored count was") would cry wolf."""
+    path = str(tmp_path / "q.fs")
+    with caplog.at_level(logging.WARNING, logger="ackqueue"):
+        with ackqueue.AckQueue(path) as q:
+            c = q.connect()
+            for i in range(6):
+                q.put(i)
+            c.ack(c.get())
+            image = crash_image(path, str(tmp_path / "image.fs"))
+        with ackqueue.AckQueue(image) as q:
+            assert q.qsize() == 5
+        with ackqueue.AckQueue(path):
+            pass  # opened and closed with no change since its fold at open
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_queue_closed_and_reopened_while_its_file_stays_open_keeps_its_count(tmp_path):
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, name="other"):  # keeps the file's store open throughout
+        q = ackqueue.AckQueue(path)
+        q.put_many(range(3))
+        q.close()
+        with ackqueue.AckQueue(path) as again:
+            again.put(3)
+            assert again.qsize() == 4
+    found = read_only_counts(path)
+    assert found["default"] == (4, 4)
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        assert db.open().root()[ROOT_KEY]["default"].length() == 4
+    finally:
+        db.close()
+
+
+def test_queues_that_do_not_defer_their_count_keep_it_exact(tmp_path):
+    """A memory queue, and a crash image opened through the caller's own database (counts
+    kept in the Length by every commit, the logged changes settled first)."""
+    with ackqueue.AckQueue(None) as q, q.connect() as c:
+        q.put_many(range(4))
+        c.ack(c.get())
+        assert q.qsize() == 3
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        q.put_many(range(7))
+        c.ack(c.get())
+        image = crash_image(path, str(tmp_path / "image.fs"))
+    db = ZODB.DB(QueueFileStorage(image))
+    try:
+        with ackqueue.AckQueue(db=db) as q:
+            assert q.qsize() == 6
+            record = q._book.record
+            assert not record.counted_in_log and record.length() == 6
+            q.put("more")
+            assert record.length() == 7
+    finally:
+        db.close()
+    assert read_only_counts(image)["default"] == (7, 7)
+
+
+def test_a_pack_folds_every_count_and_keeps_the_commits_after_the_fold(tmp_path, monkeypatch):
+    """The pack time is just before the fold: commits made between the fold and the pack (an
+    autopack runs beside puts and acks) keep the changes a reader adds to the Length."""
+    monkeypatch.setattr(counts, "FOLD_EVERY", 1000)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        q.put_many(range(10))
+        store = q._store
+        pack_time = store._pack_time()  # folds, as Store.pack does first
+        assert read_only_counts(crash_image(path, str(tmp_path / "f.fs")))["default"] == (10, 10)
+        db = ZODB.DB(QueueFileStorage(str(tmp_path / "f.fs"), read_only=True))
+        try:
+            assert db.open().root()[ROOT_KEY]["default"].length() == 10  # folded
+        finally:
+            db.close()
+        for _ in range(4):
+            c.ack(c.get())  # each ack rewrites the same bucket: superseded but for the last
+        store.db.pack(pack_time)
+        assert read_only_counts(crash_image(path, str(tmp_path / "p.fs")))["default"] == (6, 6)
+        assert q.qsize() == 6
