@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import time
 
 import pytest
 import ZODB
+from ZODB import BaseStorage
 
 import ackqueue
 from ackqueue.records import ROOT_KEY
@@ -217,3 +219,18 @@ def test_a_pack_folds_every_count_and_keeps_the_commits_after_the_fold(tmp_path,
         store.db.pack(pack_time)
         assert read_only_counts(crash_image(path, str(tmp_path / "p.fs")))["default"] == (6, 6)
         assert q.qsize() == 6
+
+
+def test_counts_stay_exact_when_the_wall_clock_stands_still(tmp_path, monkeypatch):
+    """A wall clock stepped back (or standing still) makes each new transaction id the last
+    one plus one: the transaction right after a fold is then the fold's id + 1, and a reader
+    must still add its change."""
+    monkeypatch.setattr(counts, "FOLD_EVERY", 3)
+    frozen = time.time()
+    monkeypatch.setattr(BaseStorage.time, "time", lambda: frozen)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        for i in range(7):
+            q.put(i)
+            found = read_only_counts(crash_image(path, str(tmp_path / f"i{i}.fs")))
+            assert found["default"] == (i + 1, i + 1)
