@@ -9,8 +9,9 @@ from __future__ import annotations
 import queue
 
 import pytest
+import ZODB
 
-from ackqueue import AckQueue
+from ackqueue import AckQueue, LifoAckQueue, NotAQueueFileError, SerializerMismatchError
 
 
 class Clock:
@@ -155,3 +156,107 @@ def test_a_nack_with_delay_stores_its_due_time_and_new_item(qpath):
     clock.now += 30
     with AckQueue(qpath, clock=clock) as q:
         assert drained(q) == ["first v2", "second"]  # given back in its place
+
+
+def test_a_fresh_queue_lists_no_dead_letters(qpath):
+    with AckQueue(qpath) as q:
+        assert q.dead_letters() == [] and q.dead_count() == 0
+        assert q.requeue_dead() == 0 and q.purge_dead() == 0
+
+
+def test_an_acked_keyed_items_key_is_free_again(qpath):
+    with AckQueue(qpath) as q, q.connect() as c:
+        assert q.put("x", key="k") is True
+        assert q.put("x twice", key="k") is False  # live: refused
+        c.ack(c.get())
+        assert q.put("y", key="k") is True  # no seen-set: the key is free
+
+
+def test_a_requeued_dead_letter_keeps_its_group_and_put_time_after_a_reopen(qpath):
+    clock = Clock()
+    with AckQueue(qpath, clock=clock, max_held_per_group=1) as q, q.connect() as c:
+        q.put("a", group="g")
+        clock.now += 10
+        q.put("b", group="g")
+        c.reject(c.get())
+        assert q.requeue_dead() == 1
+    with AckQueue(qpath, clock=clock, max_held_per_group=1) as q, q.connect() as c:
+        b = c.get()
+        assert b == "b"
+        with pytest.raises(queue.Empty):
+            c.get(timeout=0)  # "a" is still of group g, which holds "b"
+        c.ack(b)
+        a = c.get(timeout=0)
+        c.reject(a)
+        [letter] = q.dead_letters()
+        assert (letter.item, letter.put_at) == ("a", 1000.0)  # its first put's time
+
+
+def test_grouped_and_plain_entries_and_a_grouped_delay_survive_a_reopen(qpath):
+    clock = Clock()
+    with AckQueue(qpath, clock=clock) as q:
+        q.put("plain")
+        q.put("later", group="g", delay=60)
+        q.put("g1", group="g")
+    with AckQueue(qpath, clock=clock) as q:
+        assert sorted(drained(q)) == ["g1", "plain"]  # "later" is not due
+        assert q.delayed_count() == 1
+    clock.now += 60
+    with AckQueue(qpath, clock=clock) as q:
+        assert drained(q) == ["later"]
+
+
+def test_burial_at_max_attempts_records_its_reason_time_and_attempts(qpath):
+    clock = Clock()
+    with AckQueue(qpath, clock=clock, max_attempts=2) as q, q.connect() as c:
+        q.put("x")
+        c.nack(c.get())  # one stored attempt
+        clock.now = 2000.0
+    with AckQueue(qpath, clock=clock, max_attempts=1) as q, q.connect() as c:
+        with pytest.raises(queue.Empty):
+            c.get(timeout=0)  # out of attempts: buried by this get
+        [letter] = q.dead_letters()
+        assert (letter.attempts, letter.when) == (1, 2000.0)
+        assert "max_attempts" in letter.reason
+
+
+def test_a_snooze_of_an_item_with_no_stored_attempt_stores_none_below_zero(qpath):
+    clock = Clock()
+    with AckQueue(qpath, clock=clock) as q, q.connect() as c:  # attempts kept in memory
+        q.put("x")
+        c.snooze(c.get(), 5)
+    clock.now += 5
+    with AckQueue(qpath, clock=clock, max_attempts=3) as q, q.connect() as c:
+        item = c.get(timeout=0)
+        assert c.delivery(item).attempts == 1
+
+
+def test_the_serializer_is_recorded_with_a_new_queue(qpath):
+    with AckQueue(qpath, serializer="json") as q:
+        q.put({"a": 1})
+    with pytest.raises(SerializerMismatchError, match="json"):
+        AckQueue(qpath)
+    with AckQueue(qpath, serializer="json") as q:
+        assert q.get_nowait() == {"a": 1}
+
+
+def test_a_queue_of_another_kind_is_refused_naming_both(qpath):
+    with AckQueue(qpath) as q:
+        q.put(1)
+    with pytest.raises(NotAQueueFileError, match="fifo.*LifoAckQueue"):
+        LifoAckQueue(qpath)
+
+
+def test_a_zodb_file_that_is_not_a_queue_file_is_refused_and_left_alone(tmp_path):
+    path = str(tmp_path / "other.fs")
+    db = ZODB.DB(path)
+    with db.transaction() as conn:
+        conn.root()["theirs"] = 1
+    db.close()
+    with pytest.raises(NotAQueueFileError, match="theirs"):
+        AckQueue(path)
+    db = ZODB.DB(path, read_only=True)
+    try:
+        assert dict(db.open().root()) == {"theirs": 1}
+    finally:
+        db.close()

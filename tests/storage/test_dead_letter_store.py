@@ -157,3 +157,4 @@ def test_an_unloadable_item_is_buried_with_its_bytes_and_stored_attempts(qpath, 
     assert module.__name__.encode() in letter.item.data  # the record's own bytes, kept
     assert letter.item.error.startswith(f"cannot load dead letter {letter.id}")
     assert module.__name__ in letter.item.error
+    assert f"{module.__name__}.Gone" in letter.reason and letter.when > 0
