@@ -11,7 +11,14 @@ import queue
 import pytest
 import ZODB
 
-from ackqueue import AckQueue, LifoAckQueue, NotAQueueFileError, SerializerMismatchError
+from ackqueue import (
+    AckQueue,
+    DamagedFileError,
+    LifoAckQueue,
+    NotAQueueFileError,
+    SerializerMismatchError,
+)
+from ackqueue.records import ROOT_KEY
 
 
 class Clock:
@@ -260,3 +267,15 @@ def test_a_zodb_file_that_is_not_a_queue_file_is_refused_and_left_alone(tmp_path
         assert dict(db.open().root()) == {"theirs": 1}
     finally:
         db.close()
+
+
+def test_a_root_key_a_byte_off_is_a_damaged_file_not_an_empty_queue(qpath):
+    with AckQueue(qpath) as q:
+        q.put("kept")
+    db = ZODB.DB(qpath)
+    with db.transaction() as conn:
+        root = conn.root()
+        root[ROOT_KEY[:-1] + "?"] = root.pop(ROOT_KEY)
+    db.close()
+    with pytest.raises(DamagedFileError, match="a byte|names"):
+        AckQueue(qpath)
