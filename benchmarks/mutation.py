@@ -59,6 +59,10 @@ FAST_TESTS = [
     "tests/queue/test_shutdown.py",
     "tests/delivery/test_priority.py",
     "tests/queue/test_close_wakes.py",
+    "tests/storage/test_group_commit.py",
+    "tests/storage/test_dead_letter_store.py",
+    "tests/storage/test_count_log.py",
+    "tests/storage/test_book_edits.py",
 ]
 
 

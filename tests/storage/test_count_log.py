@@ -1,0 +1,236 @@
+"""Counts kept in transaction metadata (storage/counts.py), checked fast and in-process: a
+copy of the queue file taken while the writer runs is what ``kill -9`` would leave (every
+commit is flushed to the OS before put or ack returns), so opening the copy is opening after
+a crash, and a read-only reader of the copy is ``ackqueue stats`` on it.
+
+The kill campaigns of test_counts.py check the same with real SIGKILLs, in seconds; these run
+in the mutation run's fast tests."""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+
+import pytest
+import ZODB
+from ZODB import BaseStorage
+
+import ackqueue
+from ackqueue.records import ROOT_KEY
+from ackqueue.storage import counts
+from ackqueue.storage.filestorage import QueueFileStorage
+
+NAMES = ("default", "other")
+
+
+def crash_image(path: str, into: str) -> str:
+    """The file as a kill -9 would leave it now (no index: the opener scans the file)."""
+    shutil.copyfile(path, into)
+    return into
+
+
+def read_only_counts(path: str) -> dict[str, tuple[int, int]]:
+    """Per queue: (entries in its tree, its count as a reader computes it)."""
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        queues = db.open().root()[ROOT_KEY]
+        return {
+            name: (len(record.entries), counts.stored_count(record))
+            for name, record in queues.items()
+        }
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_counts_of_a_crash_image_are_exact_amid_folds_and_packs(
+    tmp_path, monkeypatch, caplog, seed
+):
+    """Exact from the logged changes themselves: a warning would say a reader fell back on
+    counting the entries (reading every one), which also gives the right number."""
+    monkeypatch.setattr(counts, "FOLD_EVERY", 4)  # fold often: images on every side of one
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+    rng = random.Random(seed)
+    path = str(tmp_path / "q.fs")
+    expected = dict.fromkeys(NAMES, 0)
+    with ackqueue.AckQueue(path) as q, ackqueue.AckQueue(path, name="other") as other:
+        queues = {"default": q, "other": other}
+        consumers = {name: queues[name].connect() for name in NAMES}
+        for step in range(60):
+            name = rng.choice(NAMES)
+            roll = rng.random()
+            if roll < 0.55 or expected[name] == 0:
+                queues[name].put(step)
+                expected[name] += 1
+            elif roll < 0.9:
+                c = consumers[name]
+                c.ack(c.get())
+                expected[name] -= 1
+            else:
+                q.pack()
+            if step % 6 == 5:
+                image = crash_image(path, str(tmp_path / f"image{step}.fs"))
+                found = read_only_counts(image)
+                assert {n: found[n][1] for n in found} == expected, step
+                assert all(entries == count for entries, count in found.values())
+                with ackqueue.AckQueue(image) as a, ackqueue.AckQueue(image, name="other") as b:
+                    assert (a.qsize(), b.qsize()) == (expected["default"], expected["other"])
+                # the opener folded the logged changes into the Length for good
+                db = ZODB.DB(QueueFileStorage(image, read_only=True))
+                try:
+                    for record_name, record in db.open().root()[ROOT_KEY].items():
+                        assert not record.counted_in_log
+                        assert record.length() == expected[record_name]
+                finally:
+                    db.close()
+        assert (q.qsize(), other.qsize()) == (expected["default"], expected["other"])
+    with ackqueue.AckQueue(path) as q, ackqueue.AckQueue(path, name="other") as other:
+        assert (q.qsize(), other.qsize()) == (expected["default"], expected["other"])
+    assert [r.getMessage() for r in caplog.records if r.name == "ackqueue"] == []
+
+
+def test_the_writer_keeps_each_queues_count_off_its_commits_and_folds_it_every_so_often(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(counts, "FOLD_EVERY", 5)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        record = q._book.record
+        assert record.counted_in_log
+        lags = []
+        for i in range(13):
+            if i == 3:  # opening a queue folds only its own count: the others' cadence holds
+                ackqueue.AckQueue(path, name="other").close()
+            q.put(i)
+            lags.append(i + 1 - record.length())
+        # not written by every put, and folded within every FOLD_EVERY commits
+        assert all(0 <= lag < 5 for lag in lags), lags
+        assert any(lag > 0 for lag in lags) and lags.count(0) >= 2, lags
+        assert q.qsize() == 13
+    with ackqueue.AckQueue(path) as q:
+        assert q.qsize() == 13
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        record = db.open().root()[ROOT_KEY]["default"]
+        assert not record.counted_in_log and record.length() == 13  # folded at close
+    finally:
+        db.close()
+
+
+def test_a_pack_keeps_what_a_reader_adds_to_the_folded_counts(tmp_path, monkeypatch):
+    monkeypatch.setattr(counts, "FOLD_EVERY", 1000)  # only the pack folds
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        for i in range(20):
+            q.put(i)
+        for _ in range(5):
+            c.ack(c.get())
+        q.pack()
+        for i in range(3):
+            q.put(i)
+        found = read_only_counts(crash_image(path, str(tmp_path / "image.fs")))
+        assert found["default"] == (18, 18)
+        assert q.qsize() == 18
+
+
+def test_a_clean_close_and_a_crash_image_open_warn_of_nothing(tmp_path, caplog):
+    """Folding at close and settling a crash image's counts are routine: a warning there
+    ("could not write the count", "recounting", "stored count was") would cry wolf."""
+    path = str(tmp_path / "q.fs")
+    with caplog.at_level(logging.WARNING, logger="ackqueue"):
+        with ackqueue.AckQueue(path) as q:
+            c = q.connect()
+            for i in range(6):
+                q.put(i)
+            c.ack(c.get())
+            image = crash_image(path, str(tmp_path / "image.fs"))
+        with ackqueue.AckQueue(image) as q:
+            assert q.qsize() == 5
+        with ackqueue.AckQueue(path):
+            pass  # opened and closed with no change since its fold at open
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_queue_closed_and_reopened_while_its_file_stays_open_keeps_its_count(tmp_path):
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, name="other"):  # keeps the file's store open throughout
+        q = ackqueue.AckQueue(path)
+        q.put_many(range(3))
+        q.close()
+        with ackqueue.AckQueue(path) as again:
+            again.put(3)
+            assert again.qsize() == 4
+    found = read_only_counts(path)
+    assert found["default"] == (4, 4)
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        assert db.open().root()[ROOT_KEY]["default"].length() == 4
+    finally:
+        db.close()
+
+
+def test_queues_that_do_not_defer_their_count_keep_it_exact(tmp_path):
+    """A memory queue, and a crash image opened through the caller's own database (counts
+    kept in the Length by every commit, the logged changes settled first)."""
+    with ackqueue.AckQueue(None) as q, q.connect() as c:
+        q.put_many(range(4))
+        c.ack(c.get())
+        assert q.qsize() == 3
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        q.put_many(range(7))
+        c.ack(c.get())
+        image = crash_image(path, str(tmp_path / "image.fs"))
+    db = ZODB.DB(QueueFileStorage(image))
+    try:
+        with ackqueue.AckQueue(db=db) as q:
+            assert q.qsize() == 6
+            record = q._book.record
+            assert not record.counted_in_log and record.length() == 6
+            q.put("more")
+            assert record.length() == 7
+    finally:
+        db.close()
+    assert read_only_counts(image)["default"] == (7, 7)
+
+
+def test_a_pack_folds_every_count_and_keeps_the_commits_after_the_fold(tmp_path, monkeypatch):
+    """The pack time is just before the fold: commits made between the fold and the pack (an
+    autopack runs beside puts and acks) keep the changes a reader adds to the Length."""
+    monkeypatch.setattr(counts, "FOLD_EVERY", 1000)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        q.put_many(range(10))
+        store = q._store
+        pack_time = store._pack_time()  # folds, as Store.pack does first
+        assert read_only_counts(crash_image(path, str(tmp_path / "f.fs")))["default"] == (10, 10)
+        db = ZODB.DB(QueueFileStorage(str(tmp_path / "f.fs"), read_only=True))
+        try:
+            assert db.open().root()[ROOT_KEY]["default"].length() == 10  # folded
+        finally:
+            db.close()
+        for _ in range(4):
+            c.ack(c.get())  # each ack rewrites the same bucket: superseded but for the last
+        store.db.pack(pack_time)
+        assert read_only_counts(crash_image(path, str(tmp_path / "p.fs")))["default"] == (6, 6)
+        assert q.qsize() == 6
+
+
+def test_counts_stay_exact_when_the_wall_clock_stands_still(tmp_path, monkeypatch):
+    """A wall clock stepped back (or standing still) makes each new transaction id the last
+    one plus one: the transaction right after a fold is then the fold's id + 1, and a reader
+    must still add its change."""
+    monkeypatch.setattr(counts, "FOLD_EVERY", 3)
+    frozen = time.time()
+    monkeypatch.setattr(BaseStorage.time, "time", lambda: frozen)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        for i in range(7):
+            q.put(i)
+            found = read_only_counts(crash_image(path, str(tmp_path / f"i{i}.fs")))
+            assert found["default"] == (i + 1, i + 1)
