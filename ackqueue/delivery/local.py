@@ -138,7 +138,7 @@ class LocalMode:
             return 0
         keys = [key for key, _due in taken]
         try:
-            self._store.run(self._book.deleter(keys))
+            self._store.run(self._book.deleter(keys, done=False))  # frees their keys
         except BaseException:
             with self._mutex:
                 for key, due in taken:

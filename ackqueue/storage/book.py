@@ -303,14 +303,19 @@ class Book:
 
         return insert
 
-    def deleter(self, keys: list[Any], check: bool = False) -> Callable[[], None]:
+    def deleter(
+        self, keys: list[Any], check: bool = False, done: bool = True
+    ) -> Callable[[], None]:
+        """The edit deleting entries ``keys`` (``check``: each must be stored); ``done``: they
+        were handed out, so keys put to be remembered go to the seen-set (a removal frees
+        them instead: see :meth:`remove_entry`)."""
         require = self.require_stored(keys)
 
         def delete() -> None:
             if check:
                 require()
             for key in keys:
-                self.remove_entry(key)
+                self.remove_entry(key, done=done)
 
         return delete
 
