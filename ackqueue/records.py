@@ -204,7 +204,17 @@ class QueueRecord(Persistent):
         """``(key, entry)`` in delivery order, from the first or from just after ``after``."""
         entries = edge_loaded(self.entries)
         items = entries.items() if after is None else entries.items(min=after, excludemin=True)
-        return ((key, self._an_entry(key, value)) for key, value in self._walked(items))
+        return self._walked_entries(items)
+
+    def _walked_entries(self, items: Iterable[tuple[Any, Any]]) -> Iterator[tuple[Any, Entry]]:
+        """:meth:`_walked` of ``items``, each value checked to be an entry (one generator: the
+        read-ahead of every get walks here)."""
+        try:
+            for key, value in items:
+                yield key, value if isinstance(value, Entry) else self._an_entry(key, value)
+        except RuntimeError as exc:
+            self._broken_walk(exc)
+            raise
 
     def _walked(self, walk: Iterable[T]) -> Iterator[T]:
         """``walk`` of the entry tree; a :class:`~ackqueue.DamagedFileError` where BTrees' C
@@ -213,9 +223,14 @@ class QueueRecord(Persistent):
         try:
             yield from walk
         except RuntimeError as exc:
-            why = self.entry_damage()  # walks the tree again from its root
-            if why is None:
-                raise
+            self._broken_walk(exc)
+            raise
+
+    def _broken_walk(self, exc: RuntimeError) -> None:
+        """Raise :class:`~ackqueue.DamagedFileError` if the tree a walk broke off in is
+        damaged (a second walk from its root fails too); else return, to let ``exc`` out."""
+        why = self.entry_damage()
+        if why is not None:
             raise DamagedFileError(damaged_message(self._where(), f"its entry tree {why}")) from exc
 
     def add_entry(self, key: Any, entry: Entry) -> Entry:
