@@ -200,3 +200,18 @@ def test_a_blocking_get_on_an_event_loops_thread_is_refused_with_what_it_was(qpa
                 q.sync.get(timeout=5)
 
     asyncio.run(main())
+
+
+def test_put_many_fills_an_empty_queue_up_to_maxsize(qpath):
+    with AckQueue(qpath, maxsize=3) as q:
+        q.put_many([1, 2, 3], block=False)
+        assert q.full()
+        with pytest.raises(Full):
+            q.put_many([4], block=False)
+
+
+def test_an_item_due_in_the_past_is_ready_when_its_put_returns(qpath):
+    with AckQueue(qpath) as q:
+        q.put("overdue", not_before=time.time() - 60)
+        assert q.delayed_count() == 0 and q.qsize() == 1
+        assert q.get_nowait() == "overdue"
