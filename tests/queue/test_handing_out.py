@@ -80,7 +80,7 @@ def test_a_subclass_get_hook_that_skips_the_base_hook_is_a_clear_error(qpath):
 def test_a_get_with_a_short_timeout_on_an_empty_queue_gives_up_after_that_timeout(qpath):
     with AckQueue(qpath) as q:
         c = q.connect()
-        for getter in (q.get, c.get):
+        for getter in (q.get, c.get, lambda timeout: c.get_many(3, timeout=timeout)):
             start = time.monotonic()
             with pytest.raises(Empty):
                 getter(timeout=0.01)
