@@ -232,6 +232,7 @@ def test_remove_group_removes_waiting_items_and_leaves_held_ones_held(qpath: str
         held = c.get()
         assert held == "a0"
         assert q.remove_group("a") == 3
+        assert q.unfinished_tasks == 2  # join() waits for "a0" (held) and "b0" only
         assert q.remove_group("a") == 0
         assert q.remove_group("nobody") == 0
         c.ack(held)  # its ack works as usual

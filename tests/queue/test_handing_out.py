@@ -73,7 +73,7 @@ class _GetSkipsTheBaseHook(AckQueue[Any]):
 def test_a_subclass_get_hook_that_skips_the_base_hook_is_a_clear_error(qpath):
     with _GetSkipsTheBaseHook(qpath) as q:
         q.put("stored")
-        with pytest.raises(AckQueueError, match="did not call AckQueue._get"):
+        with pytest.raises(AckQueueError, match="^a subclass's _get did not call AckQueue._get$"):
             q.get_nowait()
 
 
@@ -208,6 +208,30 @@ def test_put_many_fills_an_empty_queue_up_to_maxsize(qpath):
         assert q.full()
         with pytest.raises(Full):
             q.put_many([4], block=False)
+
+
+def test_put_many_counts_puts_still_committing_and_puts_of_an_open_transaction(qpath):
+    with AckQueue(qpath, maxsize=2) as q:
+        with put_in_flight(q), pytest.raises(Full):
+            q.put_many(["a", "b"], block=False)
+        q.get_nowait()
+        with q.transaction():
+            q.put("in the transaction")
+            with pytest.raises(Full):
+                q.put_many(["a", "b"], block=False)
+        assert drain(q) == ["in the transaction"]
+
+
+def test_a_put_by_key_that_replaces_a_waiting_item_hands_out_the_new_payload(qpath):
+    with AckQueue(qpath) as q:
+        q.put("old", key="k")  # its pickle is kept for the get (this session's put)
+        assert q.put("new", key="k", replace=True) is True
+        q.put("old later", key="later", delay=3600)
+        assert q.put("new later", key="later", replace=True) is True  # delayed ones too
+        assert q.delayed_count() == 1
+        q.remove("later")
+        assert q.delayed_count() == 0 and q.stored_count() == 1
+        assert drain(q) == ["new"]
 
 
 def test_an_item_due_in_the_past_is_ready_when_its_put_returns(qpath):
