@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 from conftest import child_argv, child_env
 from polling import wait_until  # noqa: F401 - re-exported for the semantics tests
@@ -48,3 +52,29 @@ def run_and_maybe_kill(
     if proc.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(f"child failed with {proc.returncode}: {out}")
     return proc.returncode == 0, out
+
+
+@contextlib.contextmanager
+def put_in_flight(q: Any, item: object = "in flight") -> Iterator[None]:
+    """Within the block, a put of ``item`` on ``q`` is staged (counted) but cannot commit: a
+    change that touches nothing keeps the queue's committer busy until the block ends."""
+    release = threading.Event()
+    committer_busy = threading.Event()
+
+    def wait() -> None:
+        committer_busy.set()
+        release.wait(30)
+
+    holder = threading.Thread(target=q._store.run, args=(wait,))
+    holder.start()
+    putter = threading.Thread(target=q.put, args=(item,))
+    try:
+        assert committer_busy.wait(10)
+        putter.start()
+        wait_until(lambda: q._supply.staged == 1)
+        yield
+    finally:
+        release.set()
+        holder.join(10)
+        if putter.ident is not None:
+            putter.join(10)

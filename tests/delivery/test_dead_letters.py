@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 import uuid
 
 import pytest
@@ -196,3 +197,7 @@ def test_an_unloadable_item_is_named_by_its_key_and_queue(qpath, vanishing_class
         with pytest.raises(ItemLoadError, match=r"cannot load item 1 of queue 'jobs': "):
             q.get_nowait()
         assert q.dead_count() == 1
+        [letter] = q.dead_letters()
+        assert letter.reason.startswith("cannot load item 1 of queue 'jobs': ")
+        assert abs(letter.when - time.time()) < 600
+        assert q.unfinished_tasks == 1  # "first", until its task_done; not the buried one

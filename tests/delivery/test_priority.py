@@ -1,14 +1,16 @@
-"""``put(item, priority=n)`` on AckQueue: lower first, FIFO within one priority."""
+"""``put(item, priority=n)`` on AckQueue: lower first, FIFO within one priority; PriorityAckQueue
+compares the items themselves."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ackqueue import AckQueue, LifoAckQueue
+from ackqueue import AckQueue, LifoAckQueue, PriorityAckQueue
 
 
 def expected_order(puts: list[tuple[int, int]]) -> list[int]:
@@ -62,3 +64,14 @@ def test_lifo_queue_puts_lower_priority_first_then_newest_first(qpath):
         for item, prio in [("a", 1), ("b", 0), ("c", 1), ("d", 0)]:
             q.put(item, priority=prio)
         assert [q.get() for _ in range(4)] == ["d", "b", "c", "a"]
+
+
+def test_a_priority_queue_refuses_an_item_it_cannot_compare_and_stores_nothing(qpath):
+    # As queue.PriorityQueue does at put: TypeError, the queue unchanged.
+    with PriorityAckQueue(qpath) as q:
+        q.put(1)
+        with pytest.raises(TypeError):
+            q.put("one")
+        assert q.qsize() == q.stored_count() == 1
+        q.put(0)
+        assert [q.get(), q.get()] == [0, 1]

@@ -80,6 +80,19 @@ def test_max_held_per_group_caps_the_items_out_until_one_is_settled(qpath: str) 
         assert c.get(timeout=5) == 1
 
 
+def test_an_item_taken_for_good_or_delayed_is_out_of_its_group_no_longer(qpath: str) -> None:
+    # A plain get removes the item; a delayed nack or a snooze puts it off: none of them is
+    # held any more, so none of them keeps its group at the cap.
+    with AckQueue(qpath, max_held_per_group=1) as q, q.connect() as c:
+        q.put_many(["a", "b", "c", "d"], group="g")
+        assert q.get_nowait() == "a"
+        b = c.get_nowait()
+        c.nack(b, delay=3600)
+        c_ = c.get_nowait()
+        c.snooze(c_, 3600)
+        assert (b, c_, c.get_nowait()) == ("b", "c", "d")
+
+
 def test_group_interval_spaces_deliveries_of_one_group() -> None:
     clock = ManualClock(1000.0)
     with AckQueue(None, clock=clock, group_interval=10) as q, q.connect() as c:
@@ -219,6 +232,7 @@ def test_remove_group_removes_waiting_items_and_leaves_held_ones_held(qpath: str
         held = c.get()
         assert held == "a0"
         assert q.remove_group("a") == 3
+        assert q.unfinished_tasks == 2  # join() waits for "a0" (held) and "b0" only
         assert q.remove_group("a") == 0
         assert q.remove_group("nobody") == 0
         c.ack(held)  # its ack works as usual

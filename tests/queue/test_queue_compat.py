@@ -15,7 +15,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from polling import bounded, wait_for_waiter, wait_until
+from polling import bounded, wait_for_waiter
 
 import ackqueue
 
@@ -503,52 +503,3 @@ def test_close_wakes_a_put_blocked_on_a_full_queue(maxsize, qpath):
     assert outcome == [ackqueue.QueueClosedError]
     with ackqueue.AckQueue(qpath) as q:
         assert q.qsize() == maxsize
-
-
-# -- a put still committing ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def put_in_flight(qpath):
-    """A queue whose one put is staged but cannot commit until ``release`` is set."""
-    q = ackqueue.AckQueue(qpath)
-    release = threading.Event()
-    committer_busy = threading.Event()
-
-    def hold_the_committer():
-        # A change that touches nothing: it only keeps the commit in flight.
-        def wait():
-            committer_busy.set()
-            release.wait(30)
-
-        q._store.run(wait)
-
-    holder = threading.Thread(target=hold_the_committer)
-    holder.start()
-    assert committer_busy.wait(10)
-    putter = threading.Thread(target=q.put, args=("in flight",))
-    putter.start()
-    wait_until(lambda: q._supply.staged == 1)
-    yield q
-    release.set()
-    holder.join(10)
-    putter.join(10)
-    q.close()
-
-
-def test_get_nowait_does_not_wait_for_a_put_still_committing(put_in_flight):
-    q = put_in_flight
-    start = time.monotonic()
-    with pytest.raises(queue.Empty):
-        q.get_nowait()
-    with pytest.raises(queue.Empty):
-        q.connect().get_nowait()
-    # The put's commit is held for 30 s: waiting for it would take that long.
-    assert time.monotonic() - start < 10
-
-
-def test_get_with_timeout_keeps_its_timeout_while_a_put_is_committing(put_in_flight):
-    start = time.monotonic()
-    with pytest.raises(queue.Empty):
-        put_in_flight.get(timeout=0.2)
-    assert 0.19 <= time.monotonic() - start < 10  # not the 30 s the commit is held
