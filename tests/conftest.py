@@ -1,9 +1,11 @@
+import importlib
 import os
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from typing import Any
 
 import pytest
@@ -123,3 +125,42 @@ def short_qpath():
     directory = tempfile.mkdtemp(prefix="aq-")
     yield os.path.join(directory, "queue.fs")
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def vanishing_class(tmp_path):
+    """A class importable now, gone later (an item whose class a later program lacks):
+    ``(module, remove)``; ``module.Gone`` is the class, ``remove()`` takes its module away."""
+    name = f"gone_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("class Gone:\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    module = importlib.import_module(name)
+
+    def remove() -> None:
+        os.remove(tmp_path / f"{name}.py")
+        sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+
+    yield module, remove
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop(name, None)
+
+
+def stored_counts(path: str) -> dict[str, tuple[int, int]]:
+    """Per queue of the file at ``path``: (entries in its tree, its count as a reader
+    computes it), read-only."""
+    import ZODB
+
+    from ackqueue.records import ROOT_KEY
+    from ackqueue.storage import counts
+    from ackqueue.storage.filestorage import QueueFileStorage
+
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        queues = db.open().root()[ROOT_KEY]
+        return {
+            name: (len(record.entries), counts.stored_count(record))
+            for name, record in queues.items()
+        }
+    finally:
+        db.close()

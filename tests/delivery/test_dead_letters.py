@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import time
-import uuid
 
 import pytest
 from semantic_helpers import run_child
@@ -142,24 +138,6 @@ def test_a_record_without_dead_letters_opens_and_gains_them(qpath):
     with AckQueue(qpath) as q, q.connect() as c:
         c.reject(c.get(), reason="old file")
         assert q.dead_count() == 1
-
-
-@pytest.fixture
-def vanishing_class(tmp_path):
-    """A class importable now, gone later: ``(module, make, remove_module)``."""
-    name = f"gone_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text("class Gone:\n    pass\n")
-    sys.path.insert(0, str(tmp_path))
-    module = importlib.import_module(name)
-
-    def remove() -> None:
-        os.remove(tmp_path / f"{name}.py")
-        sys.modules.pop(name, None)
-        importlib.invalidate_caches()
-
-    yield module, remove
-    sys.path.remove(str(tmp_path))
-    sys.modules.pop(name, None)
 
 
 def test_unloadable_item_goes_to_dead_letters_and_the_head_moves_on(qpath, vanishing_class):

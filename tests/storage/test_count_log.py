@@ -9,12 +9,11 @@ in the mutation run's fast tests."""
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 import time
 
-import pytest
 import ZODB
+from conftest import stored_counts
 from ZODB import BaseStorage
 
 import ackqueue
@@ -29,66 +28,6 @@ def crash_image(path: str, into: str) -> str:
     """The file as a kill -9 would leave it now (no index: the opener scans the file)."""
     shutil.copyfile(path, into)
     return into
-
-
-def read_only_counts(path: str) -> dict[str, tuple[int, int]]:
-    """Per queue: (entries in its tree, its count as a reader computes it)."""
-    db = ZODB.DB(QueueFileStorage(path, read_only=True))
-    try:
-        queues = db.open().root()[ROOT_KEY]
-        return {
-            name: (len(record.entries), counts.stored_count(record))
-            for name, record in queues.items()
-        }
-    finally:
-        db.close()
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_counts_of_a_crash_image_are_exact_amid_folds_and_packs(
-    tmp_path, monkeypatch, caplog, seed
-):
-    """Exact from the logged changes themselves: a warning would say a reader fell back on
-    counting the entries (reading every one), which also gives the right number."""
-    monkeypatch.setattr(counts, "FOLD_EVERY", 4)  # fold often: images on every side of one
-    caplog.set_level(logging.WARNING, logger="ackqueue")
-    rng = random.Random(seed)
-    path = str(tmp_path / "q.fs")
-    expected = dict.fromkeys(NAMES, 0)
-    with ackqueue.AckQueue(path) as q, ackqueue.AckQueue(path, name="other") as other:
-        queues = {"default": q, "other": other}
-        consumers = {name: queues[name].connect() for name in NAMES}
-        for step in range(60):
-            name = rng.choice(NAMES)
-            roll = rng.random()
-            if roll < 0.55 or expected[name] == 0:
-                queues[name].put(step)
-                expected[name] += 1
-            elif roll < 0.9:
-                c = consumers[name]
-                c.ack(c.get())
-                expected[name] -= 1
-            else:
-                q.pack()
-            if step % 6 == 5:
-                image = crash_image(path, str(tmp_path / f"image{step}.fs"))
-                found = read_only_counts(image)
-                assert {n: found[n][1] for n in found} == expected, step
-                assert all(entries == count for entries, count in found.values())
-                with ackqueue.AckQueue(image) as a, ackqueue.AckQueue(image, name="other") as b:
-                    assert (a.qsize(), b.qsize()) == (expected["default"], expected["other"])
-                # the opener folded the logged changes into the Length for good
-                db = ZODB.DB(QueueFileStorage(image, read_only=True))
-                try:
-                    for record_name, record in db.open().root()[ROOT_KEY].items():
-                        assert not record.counted_in_log
-                        assert record.length() == expected[record_name]
-                finally:
-                    db.close()
-        assert (q.qsize(), other.qsize()) == (expected["default"], expected["other"])
-    with ackqueue.AckQueue(path) as q, ackqueue.AckQueue(path, name="other") as other:
-        assert (q.qsize(), other.qsize()) == (expected["default"], expected["other"])
-    assert [r.getMessage() for r in caplog.records if r.name == "ackqueue"] == []
 
 
 def test_the_writer_keeps_each_queues_count_off_its_commits_and_folds_it_every_so_often(
@@ -131,7 +70,7 @@ def test_a_pack_keeps_what_a_reader_adds_to_the_folded_counts(tmp_path, monkeypa
         q.pack()
         for i in range(3):
             q.put(i)
-        found = read_only_counts(crash_image(path, str(tmp_path / "image.fs")))
+        found = stored_counts(crash_image(path, str(tmp_path / "image.fs")))
         assert found["default"] == (18, 18)
         assert q.qsize() == 18
 
@@ -163,7 +102,7 @@ def test_a_queue_closed_and_reopened_while_its_file_stays_open_keeps_its_count(t
         with ackqueue.AckQueue(path) as again:
             again.put(3)
             assert again.qsize() == 4
-    found = read_only_counts(path)
+    found = stored_counts(path)
     assert found["default"] == (4, 4)
     db = ZODB.DB(QueueFileStorage(path, read_only=True))
     try:
@@ -195,7 +134,7 @@ def test_queues_that_do_not_defer_their_count_keep_it_exact(tmp_path):
             assert record.length() == 7
     finally:
         db.close()
-    assert read_only_counts(image)["default"] == (7, 7)
+    assert stored_counts(image)["default"] == (7, 7)
 
 
 def test_a_pack_folds_every_count_and_keeps_the_commits_after_the_fold(tmp_path, monkeypatch):
@@ -208,7 +147,7 @@ def test_a_pack_folds_every_count_and_keeps_the_commits_after_the_fold(tmp_path,
         q.put_many(range(10))
         store = q._store
         pack_time = store._pack_time()  # folds, as Store.pack does first
-        assert read_only_counts(crash_image(path, str(tmp_path / "f.fs")))["default"] == (10, 10)
+        assert stored_counts(crash_image(path, str(tmp_path / "f.fs")))["default"] == (10, 10)
         db = ZODB.DB(QueueFileStorage(str(tmp_path / "f.fs"), read_only=True))
         try:
             assert db.open().root()[ROOT_KEY]["default"].length() == 10  # folded
@@ -217,7 +156,7 @@ def test_a_pack_folds_every_count_and_keeps_the_commits_after_the_fold(tmp_path,
         for _ in range(4):
             c.ack(c.get())  # each ack rewrites the same bucket: superseded but for the last
         store.db.pack(pack_time)
-        assert read_only_counts(crash_image(path, str(tmp_path / "p.fs")))["default"] == (6, 6)
+        assert stored_counts(crash_image(path, str(tmp_path / "p.fs")))["default"] == (6, 6)
         assert q.qsize() == 6
 
 
@@ -232,5 +171,5 @@ def test_counts_stay_exact_when_the_wall_clock_stands_still(tmp_path, monkeypatc
     with ackqueue.AckQueue(path) as q:
         for i in range(7):
             q.put(i)
-            found = read_only_counts(crash_image(path, str(tmp_path / f"i{i}.fs")))
+            found = stored_counts(crash_image(path, str(tmp_path / f"i{i}.fs")))
             assert found["default"] == (i + 1, i + 1)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import ZODB
-from conftest import child_env
+from conftest import child_env, stored_counts
 
 import ackqueue
 from ackqueue.records import ROOT_KEY
@@ -54,19 +54,6 @@ while True:
 """
 
 
-def stored_entries(path: str) -> dict[str, tuple[int, int]]:
-    """Per queue: (entries in its tree, its count as a reader computes it), read-only."""
-    db = ZODB.DB(QueueFileStorage(path, read_only=True))
-    try:
-        queues = db.open().root()[ROOT_KEY]
-        return {
-            name: (len(record.entries), counts.stored_count(record))
-            for name, record in queues.items()
-        }
-    finally:
-        db.close()
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_counts_are_exact_after_sigkill_amid_folds_and_packs(tmp_path, seed):
     path = str(tmp_path / "q.fs")
@@ -82,7 +69,7 @@ def test_counts_are_exact_after_sigkill_amid_folds_and_packs(tmp_path, seed):
                 raise AssertionError(proc.communicate(timeout=30)[1][-3000:])
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
-        found = stored_entries(path)
+        found = stored_counts(path)
         # a reader adds the changes the dead writer logged after its last fold
         assert all(entries == count for entries, count in found.values()), found
     assert found["default"][0] > 0, "nothing was left queued: this proves little"
@@ -107,7 +94,7 @@ def test_a_reader_sees_the_exact_count_while_the_writer_defers_it(tmp_path, monk
             q.put(i)
         for _ in range(4):
             c.ack(c.get())
-        entries, count = stored_entries(path)["default"]
+        entries, count = stored_counts(path)["default"]
         assert entries == count == 19
         assert q._book.record.counted_in_log
         # folded every 5 commits: the Length lags by the last few changes only

@@ -5,11 +5,7 @@ Fast enough for the mutation run's fast tests: one file queue each, no children.
 
 from __future__ import annotations
 
-import importlib
-import os
 import queue
-import sys
-import uuid
 
 import pytest
 
@@ -120,24 +116,6 @@ def test_a_rejected_item_records_its_deliveries_counted_in_memory(qpath):
         c.reject(c.get(), reason="enough")
         [letter] = q.dead_letters()
         assert (letter.attempts, letter.reason) == (3, "enough")
-
-
-@pytest.fixture
-def vanishing_class(tmp_path):
-    """A class importable now, gone later: ``(module, remove)``."""
-    name = f"gone_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text("class Gone:\n    pass\n")
-    sys.path.insert(0, str(tmp_path))
-    module = importlib.import_module(name)
-
-    def remove() -> None:
-        os.remove(tmp_path / f"{name}.py")
-        sys.modules.pop(name, None)
-        importlib.invalidate_caches()
-
-    yield module, remove
-    sys.path.remove(str(tmp_path))
-    sys.modules.pop(name, None)
 
 
 def test_an_unloadable_item_is_buried_with_its_bytes_and_stored_attempts(qpath, vanishing_class):
