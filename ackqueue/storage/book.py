@@ -150,17 +150,16 @@ class Book:
                 f"queue {self.name!r} in {store.where} was made by a {record.kind} queue "
                 f"class, not {self._class_name}"
             )
-        elif record.serializer != self.codec.name and any(
-            a_byte_apart(str(record.serializer), own) for own in SERIALIZERS
-        ):
-            # Not a caller's own serializer's name either: those are versioned ("codec-v1",
-            # "codec-v2") and may well be a byte apart from each other.
-            raise DamagedFileError(damaged_message(store.where, (
-                f"queue {self.name!r} names its serializer {record.serializer!r}, which is "
-                f"{next(o for o in SERIALIZERS if a_byte_apart(str(record.serializer), o))!r} "
-                "damaged"
-            )))
         elif record.serializer != self.codec.name:
+            # A byte away from ackqueue's own serializers' names only: a caller's own names
+            # are versioned ("codec-v1", "codec-v2") and may well be a byte apart.
+            meant = next((own for own in SERIALIZERS
+                          if a_byte_apart(str(record.serializer), own)), None)
+            if meant is not None:
+                raise DamagedFileError(damaged_message(store.where, (
+                    f"queue {self.name!r} names its serializer {record.serializer!r}, which "
+                    f"is {meant!r} damaged"
+                )))
             raise SerializerMismatchError(
                 f"queue {self.name!r} in {store.where} holds items encoded with serializer "
                 f"{record.serializer!r}, not {self.codec.name!r}: open it with "

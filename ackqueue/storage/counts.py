@@ -36,11 +36,12 @@ transaction is still needed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from persistent.TimeStamp import TimeStamp
@@ -209,22 +210,29 @@ def logged_changes(storage: Any, name: str, after: bytes) -> int:
     """The changes of queue ``name``'s count recorded by transactions after ``after``."""
     started = time.monotonic()
     total = scanned = 0
-    transactions = storage.iterator(p64(u64(after) + 1))
-    try:
+    with _transactions(storage, p64(u64(after) + 1)) as transactions:
         for txn in transactions:
             scanned += 1
             changes = txn.extension.get(COUNTS_KEY)
             if changes:
                 total += changes.get(name, 0)
-    finally:
-        close = getattr(transactions, "close", None)
-        if close is not None:
-            close()
     log.debug(
         "count of %r: %d changes in %d transactions (%.3f s)",
         name, total, scanned, time.monotonic() - started,
     )
     return total
+
+
+@contextlib.contextmanager
+def _transactions(storage: Any, start: bytes) -> Iterator[Any]:
+    """The storage's transactions from ``start`` on, its iterator closed after."""
+    transactions = storage.iterator(start)
+    try:
+        yield transactions
+    finally:
+        close = getattr(transactions, "close", None)
+        if close is not None:
+            close()
 
 
 def _check_length(record: Any, storage: Any) -> None:
@@ -233,8 +241,9 @@ def _check_length(record: Any, storage: Any) -> None:
     length = record.length
     value = int(length())  # loads it: a ghost's _p_serial is not its revision's
     try:
-        recorded = _recorded_total(storage, name_of(record), length._p_serial)
-    except Exception:  # a storage that cannot iterate its transactions: nothing to check
+        name = name_of(record)
+        recorded = _recorded_total(storage, name, length._p_serial)
+    except Exception:  # a record not yet stored, a storage without transactions to iterate
         return
     if recorded is None or recorded == value:
         return
@@ -242,24 +251,19 @@ def _check_length(record: Any, storage: Any) -> None:
     if stored != value:
         log.warning(
             "the stored count of queue %r was %d but it holds %d entries (a damaged count "
-            "record); using %d", name_of(record), value, stored, stored,
+            "record); using %d", name, value, stored, stored,
         )
         length.change(stored - value)
 
 
 def _recorded_total(storage: Any, name: str, tid: bytes) -> int | None:
     """The count of queue ``name`` that transaction ``tid`` recorded, if it recorded one."""
-    transactions = storage.iterator(tid)
-    try:
+    with _transactions(storage, tid) as transactions:
         for txn in transactions:
             if txn.tid != tid:
                 return None
             total = (txn.extension.get(TOTALS_KEY) or {}).get(name)
             return total if isinstance(total, int) else None
-    finally:
-        close = getattr(transactions, "close", None)
-        if close is not None:
-            close()
     return None
 
 
@@ -274,14 +278,13 @@ def checked_changes(
     commit records a count under a name that is none of the file's queues (``names``): the
     metadata pickle keeps a queue's name once and refers to it for its total, so one changed
     byte there moves both the change and the total to a name nobody looks up."""
-    transactions = storage.iterator(anchor)
-    running, scanned = base, 0
-    try:
+    running, scanned, known = base, 0, set(names)
+    with _transactions(storage, anchor) as transactions:
         for txn in transactions:
             scanned += 1
             totals = txn.extension.get(TOTALS_KEY) or {}
             changes = txn.extension.get(COUNTS_KEY) or {}
-            if not (totals.keys() | changes.keys()) <= set(names):
+            if not (totals.keys() | changes.keys()) <= known:
                 return None
             if txn.tid == anchor:  # the fold: it recorded the Length it wrote
                 if totals.get(name) != base:
@@ -293,10 +296,6 @@ def checked_changes(
             running += change
             if (change or name in totals) and totals.get(name) != running:
                 return None
-    finally:
-        close = getattr(transactions, "close", None)
-        if close is not None:
-            close()
     if not scanned:
         return None
     log.debug("count of %r checked over %d transactions", name, scanned)
