@@ -12,6 +12,8 @@ from typing import Any
 import ZODB
 import ZODB.FileStorage
 
+from ackqueue.records import Entry, inline_entry
+
 
 def touch(path: str) -> str:
     """Write the marker file ``path``: whoever calls this ran the crafted record's code."""
@@ -57,12 +59,35 @@ def craft(path: str, change: Any) -> None:
         db.close()
 
 
+def as_records(record: Any, keys: Any = None) -> None:
+    """Make the inline entries of queue ``record`` (all, or those under ``keys``) records of
+    their own, as a file of format 2 or a shared queue keeps every entry: a crafted or damaged
+    record needs one (``record`` is loaded through :func:`craft`)."""
+    entries = record.entries
+    for key in list(entries.keys()) if keys is None else keys:
+        value = entries[key]
+        if isinstance(value, bytes):
+            inline = inline_entry(value)
+            entry = Entry(inline.data, inline.put_at, inline.not_before, inline.group)
+            entry.attempts = inline.attempts
+            entry.key_id = key[1] if record.kind == "priority" else key
+            entries[key] = entry
+
+
+def entries_as_records(path: str, name: str = "default") -> None:
+    """:func:`as_records` of every entry of queue ``name`` in the file ``path``."""
+    craft(path, lambda queues: as_records(queues[name]))
+
+
 def poison_first_entry(path: str, value: Any, name: str = "default") -> None:
-    """Set the ``data`` of queue ``name``'s first entry to ``value`` (a :class:`Call`)."""
+    """Set the ``data`` of queue ``name``'s first entry (made a record of its own) to
+    ``value`` (a :class:`Call`)."""
 
     def poison(queues: Any) -> None:
-        entries = queues[name].entries
-        entries[entries.minKey()].data = value
+        record = queues[name]
+        first = record.entries.minKey()
+        as_records(record, [first])
+        record.entries[first].data = value
 
     craft(path, poison)
 

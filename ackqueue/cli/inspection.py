@@ -42,8 +42,8 @@ from ackqueue.errors import (
 from ackqueue.queue.status import read_status
 from ackqueue.records import (
     ROOT_KEY,
-    Entry,
     QueueRecord,
+    StoredEntry,
     UnreadableEntry,
     edge_loaded,
     garbled_root_key,
@@ -456,7 +456,7 @@ class QueueFile:
 
     def stored_entries(
         self, record: QueueRecord, progress: Progress | None, total: int
-    ) -> Iterator[tuple[Any, Entry | UnreadableEntry]]:
+    ) -> Iterator[tuple[Any, StoredEntry | UnreadableEntry]]:
         """Stored entries not yet acked (see :func:`readable_entries`); ``progress`` every
         10,000; flat memory on big queues."""
         for n, pair in enumerate(readable_entries(record), 1):

@@ -36,7 +36,10 @@ from ackqueue.storage.transactions import current
 class OneWriter:
     """How a book is kept when one process writes it: the count is kept in transaction
     metadata (see :mod:`ackqueue.storage.counts`) and an acked entry is deleted at once.
-    Entries that shared-mode acks only marked done are deleted at open: nobody else sweeps."""
+    Entries that shared-mode acks only marked done are deleted at open: nobody else sweeps.
+    New entries are inline in their tree buckets: nobody else marks them."""
+
+    own_records = False
 
     def opened(self, book: Book, record: QueueRecord) -> None:
         store = book.store

@@ -1,6 +1,6 @@
 """Hold marks in shared mode: which session holds which stored entry.
 
-A hold is marked on the entry itself, ``entry.holder = (session id, delivery token)``, and
+A hold is marked on the entry itself, its ``holder`` ``(session id, delivery token)``, and
 listed under its session in ``root[HOLDS_KEY][session id]`` so that a reaper finds a dead
 session's holds without reading every entry. Every function here runs inside a change.
 """
@@ -21,9 +21,14 @@ HoldValue = tuple[str, int]  # (session id, delivery token)
 Edit = Callable[[], None]
 
 
-def entry_of(root: Any, name: str, key: Any) -> Any:
+def record_of(root: Any, name: str) -> Any:
+    """The record of queue ``name``, or None."""
     queues = root.get("ackqueue")
-    record = queues.get(name) if queues is not None else None
+    return queues.get(name) if queues is not None else None
+
+
+def entry_of(root: Any, name: str, key: Any) -> Any:
+    record = record_of(root, name)
     return record.entry(key) if record is not None else None
 
 
@@ -32,15 +37,16 @@ def holder(entry: Any) -> HoldValue | None:
     return getattr(entry, "holder", None)
 
 
-def set_hold(root: Any, name: str, key: Any, entry: Any, value: HoldValue) -> None:
-    """Mark ``entry`` held (inside a change) and list it under its session.
+def set_hold(root: Any, name: str, key: Any, value: HoldValue, attempts: int) -> None:
+    """Mark entry ``key`` held, its deliveries now ``attempts`` (inside a change), and list
+    it under its session.
 
     The mark is on the entry itself, which has no conflict resolution: two processes changing
     what one item is doing at the same time always conflict (and one retries), while changes
     to different items touch different objects. The per-session list (written by that session
     only, or by whoever reaps it) is how a reaper finds a dead session's holds.
     """
-    entry.holder = value
+    record_of(root, name).change_entry(key, holder=value, attempts=attempts)
     holds_by_session = root[HOLDS_KEY]
     mine = holds_by_session.get(value[0])
     if mine is None:
@@ -50,11 +56,12 @@ def set_hold(root: Any, name: str, key: Any, entry: Any, value: HoldValue) -> No
 
 def clear_hold(root: Any, name: str, key: Any, value: HoldValue | None = None) -> bool:
     """Clear the hold on entry ``key`` (if it is still ``value``, when given)."""
-    entry = entry_of(root, name, key)
+    record = record_of(root, name)
+    entry = record.entry(key) if record is not None else None
     current = holder(entry) if entry is not None else None
     if current is None or (value is not None and current != value):
         return False
-    entry.holder = None
+    record.change_entry(key, holder=None)
     mine = root[HOLDS_KEY].get(current[0])
     if mine is not None and (name, key) in mine:
         del mine[(name, key)]
@@ -68,10 +75,11 @@ def drop_session_holds(root: Any, sid: str) -> None:
     if mine is None:
         return
     for name, key in list(edge_loaded(mine).keys()):
-        entry = entry_of(root, name, key)
+        record = record_of(root, name)
+        entry = record.entry(key) if record is not None else None
         current = holder(entry) if entry is not None else None
         if current is not None and current[0] == sid:
-            entry.holder = None
+            record.change_entry(key, holder=None)
     del holds_by_session[sid]
 
 

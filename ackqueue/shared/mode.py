@@ -92,8 +92,11 @@ class ManyWriters:
     Deleting the first key of a bucket conflicts with every concurrent change to that bucket,
     and emptying a bucket with every change below the same tree node: with several processes
     acking at the head, most acks did one or the other. Marking writes only the entry, which no
-    other process changes at the same time.
+    other process changes at the same time. So each new entry is a record of its own (an
+    inline entry that a process working alone stored becomes one when first marked).
     """
+
+    own_records = True
 
     def opened(self, book: Book, record: QueueRecord) -> None:
         settle(record, book.store.db.storage)
@@ -102,11 +105,9 @@ class ManyWriters:
 
     def retire(self, book: Book, key: Any) -> None:
         record = book.record
-        entry = record.entry_at(key)
         if record.keyed is not None:
-            release(record, key, entry, book.clock())
-        entry.done = True
-        entry.data = b""  # the item itself is garbage now; keep the record small
+            release(record, key, record.entry_at(key), book.clock())
+        record.change_entry(key, done=True, data=b"")  # the item is garbage: a small record
         count_change(record, -1)
 
 
@@ -306,10 +307,10 @@ class SharedMode:
                     self._book.bury(claim.key, reason, now, entry.attempts)
                     results.append((None, None))
                 else:
-                    entry.attempts += 1
+                    attempts = entry.attempts + 1
                     value = (sid, int(claim.delivery_id or 0))
-                    set_hold(root(), name, claim.key, entry, value)
-                    results.append((entry.attempts, value))
+                    set_hold(root(), name, claim.key, value, attempts)
+                    results.append((attempts, value))
             return results
 
         return take

@@ -42,7 +42,7 @@ from ackqueue.records import (
     FORMAT_VERSION,
     QUEUE_KINDS,
     ROOT_KEY,
-    Entry,
+    InlineEntry,
     QueueRecord,
     a_byte_apart,
     edge_loaded,
@@ -80,6 +80,13 @@ class Keeping(Protocol):
 
     def retire(self, book: Book, key: Any) -> None:
         """An acked entry leaves the queue (inside a change); its count drops at once."""
+        ...
+
+    @property
+    def own_records(self) -> bool:
+        """Whether each new entry is a record of its own (holds and acks are marked on it, so
+        that processes working on different items change different objects) rather than
+        inline in its tree bucket (see ackqueue/records.py)."""
         ...
 
 
@@ -279,17 +286,24 @@ class Book:
 
     # -- edits (run inside Store.run; they touch only the database) ------------------------
 
-    def store_entry(self, staged: Staged, now: float) -> Entry:
-        """Store a staged put's entry (inside a change; the count is the caller's)."""
+    def store_entry(
+        self,
+        staged: Staged,
+        now: float,
+        item_key: bytes | None = None,
+        remember: float | None = None,
+    ) -> None:
+        """Store a staged put's entry (inside a change; the count is the caller's), put by
+        ``item_key`` if given; inline unless the queue's mode keeps entries as records."""
         record = self.record
-        entry = record.add_entry(
-            staged.key, Entry(staged.data, now, staged.not_before, staged.group)
+        record.new_entry(
+            staged.key, staged.data, now, staged.not_before, staged.group,
+            item_key=item_key, remember=remember, own_record=self._keeping.own_records,
         )
         if staged.not_before:
             record.delay_index()[staged.key] = staged.not_before
         if staged.group is not None and not record.grouped:
             record.grouped = True  # from now on the ready index must know groups at open
-        return entry
 
     def inserter(self, batch: list[Staged], now: float) -> Callable[[], None]:
         record = self.record
@@ -334,9 +348,12 @@ class Book:
         record = self.record
         if record.keyed is not None:
             release(record, key, record.entry_at(key), self.clock() if done else None)
-        record.drop_entry(key)
+        inline = record.drop_entry(key)
+        if inline is None:
+            self.store.note_dropped(1)  # the entry's own record is garbage now
+        else:
+            self.store.note_dropped(0, inline)
         count_change(record, -1)
-        self.store.note_dropped(1)  # the entry's own record is garbage now
 
     def retire_entry(self, key: Any) -> None:
         """An acked entry leaves the queue (inside a change), the way the mode keeps entries."""
@@ -373,7 +390,7 @@ class Book:
         def edit() -> None:
             for key, settlement, reason, attempts in plan:
                 if data is not None and settlement != "delete":
-                    record.entry_at(key).data = data
+                    record.change_entry(key, data=data)
                 if settlement == "rewrite":
                     continue
                 if settlement == "delete":
@@ -381,11 +398,12 @@ class Book:
                 elif settlement == "bury":
                     bury(record, key, reason, now, attempts)
                 else:
-                    entry = record.entry_at(key)
-                    entry.not_before = due
+                    attempts = record.entry_at(key).attempts
+                    if settlement == "snooze" and attempts > 0:
+                        record.change_entry(key, not_before=due, attempts=attempts - 1)
+                    else:
+                        record.change_entry(key, not_before=due)
                     record.delay_index()[key] = due
-                    if settlement == "snooze" and entry.attempts > 0:
-                        entry.attempts -= 1
 
         return edit
 
@@ -415,8 +433,9 @@ class Book:
                     bury(record, key, reason, now, entry.attempts)
                     counts.append(None)
                 else:
-                    entry.attempts += 1
-                    counts.append(entry.attempts)
+                    attempts = entry.attempts + 1
+                    record.change_entry(key, attempts=attempts)
+                    counts.append(attempts)
             return counts
 
         return record_attempts
@@ -433,7 +452,10 @@ class Book:
                     continue
                 del record.dead[dead_id]
                 record.dead_length.change(-1)
-                record.add_entry(staged.key, Entry(letter.data, letter.put_at, group=letter.group))
+                record.new_entry(
+                    staged.key, letter.data, letter.put_at, group=letter.group,
+                    own_record=self._keeping.own_records,
+                )
                 staged.group = letter.group
                 count_change(record, 1)
                 record.reserve_seq(staged.seq)
@@ -646,7 +668,7 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
             and not entry.done
         ]
         for key in doomed:
-            record.entry_at(key)._p_changed = True  # conflicts with a take racing it
+            record.fence_entry(key)  # conflicts with a take racing it
             book.remove_entry(key, done=False)  # a removed item's key is free, not seen
         return len(doomed)
 
@@ -682,8 +704,8 @@ def chunks(
     """``(key, entry)`` pairs in chunks, the entries of each loaded in one go (at most
     ``limit`` pairs in all; None: every one).
 
-    Each entry is a record of its own, loaded from the server when first touched: one round
-    trip each, one after another. Asking for a chunk at once (``Connection.prefetch``; ZEO
+    Each entry that is a record of its own is loaded from the server when first touched: one
+    round trip each, one after another. Asking for a chunk at once (``Connection.prefetch``; ZEO
     sends the loads together, FileStorage ignores it) makes that about one round trip."""
     chunk: list[tuple[Any, Any]] = []
     for n, pair in enumerate(items):
@@ -698,9 +720,10 @@ def chunks(
 
 
 def _loaded(chunk: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    jar = chunk[0][1]._p_jar
+    records = [entry for _, entry in chunk if not isinstance(entry, InlineEntry)]
+    jar = records[0]._p_jar if records else None
     if jar is not None and _connected(jar):
-        jar.prefetch([entry for _, entry in chunk])
+        jar.prefetch(records)
     return chunk
 
 

@@ -145,8 +145,9 @@ class Engine(ABC):
         """A packer for ``db``, which this engine opened (only where :attr:`packs`)."""
         return None
 
-    def note_dropped(self, storage: Any, records: int) -> None:
-        """``records`` stored objects were just made unreachable: a hint for packing."""
+    def note_dropped(self, storage: Any, records: int, garbage: int = 0) -> None:
+        """``records`` stored objects were just made unreachable, and ``garbage`` bytes of
+        inline entries deleted: a hint for packing."""
         return None  # nothing to do unless the engine says otherwise
 
     def write_repair(self, storage: Any, where: str) -> WriteRepair | None:

@@ -305,11 +305,15 @@ class QueueFileStorage(FileStorage):
             self._new_records += 1
         return result
 
-    def note_dropped(self, records: int) -> None:
-        """Count ``records`` objects that became unreachable (acked or removed entries) as
-        garbage. Nothing is stored over them, so :meth:`store` cannot see them; without this
+    def note_dropped(self, records: int, garbage: int = 0) -> None:
+        """Count ``records`` objects that became unreachable (acked or removed entries), and
+        ``garbage`` bytes of inline entries deleted from their tree buckets, as garbage (a
+        bucket rewritten is counted as large as its new revision by :meth:`store`, and one
+        emptied is dropped unwritten: the deleted entries' bytes are the rest of the old
+        one). Nothing is stored over them, so :meth:`store` cannot see them; without this
         the estimate misses each item's own record, and a churning queue never looks worth
-        packing. Each is taken to be as large as an average new record."""
+        packing. Each record is taken to be as large as an average new record."""
+        self.replaced_bytes += garbage
         if self._new_records:
             self.replaced_bytes += records * self._new_bytes // self._new_records
 
@@ -1221,9 +1225,9 @@ class FileEngine(Engine):
             return None
         return AutoPacker(db, record_state, state, pack_time)
 
-    def note_dropped(self, storage: Any, records: int) -> None:
+    def note_dropped(self, storage: Any, records: int, garbage: int = 0) -> None:
         if isinstance(storage, QueueFileStorage):
-            storage.note_dropped(records)
+            storage.note_dropped(records, garbage)
 
     def write_repair(self, storage: Any, where: str) -> WriteRepair | None:
         return FailedWriteRepair(storage, where)

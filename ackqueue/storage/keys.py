@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ackqueue.errors import KeyHeldError, KeyTypeError, UnknownKeyError
-from ackqueue.records import Entry, QueueRecord, edge_loaded, loads
+from ackqueue.records import QueueRecord, StoredEntry, edge_loaded, loads
 from ackqueue.storage.counts import count_change
 from ackqueue.storage.items import Staged
 from ackqueue.storage.store import Store
@@ -94,7 +94,9 @@ def seen_count(record: QueueRecord, now: float) -> int | None:
     return sum(1 for until in edge_loaded(seen).values() if until > now)
 
 
-def release(record: QueueRecord, entry_key: Any, entry: Entry, done_at: float | None) -> None:
+def release(
+    record: QueueRecord, entry_key: Any, entry: StoredEntry, done_at: float | None
+) -> None:
     """Entry ``entry_key`` is about to be deleted (inside that change): take its key out of
     the live index and, if it is done (``done_at``, the queue's time) and was put to be
     remembered, into the seen-set."""
@@ -132,7 +134,7 @@ def sweep_expired(record: QueueRecord, after: bytes | None, now: float, limit: i
 SWEEP_PER_PUT = 4  # expired seen keys looked at per keyed put (see sweep_expired)
 
 # Who holds a stored entry (shared mode marks holds on entries; in one process none is marked).
-Held = Callable[[Entry], object]
+Held = Callable[[StoredEntry], object]
 
 
 @dataclass
@@ -174,7 +176,13 @@ class KeyedBook(Protocol):
 
     def read(self, read: Callable[[QueueRecord], T]) -> T: ...
 
-    def store_entry(self, staged: Staged, now: float) -> Entry: ...
+    def store_entry(
+        self,
+        staged: Staged,
+        now: float,
+        item_key: bytes | None = None,
+        remember: float | None = None,
+    ) -> None: ...
 
     def remove_entry(self, key: Any, done: bool = True) -> None: ...
 
@@ -284,10 +292,7 @@ class KeyBook:
 
     def _insert(self, record: QueueRecord, put: NewPut, now: float) -> None:
         staged = put.staged
-        entry = self.book.store_entry(staged, now)
-        entry.item_key = put.key
-        if put.remember is not None:
-            entry.remember = put.remember
+        self.book.store_entry(staged, now, item_key=put.key, remember=put.remember)
         index = record.key_index()
         old = record.seen
         if old is not None and put.key in old:
@@ -303,9 +308,9 @@ class KeyBook:
         if held(entry) is not None:
             return False  # another process holds it
         if revisit.data is not None:
-            entry.data = revisit.data
+            record.change_entry(entry_key, data=revisit.data)
         if revisit.due != entry.not_before:
-            entry.not_before = revisit.due
+            record.change_entry(entry_key, not_before=revisit.due)
             if revisit.due:
                 record.delay_index()[entry_key] = revisit.due
             elif record.delayed is not None and entry_key in record.delayed:

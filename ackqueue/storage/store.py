@@ -385,10 +385,11 @@ class Store:
             self.packer.after_commit()
         return result
 
-    def note_dropped(self, records: int) -> None:
-        """``records`` stored objects were just made unreachable: a hint for automatic packing.
-        Call it only inside a change (the committer's thread)."""
-        self.engine.note_dropped(self.db.storage, records)
+    def note_dropped(self, records: int, garbage: int = 0) -> None:
+        """``records`` stored objects were just made unreachable, and ``garbage`` bytes of
+        inline entries deleted from their buckets: a hint for automatic packing. Call it only
+        inside a change (the committer's thread)."""
+        self.engine.note_dropped(self.db.storage, records, garbage)
 
     def root(self) -> Any:
         """The writer connection's root; touch it only inside a change."""

@@ -1,9 +1,10 @@
 """How a queue's entries are kept has one owner: ``ackqueue/records.py`` (issue 22).
 
-Every other module reads and changes entries through ``QueueRecord``'s entry methods and
-makes new ones only through the book (``storage/book.py``), so that a new stored layout (items
-in segments, say) is a change of those two modules, not of every module that happens to walk
-the tree. These tests find the code that reaches past them.
+Every other module reads, makes and changes entries through ``QueueRecord``'s entry methods
+(``new_entry``, ``change_entry``...), so that a new stored layout (entries inline in their
+buckets since format 3; items in segments, say) is a change of that module, not of every module
+that happens to walk the tree or set an entry's attribute (an inline entry is a read-only copy:
+an attribute set on it would be lost). These tests find the code that reaches past it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from conftest import REPO_ROOT
 
 PACKAGE = os.path.join(REPO_ROOT, "ackqueue")
 OWNER = os.path.join("ackqueue", "records.py")
-MAKERS = {OWNER, os.path.join("ackqueue", "storage", "book.py")}
 
 
 def modules() -> list[tuple[str, ast.Module]]:
@@ -35,7 +35,22 @@ def reaches_tree(node: ast.AST) -> bool:
 
 def makes_entry(node: ast.AST) -> bool:
     called = node.func if isinstance(node, ast.Call) else None
-    return isinstance(called, ast.Name) and called.id == "Entry"
+    return isinstance(called, ast.Name) and called.id in {"Entry", "InlineEntry"}
+
+
+def sets_an_entry_field(node: ast.AST) -> bool:
+    """An assignment to an attribute of a variable named as an entry (``entry.attempts += 1``,
+    ``entry.holder = None``)."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return False
+    return any(
+        isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and "entry" in t.value.id
+        for t in targets
+    )
 
 
 def found(check, skip: set[str]) -> list[str]:  # type: ignore[no-untyped-def]
@@ -56,13 +71,24 @@ def test_only_the_record_reaches_its_entry_tree() -> None:
     )
 
 
-def test_only_the_book_makes_entries() -> None:
-    making = found(makes_entry, MAKERS)
-    assert making == [], f"these make stored entries outside the book: {making}"
+def test_only_the_record_makes_entries() -> None:
+    making = found(makes_entry, {OWNER})
+    assert making == [], (
+        f"these make stored entries themselves; use QueueRecord.new_entry: {making}"
+    )
+
+
+def test_only_the_record_changes_entries() -> None:
+    changing = found(sets_an_entry_field, {OWNER})
+    assert changing == [], (
+        "these set an entry's attribute themselves (lost on an inline entry, a copy); use "
+        f"QueueRecord.change_entry: {changing}"
+    )
 
 
 def test_the_checks_see_code_that_reaches_past_the_record() -> None:
     """Each check finds what it looks for where it is allowed: records.py reaching its tree,
-    the book making entries."""
-    assert found(reaches_tree, set()) == found(reaches_tree, MAKERS - {OWNER}) != []
-    assert found(makes_entry, set()) == found(makes_entry, {OWNER}) != []
+    making entries and setting their attributes."""
+    for check in (reaches_tree, makes_entry, sets_an_entry_field):
+        assert found(check, set()) != [], check.__name__
+        assert found(check, {OWNER}) == [], check.__name__

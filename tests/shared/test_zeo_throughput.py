@@ -27,7 +27,7 @@ def stored(q: ackqueue.AckQueue) -> list[tuple[int, bool]]:
     conn = q._store.db.open()
     try:
         record = queues_of(conn.root(), create=False)[q.name]
-        return [(key, bool(entry.done)) for key, entry in record.entries.items()]
+        return [(key, bool(entry.done)) for key, entry in record.entry_items()]
     finally:
         conn.close()
 
@@ -60,8 +60,7 @@ def test_a_plain_open_deletes_entries_left_done_and_never_delivers_them(tmp_path
     db = ZODB.DB(path)
     with db.transaction() as conn:
         record = queues_of(conn.root(), create=False)["default"]
-        first = record.entries[record.entries.minKey()]
-        first.done, first.data = True, b""
+        record.change_entry(record.entries.minKey(), done=True, data=b"")
         record.length.change(-1)
         record.done_marks = True
     db.close()

@@ -22,6 +22,7 @@ import pytest
 import transaction
 from conftest import child_argv, child_env
 from persistent import Persistent
+from side_effects import entries_as_records
 from ZODB import DB
 from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.format import DATA_HDR_LEN
@@ -59,10 +60,12 @@ def queue_file(tmp_path) -> str:
     return path
 
 
-def record_of(path: str, needle: bytes) -> int:
-    """The offset of the first stored bytes holding ``needle``."""
+def record_of(path: str, needle: bytes, last: bool = False) -> int:
+    """The offset of the first stored bytes holding ``needle`` (``last``: the last ones, such
+    as the current revision of an inline entry's bucket)."""
     with open(path, "rb") as f:
-        at = f.read().find(needle)
+        data = f.read()
+        at = data.rfind(needle) if last else data.find(needle)
     assert at > 0
     return at
 
@@ -128,7 +131,7 @@ def test_an_item_whose_own_bytes_are_damaged_is_set_aside_saying_so(tmp_path):
     with ackqueue.AckQueue(path) as q:
         q.put("first item")
         q.put("second")
-    at = record_of(path, b"first item")
+    at = record_of(path, b"first item", last=True)
     with open(path, "r+b") as f:
         f.seek(at - 1)  # the string's length byte: the pickle now reads past its end
         f.write(b"\x7f")
@@ -219,6 +222,8 @@ def test_a_bucket_whose_next_reference_names_an_entry_is_a_damaged_file(tmp_path
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path, autopack=False) as q:
         q.put_many(range(40))  # several buckets, each but the last naming the next
+    entries_as_records(path)  # as a file of format 2 keeps its entries (or a shared queue)
+    with ackqueue.AckQueue(path, autopack=False) as q:
         oids = q._book.read(lambda record: [e._p_oid for _, e in record.entry_items()])
         q.get_nowait()  # item 0: its record stays in the file, named by no bucket
     storage = FileStorage(path, read_only=True)
@@ -337,6 +342,8 @@ def test_a_damaged_reference_to_an_entry_is_a_clear_error_not_another_item(tmp_p
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path, autopack=False) as q:
         q.put_many(["a", "b", "c"])
+    entries_as_records(path)  # as a file of format 2 keeps its entries (or a shared queue)
+    with ackqueue.AckQueue(path, autopack=False) as q:
         oids = q._book.read(lambda record: [e._p_oid for _, e in record.entry_items()])
         with q.connect() as c:
             c.ack(c.get())  # "a": its record stays in the file, unreferenced
@@ -502,6 +509,7 @@ def test_a_bucket_value_that_is_no_entry_is_a_damaged_file(tmp_path, capsys):
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path) as q:
         q.put_many(range(5))
+    entries_as_records(path)  # as a file of format 2 keeps its entries (or a shared queue)
     db = DB(FileStorage(path))
     try:
         with db.transaction() as conn:
@@ -525,6 +533,7 @@ def test_an_opcode_of_a_later_pickle_protocol_in_a_record_is_a_damaged_file(tmp_
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path) as q:
         q.put_many(range(5))
+    entries_as_records(path)  # as a file of format 2 keeps its entries (or a shared queue)
     state = state_of_current_record(path, b"EntryTree", own=True)  # its one bucket, inline
     with open(path, "rb") as f:
         f.seek(state)

@@ -3,9 +3,10 @@
 ``tests/data/written_by_26e4f63.fs`` was written by ``tests/make_old_file.py`` running on
 commit 26e4f63 (before the code moved into layer folders), ``written_by_6ff5410.fs`` on the
 main of 2026-11-26 (before serializers and format versions; it adds a queue with keys, a
-seen-set and groups), each SIGKILLed while consumers held items. The persistent classes'
-module paths are the file format: these tests fail if a move or rename makes an old file
-unreadable, or changes what it means. Each test works on a copy.
+seen-set and groups), ``written_by_924d115.fs`` on its main of the afternoon (format 2: every
+entry a record of its own, before inline entries), each SIGKILLed while consumers held items.
+The persistent classes' module paths are the file format: these tests fail if a move or rename
+makes an old file unreadable, or changes what it means. Each test works on a copy.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import ackqueue
 
 OLD_FILES = {
     commit: os.path.join(TESTS_DIR, "data", f"written_by_{commit}.fs")
-    for commit in ("26e4f63", "6ff5410")
+    for commit in ("26e4f63", "6ff5410", "924d115")
 }
-WITH_CRAWL = {"6ff5410"}  # written by a tree with puts by key
+WITH_CRAWL = {"6ff5410", "924d115"}  # written by a tree with puts by key
+FORMAT = {"26e4f63": 1, "6ff5410": 1, "924d115": 2}  # the stored format each wrote
 KINDS = {
     "fifo": ackqueue.AckQueue,
     "priority": ackqueue.PriorityAckQueue,
@@ -205,7 +207,7 @@ def test_keys_seen_set_and_groups_of_a_file_from_before_formats_are_kept(crawl_f
 
 
 @pytest.mark.parametrize("commit", sorted(OLD_FILES))
-def test_an_old_file_is_the_first_format_and_opens_only_with_pickle(tmp_path, commit) -> None:
+def test_an_old_file_keeps_its_format_and_opens_only_with_pickle(tmp_path, commit) -> None:
     path = os.path.join(tmp_path, "old.fs")
     shutil.copyfile(OLD_FILES[commit], path)
     with pytest.raises(ackqueue.SerializerMismatchError, match="'pickle', not 'json'"):
@@ -213,4 +215,28 @@ def test_an_old_file_is_the_first_format_and_opens_only_with_pickle(tmp_path, co
     with open_queue(path, "jobs") as q:
         assert q.qsize() == len(ready_items("jobs"))
         record = q._book.read(lambda record: (record.format_version, record.serializer))
-        assert record == (1, "pickle")  # read as it is: no version means the first format
+        # Read as it is (no version means the first format): an older ackqueue still can.
+        assert record == (FORMAT[commit], "pickle")
+
+
+@pytest.mark.parametrize("commit", sorted(OLD_FILES))
+def test_an_old_file_takes_inline_entries_beside_its_records_and_says_so(
+    tmp_path, commit
+) -> None:
+    """A put stores its entry inline beside the old file's records and raises the record to
+    format 3 (an older ackqueue must refuse it, not misread the new entries); the old entries
+    and the new come back in order, reopened too."""
+    path = os.path.join(tmp_path, "old.fs")
+    shutil.copyfile(OLD_FILES[commit], path)
+    ready = ready_items("jobs")
+    with open_queue(path, "jobs") as q:
+        q.put("new one")
+        stored = q._book.read(lambda record: (
+            record.format_version,
+            [type(entry).__name__ for _, entry in record.entry_items()],
+        ))
+    assert stored[0] == 3
+    assert stored[1].count("InlineEntry") == 1 and stored[1][-1] == "InlineEntry"
+    with open_queue(path, "jobs") as q, q.connect() as c:
+        got = [item for item, _ in drain(c)]
+    assert got == [*ready, "new one"]

@@ -308,7 +308,7 @@ def test_an_async_queue_takes_the_serializer_option(qpath) -> None:
 def test_a_new_record_names_its_format_and_serializer(qpath) -> None:
     with ackqueue.AckQueue(qpath, serializer=Upper()) as q:
         stored = q._book.read(lambda record: (record.format_version, record.serializer))
-    assert stored == (2, "upper-v1")
+    assert stored == (3, "upper-v1")
 
 
 def test_a_record_of_a_newer_format_is_refused_not_misread(qpath) -> None:
