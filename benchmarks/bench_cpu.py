@@ -10,12 +10,12 @@ process) per item, one thread, on files in ``--dir`` (default ``/dev/shm``, a tm
 - the standard library's ``queue.Queue`` (no storage: the floor of the queue machinery);
 - five ZODB floors: a FileStorage commit of one new record at the storage API
   (``tpc_begin``/``store``/``tpc_vote``/``tpc_finish``); a Connection commit through the
-  transaction manager of one small ``Persistent`` changed; ackqueue's stored shape without
-  ackqueue ("ZODB tree shape": a put inserts a new ``Persistent`` into an ``LOBTree``, a
-  get+ack reads and deletes one, a commit each), so that what ackqueue adds shows; and two
-  stored shapes a next format could take, without ackqueue: "ZODB inline shape" (today's tree,
-  each entry one bytes value in its bucket instead of a record of its own) and "ZODB segment
-  shape" (issue 22's proposal: a put appends to a segment's blob, an ack sets a bit in the
+  transaction manager of one small ``Persistent`` changed; ackqueue's stored shape of format 2
+  without ackqueue ("ZODB tree shape": a put inserts a new ``Persistent`` into an ``LOBTree``
+  of ackqueue's node sizes, a get+ack reads and deletes one, a commit each); and two stored
+  shapes without ackqueue: "ZODB inline shape" (the same tree, each entry one bytes value in
+  its bucket instead of a record of its own: ackqueue's format 3 for small items) and "ZODB
+  segment shape" (issue 22's proposal: a put appends to a segment's blob, an ack sets a bit in the
   segment's marks), a commit each: what a queue stored that way could reach through ZODB's
   Connection.
 
@@ -206,18 +206,25 @@ def run_connection_floor(base: str, n: int) -> Figures:
         return {"put": cpu_us(n, commits)}
 
 
+class SmallNodes(LOBTree):
+    """An LOBTree with ackqueue's entry tree's node sizes (records.EntryTree)."""
+
+    max_leaf_size = 16
+    max_internal_size = 32
+
+
 class Item(Persistent):
     def __init__(self, data: bytes) -> None:
         self.data = data
 
 
 def run_tree_floor(base: str, n: int) -> Figures:
-    """ackqueue's stored shape without ackqueue: each put a new Persistent inserted into an
-    LOBTree, one Connection commit; each get+ack reads the first one's data and deletes it,
-    one commit (as an ack does). What is left of ackqueue's figures above these is its own."""
+    """ackqueue's stored shape of format 2 without ackqueue: each put a new Persistent inserted
+    into an LOBTree of ackqueue's node sizes, one Connection commit; each get+ack reads the
+    first one's data and deletes it, one commit (as an ack does)."""
     items = [c.item(i) for i in range(n)]
     with zodb(base) as (conn, tm):
-        tree = conn.root()["tree"] = LOBTree()
+        tree = conn.root()["tree"] = SmallNodes()
         tm.commit()
 
         def puts() -> None:
@@ -234,13 +241,6 @@ def run_tree_floor(base: str, n: int) -> Figures:
                 tm.commit()
 
         return put_then_get_ack(n, conn, puts, get_acks)
-
-
-class SmallNodes(LOBTree):
-    """An LOBTree with ackqueue's entry tree's node sizes (records.EntryTree)."""
-
-    max_leaf_size = 16
-    max_internal_size = 32
 
 
 INLINE_HEADER = struct.Struct("<dI")  # put_at, attempts: what an entry keeps beside its item
