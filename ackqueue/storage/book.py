@@ -250,11 +250,26 @@ class Book:
         return self.read(lambda record: int(record.seq_reserved))
 
     def delayed_at_open(self) -> list[tuple[Any, float]]:
-        """Every entry of the stored delay index with its due time."""
+        """Every entry of the stored delay index with its due time, each checked against the
+        due time its entry keeps: a changed byte in either would otherwise hand the item out
+        early, or hold it back for years (a DamagedFileError names both)."""
 
         def read(record: QueueRecord) -> list[tuple[Any, float]]:
             index = record.delayed
-            return list(edge_loaded(index).items()) if index is not None else []
+            delayed = list(edge_loaded(index).items()) if index is not None else []
+            for key, due in delayed:
+                entry = record.entry(key)
+                if entry is not None and not loads(entry):
+                    continue  # a crafted record: the get that reaches it dead-letters it
+                if entry is None or (not entry.done and entry.not_before != due):
+                    kept = "no entry is stored" if entry is None else (
+                        f"its entry keeps {entry.not_before!r}"
+                    )
+                    raise DamagedFileError(damaged_message(self.store.where, (
+                        f"the delay index of queue {self.name!r} says entry {key!r} is due "
+                        f"at {due!r}, but {kept}"
+                    )))
+            return delayed
 
         return self.read(read)
 

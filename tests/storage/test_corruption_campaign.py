@@ -22,7 +22,7 @@ import pytest
 import transaction
 from conftest import child_argv, child_env
 from persistent import Persistent
-from side_effects import entries_as_records
+from side_effects import craft, entries_as_records
 from ZODB import DB
 from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.format import DATA_HDR_LEN
@@ -560,3 +560,27 @@ def test_which_class_names_the_loader_takes_for_damage(module, name, garbled):
     from ackqueue.records import garbled_class_name
 
     assert garbled_class_name(module, name) is garbled
+
+
+@pytest.mark.parametrize("stored", ["inline", "record"])
+def test_a_due_time_changed_in_the_delay_index_is_a_damaged_file(tmp_path, stored):
+    """A delayed item's due time is kept twice, in its entry and in the queue's delay index
+    (the index is what an open reads): a changed byte in the index's copy handed the item out
+    early (the corruption campaign's seed 14) or would hold it back for years."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put("now")
+        q.put("next year", delay=365 * 86400)
+    if stored == "record":
+        entries_as_records(path)
+
+    def damage(queues):
+        delayed = queues["default"].delayed
+        key = delayed.minKey()
+        delayed[key] = delayed[key] - 365 * 86400  # due a year early: now
+
+    craft(path, damage)
+    with pytest.raises(ackqueue.DamagedFileError) as raised:
+        ackqueue.AckQueue(path)
+    assert "the delay index of queue 'default' says entry" in str(raised.value)
+    assert f"ackqueue salvage {path} --into" in str(raised.value)

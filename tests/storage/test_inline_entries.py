@@ -195,3 +195,4 @@ def test_inline_entries_lose_nothing_when_the_writer_is_killed(tmp_path) -> None
     missing = must - set(stored)
     assert missing <= {min(must)}, missing
     assert set(stored) - must <= {put[-1] + 1}
+
