@@ -4,14 +4,14 @@ The entries of a queue are a BTree in delivery order (the key of an entry is its
 order: see ``AckQueue._make_key``), and an entry is kept in one of two ways:
 
 - inline (format 3): one ``bytes`` value in its tree bucket, a small header (when it was put,
-  when it is due, its deliveries so far, its group) and the encoded item (see
-  :class:`InlineEntry`). A put then rewrites one bucket and makes no record of its own, and a
+  when it is due, its deliveries so far, its group, its key if put by key) and the encoded item
+  (see :class:`InlineEntry`). A put then rewrites one bucket and makes no record of its own, and a
   get reads the item out of the bucket it loads anyway. One process writing a queue (the
   default) stores its entries so.
 - an :class:`Entry` record of its own, referred to from the bucket: what shared mode stores
   (several processes mark holds and acks on their own entries, which other processes' changes
-  to other entries do not touch), what an entry put by key needs (its key and how long to
-  remember it), and what every entry of a file of format 1 or 2 is.
+  to other entries do not touch), what an item larger than :data:`INLINE_MAX` gets, and what
+  every entry of a file of format 1 or 2 is.
 
 A tree may hold both; every reader takes either. An entry's fields change only through
 :meth:`QueueRecord.change_entry`, which rewrites an inline value or sets the record's
@@ -115,12 +115,18 @@ class Entry(Persistent):
 
 # An inline entry's header: a tag (a changed one is damage, not a misread entry), when it was
 # put, when it is due (0: at once), its deliveries so far, and the length of its group's name
-# in UTF-8 (-1: no group); the group's name and the encoded item follow.
+# in UTF-8 (-1: no group). An entry put by key (its own tag) has a second header, its key's
+# length and how long to remember the key once done (NaN: not at all). The group's name, the
+# key and the encoded item follow.
 _INLINE = struct.Struct("<BddIi")
+_KEYED = struct.Struct("<id")
 _INLINE_TAG = 0xA3
-# The fields an inline entry holds; a change of any other (a hold, a done mark, a key) makes
-# the entry a record of its own (QueueRecord.change_entry).
-INLINE_FIELDS = frozenset({"data", "put_at", "attempts", "not_before", "group"})
+_INLINE_KEYED_TAG = 0xA4
+# The fields an inline entry holds; a change of any other (a hold, a done mark) makes the
+# entry a record of its own (QueueRecord.change_entry).
+INLINE_FIELDS = frozenset(
+    {"data", "put_at", "attempts", "not_before", "group", "item_key", "remember"}
+)
 # The largest encoded item kept inline. Every put or ack rewrites its bucket whole (up to 16
 # entries): small items make that cheaper than a record of their own (measured on tmpfs: 115
 # bytes 72 vs 93 us a put, 1 KB 92 vs 104), larger ones would make each commit write many
@@ -139,24 +145,38 @@ class InlineEntry:
     attempts: int = 0
     not_before: float = 0.0
     group: str | None = None
-    item_key: ClassVar[bytes | None] = None
-    remember: ClassVar[float | None] = None
+    item_key: bytes | None = None
+    remember: float | None = None
     done: ClassVar[bool] = False
     holder: ClassVar[Any] = None
     key_id: ClassVar[Any] = None
 
     def encoded(self) -> bytes:
         """The value stored in the tree for this entry."""
-        return _encoded(self.data, self.put_at, self.attempts, self.not_before, self.group)
+        return _encoded(
+            self.data, self.put_at, self.attempts, self.not_before, self.group,
+            self.item_key, self.remember,
+        )
 
 
 def _encoded(
-    data: bytes, put_at: float, attempts: int, not_before: float, group: str | None
+    data: bytes,
+    put_at: float,
+    attempts: int,
+    not_before: float,
+    group: str | None,
+    item_key: bytes | None = None,
+    remember: float | None = None,
 ) -> bytes:
-    if group is None:
-        return _INLINE.pack(_INLINE_TAG, put_at, not_before, attempts, -1) + data
-    name = group.encode("utf-8", "surrogatepass")
-    return _INLINE.pack(_INLINE_TAG, put_at, not_before, attempts, len(name)) + name + data
+    name = b"" if group is None else group.encode("utf-8", "surrogatepass")
+    named = -1 if group is None else len(name)
+    if item_key is None:
+        return _INLINE.pack(_INLINE_TAG, put_at, not_before, attempts, named) + name + data
+    return b"".join((
+        _INLINE.pack(_INLINE_KEYED_TAG, put_at, not_before, attempts, named),
+        _KEYED.pack(len(item_key), math.nan if remember is None else remember),
+        name, item_key, data,
+    ))
 
 
 StoredEntry = Entry | InlineEntry  # what the entry methods of a QueueRecord give
@@ -167,18 +187,31 @@ def inline_entry(value: bytes) -> InlineEntry:
     changed byte in its header)."""
     try:
         tag, put_at, due, attempts, named = _INLINE.unpack_from(value)
+        at = _INLINE.size
+        keyed, remember = _KEYED.unpack_from(value, at) if tag == _INLINE_KEYED_TAG else (-1, 0)
     except struct.error as exc:
         raise ValueError(f"an inline entry of {len(value)} bytes is too short") from exc
-    at = _INLINE.size
-    if tag != _INLINE_TAG or named < -1 or at + named > len(value):
+    if tag == _INLINE_KEYED_TAG:
+        at += _KEYED.size
+        if keyed < 0:
+            raise ValueError("an inline entry's header is damaged")
+    elif tag != _INLINE_TAG:
         raise ValueError("an inline entry's header is damaged")
-    if named < 0:
-        return InlineEntry(value[at:], put_at, attempts, due)
-    try:
-        group = value[at:at + named].decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError as exc:
-        raise ValueError("an inline entry's group name is damaged") from exc
-    return InlineEntry(value[at + named:], put_at, attempts, due, group)
+    if named < -1 or at + max(named, 0) + max(keyed, 0) > len(value):
+        raise ValueError("an inline entry's header is damaged")
+    group = None
+    if named >= 0:
+        try:
+            group = value[at:at + named].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise ValueError("an inline entry's group name is damaged") from exc
+        at += named
+    if keyed < 0:
+        return InlineEntry(value[at:], put_at, attempts, due, group)
+    return InlineEntry(
+        value[at + keyed:], put_at, attempts, due, group, value[at:at + keyed],
+        None if math.isnan(remember) else remember,
+    )
 
 
 class DeadRecord(Persistent):
@@ -340,10 +373,9 @@ class QueueRecord(Persistent):
         own_record: bool = False,
     ) -> Entry | None:
         """Store a new entry under ``key``: inline, unless ``own_record`` (shared
-        mode's entries, whose holds and acks are marked on them), ``item_key`` (an entry put
-        by key: only a record holds its key) or an item larger than :data:`INLINE_MAX` asks
-        for a record of its own, which is returned."""
-        if own_record or item_key is not None or len(data) > INLINE_MAX:
+        mode's entries, whose holds and acks are marked on them) or an item larger than
+        :data:`INLINE_MAX` asks for a record of its own, which is returned."""
+        if own_record or len(data) > INLINE_MAX:
             entry = Entry(data, put_at, not_before, group)
             entry.key_id = self._key_id(key)
             if item_key is not None:
@@ -354,14 +386,13 @@ class QueueRecord(Persistent):
             return entry
         if self.format_version < INLINE_FORMAT:
             self.format_version = INLINE_FORMAT  # older versions must not misread the tree
-        self.entries[key] = _encoded(data, put_at, 0, not_before, group)
+        self.entries[key] = _encoded(data, put_at, 0, not_before, group, item_key, remember)
         return None
 
     def change_entry(self, key: Any, **changes: Any) -> None:
         """Change fields of entry ``key`` (KeyError if it is not stored): an inline one is
-        stored anew, or, given a field only a record holds (``holder``, ``done``,
-        ``item_key``...) or an item larger than :data:`INLINE_MAX`, becomes a record of its
-        own."""
+        stored anew, or, given a field only a record holds (``holder``, ``done``) or an item
+        larger than :data:`INLINE_MAX`, becomes a record of its own."""
         value = self.entries[key]
         if isinstance(value, Entry):
             for name, changed in changes.items():
@@ -375,6 +406,10 @@ class QueueRecord(Persistent):
         record = Entry(entry.data, entry.put_at, entry.not_before, entry.group)
         record.attempts = entry.attempts
         record.key_id = self._key_id(key)
+        if entry.item_key is not None:
+            record.item_key = entry.item_key
+            if entry.remember is not None:
+                record.remember = entry.remember
         for name, changed in changes.items():
             setattr(record, name, changed)
         self.entries[key] = record

@@ -70,6 +70,8 @@ def as_records(record: Any, keys: Any = None) -> None:
             inline = inline_entry(value)
             entry = Entry(inline.data, inline.put_at, inline.not_before, inline.group)
             entry.attempts = inline.attempts
+            if inline.item_key is not None:
+                entry.item_key, entry.remember = inline.item_key, inline.remember
             entry.key_id = key[1] if record.kind == "priority" else key
             entries[key] = entry
 

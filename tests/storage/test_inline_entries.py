@@ -7,6 +7,7 @@ A queue written by one process keeps a small item's entry as one bytes value in 
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -38,21 +39,40 @@ def stored_values(path: str, name: str = "default") -> list[Any]:
     return found
 
 
-def test_a_small_item_is_inline_a_large_one_and_one_put_by_key_are_records(qpath) -> None:
+def test_a_small_item_is_inline_and_a_large_one_a_record(qpath) -> None:
     with ackqueue.AckQueue(qpath) as q:
         q.put("small")
         q.put("x" * (INLINE_MAX + 1))
         q.put("by key", key="k1")
         q.put("grouped", group="h\u00e9te")
-        assert kinds(q) == ["inline", "record", "record", "inline"]
+        assert kinds(q) == ["inline", "record", "inline", "inline"]
         assert q._book.read(lambda record: record.format_version) == 3
     values = stored_values(qpath)
-    assert [type(v) for v in values] == [bytes, Entry, Entry, bytes]
+    assert [type(v) for v in values] == [bytes, Entry, bytes, bytes]
     with ackqueue.AckQueue(qpath) as q, q.connect() as c:
         got = [c.get_nowait() for _ in range(4)]
         assert sorted(got) == sorted(["small", "x" * (INLINE_MAX + 1), "by key", "grouped"])
         groups = q._book.read(lambda record: [e.group for _, e in record.entry_items()])
         assert groups == [None, None, None, "h\u00e9te"]
+
+
+@pytest.mark.parametrize("unique", ["forever", 3600])
+def test_an_inline_entry_put_by_key_keeps_its_key_and_how_long_to_remember_it(
+    qpath, unique
+) -> None:
+    with ackqueue.AckQueue(qpath, unique=unique) as q:
+        assert q.put("a", key="k\u00e9", group="g") is True
+        assert q.put("again", key="k\u00e9") is False  # live
+        assert kinds(q) == ["inline"]
+        [(key, entry)] = q._book.read(lambda record: list(record.entry_items()))
+        indexed = q._book.read(lambda record: dict(record.keyed.items()))
+        assert indexed == {entry.item_key: key} and entry.group == "g"
+        assert entry.remember == (math.inf if unique == "forever" else 3600)
+    with ackqueue.AckQueue(qpath, unique=unique) as q, q.connect() as c:
+        assert q.put("again", key="k\u00e9") is False  # still live after a reopen
+        c.ack(c.get_nowait())
+        assert q.seen("k\u00e9")  # acked: remembered
+        assert q.put("again", key="k\u00e9") is False
 
 
 def test_attempts_delays_and_replaced_items_of_inline_entries_are_stored(qpath) -> None:
