@@ -12,16 +12,19 @@ conflict; anything a caller does in memory happens after ``run`` returns.
 
 from __future__ import annotations
 
+import io
 import logging
 import random
 import threading
 import time
+import traceback
 from _thread import allocate_lock as _new_lock
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 import transaction
+from transaction._transaction import Status
 from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as POSStorageError
 
@@ -51,6 +54,94 @@ class Syncer(Protocol):
     def flushed(self) -> int: ...
 
     def sync_through(self, mark: int) -> None: ...
+
+
+class WriterTransactions(transaction.TransactionManager):
+    """The explicit transaction manager of a store's writer connection, which commits by
+    driving the writer's two-phase commit itself.
+
+    The writer is the only connection opened with this manager, and ackqueue adds neither
+    hooks nor savepoints to its transactions: each commit has exactly one data manager and one
+    synchronizer, both the writer. ``Transaction.commit`` serves any number of them (sorted by
+    key, hooks, savepoints, a synchronizer call before and after, debug logging, the clean-up
+    of each list): 4 us of every put and ack, 3 % of their CPU (of a 42 us Connection commit
+    of one small object, 4 us). The steps here are the ones it takes for that one data
+    manager, in its order; on failure, its clean-up (``abort`` unless the writer voted, then
+    ``tpc_abort``), and the transaction is left for the caller to abort, as it is after a
+    failed ``Transaction.commit``. Whatever is more than that (another data manager or
+    synchronizer, a hook, a savepoint, a doom, a failed commit, nothing changed) is committed
+    by the package itself.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(explicit=True)
+        self.writer: Any = None  # the connection opened with this manager, once it is
+        self._synchs_registered = 0
+
+    def registerSynch(self, synch: Any) -> None:  # noqa: N802 (the interface's name)
+        super().registerSynch(synch)
+        self._synchs_registered += 1
+
+    def unregisterSynch(self, synch: Any) -> None:  # noqa: N802
+        super().unregisterSynch(synch)
+        self._synchs_registered -= 1
+
+    def commit(self) -> None:
+        txn = self.get()
+        writer = self.writer
+        if writer is None or self._synchs_registered != 1 or not _writer_alone(txn, writer):
+            txn.commit()
+            return
+        txn.status = Status.COMMITTING
+        _commit_one(writer, txn)
+        txn.status = Status.COMMITTED
+        writer.afterCompletion(txn)  # the synchronizer call after a commit (the cache's GC)
+        self.free(txn)
+
+
+def _writer_alone(txn: Any, writer: Any) -> bool:
+    """Whether ``txn`` is active, with ``writer`` as its one data manager, no hooks and no
+    savepoints (the ``transaction`` package's own attributes, 4.x to 5.x; any missing: no)."""
+    try:
+        return (
+            txn.status is Status.ACTIVE
+            and len(txn._resources) == 1
+            and txn._resources[0] is writer
+            and not (txn._before_commit or txn._after_commit or txn._savepoint2index)
+        )
+    except AttributeError:
+        return False
+
+
+def _commit_one(manager: Any, txn: Any) -> None:
+    """The two-phase commit of one data manager; on failure, its clean-up, then the error."""
+    voted = False
+    try:
+        manager.tpc_begin(txn)
+        manager.commit(txn)
+        manager.tpc_vote(txn)
+        voted = True
+        manager.tpc_finish(txn)
+    except BaseException:
+        if voted:
+            log.critical("A storage error occurred during the second phase of the two-phase "
+                         "commit. Resources may be in an inconsistent state.")
+        else:
+            _quietly(manager.abort, txn)
+        _quietly(manager.tpc_abort, txn)
+        # As after the package's failed commit: only an abort may follow (a commit or a join
+        # raises TransactionFailedError, with this traceback).
+        txn._failure_traceback = io.StringIO(traceback.format_exc())
+        txn.status = Status.COMMITFAILED
+        raise
+
+
+def _quietly(step: Callable[[Any], Any], txn: Any) -> None:
+    """A clean-up step after a failed commit: its own error is logged, the commit's raised."""
+    try:
+        step(txn)
+    except Exception:
+        log.error("ackqueue: %s after a failed commit failed", step.__name__, exc_info=True)
 
 
 class CommitHooks(Protocol):

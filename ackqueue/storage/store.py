@@ -35,7 +35,7 @@ from ackqueue.errors import (
 )
 from ackqueue.records import ROOT_KEY, queues_of
 from ackqueue.storage import counts as counting
-from ackqueue.storage.commit import GroupCommitter
+from ackqueue.storage.commit import GroupCommitter, WriterTransactions
 from ackqueue.storage.engine import (
     Engine,
     OtherStorages,
@@ -124,10 +124,11 @@ class Store:
         # reads below). An implicit manager would also move the connection to the latest
         # commit after each commit (Connection.afterCompletion), which the next begin does
         # again: that second poll of invalidations was a few us of every put and ack.
-        self._tm = transaction.TransactionManager(explicit=True)
+        self._tm = WriterTransactions()
         if owns_db:
             db.large_record_size = LARGE_RECORD_SIZE  # every connection, sessions' included
         self.writer: Connection = db.open(transaction_manager=self._tm)
+        self._tm.writer = self.writer
         self.writer.large_record_size = LARGE_RECORD_SIZE  # a caller's database: ours only
         storage = db.storage
         self.engine = engine_of(storage)
