@@ -261,8 +261,7 @@ class QueueFileStorage(FileStorage):
         self._sync_lock = threading.Lock()
         self._headers: dict[int, DataHeader] = {}  # file position -> record header
         self._headers_file: Any = None  # the file object those positions are in
-        self._txn_headers: list[DataHeader] = []  # of the commit in progress, by position
-        self._txn_positions: list[int] = []
+        self._txn_stored: list[tuple[bytes, int]] = []  # (oid, data length) of the commit
         self._expect: tuple[bytes, bytes] | None = None  # (oid, serial) a store is checking
         try:
             super().__init__(file_name, **kw)
@@ -290,14 +289,14 @@ class QueueFileStorage(FileStorage):
         self, oid: bytes, oldserial: bytes, data: bytes, version: str, transaction: Any
     ) -> Any:
         with self._lock:  # reentrant; while _expect is set, no other thread reads headers
-            old = self._index_get(oid, 0)
             self._expect = (oid, oldserial)
             try:
                 result = super().store(oid, oldserial, data, version, transaction)
             finally:
                 self._expect = None
-            self._txn_positions.append(self._tindex[oid])
-            self._txn_headers.append(DataHeader(oid, self._tid, old, self._pos, 0, len(data)))
+            # Its header is made once the commit is final (_remember_headers): the record's
+            # position is in FileStorage's _tindex by then, and an aborted commit makes none.
+            self._txn_stored.append((oid, len(data)))
         if oldserial != z64:  # the old revision and its record header become garbage
             self.replaced_bytes += len(data) + DATA_HDR_LEN
         else:
@@ -380,21 +379,22 @@ class QueueFileStorage(FileStorage):
             raise
 
     def _begin(self, tid: bytes, u: Any, d: Any, e: Any) -> None:
-        self._txn_headers = []  # an aborted commit's records were never written
-        self._txn_positions = []
+        self._txn_stored = []  # an aborted commit's records were never written
         super()._begin(tid, u, d, e)
 
-    def _remember_headers(self) -> None:
+    def _remember_headers(self, tid: bytes) -> None:
         headers = self._headers
         if self._headers_file is not self._file:  # a pack swapped the file: positions moved
             headers.clear()
             self._headers_file = self._file
-        for pos, h in zip(self._txn_positions, self._txn_headers, strict=True):
-            headers[pos] = h
+        positions = self._tindex
+        for oid, size in self._txn_stored:
+            # Only what the conflict check and getTid read: which object, which transaction,
+            # and whether it has data (an undone creation has none).
+            headers[positions[oid]] = DataHeader(oid, tid, 0, 0, 0, size)
         while len(headers) > HEADER_CACHE:
             del headers[next(iter(headers))]
-        self._txn_headers = []
-        self._txn_positions = []
+        self._txn_stored = []
 
     def _finish_finish(self, tid: bytes) -> None:
         self._file.flush()  # the commit is now the kernel's: it survives kill -9
@@ -404,7 +404,7 @@ class QueueFileStorage(FileStorage):
         self._pos = self._nextpos
         self._index.update(self._tindex)
         self._ltid = tid
-        self._remember_headers()
+        self._remember_headers(tid)
         self._blob_tpc_finish()
         self._flushed += 1
         if inline:
