@@ -258,7 +258,10 @@ class QueueFileStorage(FileStorage):
     def __init__(self, file_name: str, **kw: Any) -> None:
         kw.setdefault("packer", durable_packer)
         self._deferring = threading.local()
+        self._deferring_scope = _Deferring(self._deferring)  # the flag is per thread: one will do
         self._sync_lock = threading.Lock()
+        self._sync_file: Any = None  # the data file _sync_fd duplicates
+        self._sync_fd = -1
         self._headers: dict[int, DataHeader] = {}  # file position -> record header
         self._headers_file: Any = None  # the file object those positions are in
         self._txn_stored: list[tuple[bytes, int]] = []  # (oid, data length) of the commit
@@ -357,7 +360,8 @@ class QueueFileStorage(FileStorage):
         """FileStorage's vote, first cutting off what a failed write left buffered (so that
         the private server of a shared file, which has no Store and its FailedWriteRepair,
         never writes that debris once space returns)."""
-        self._cut_failed_write()
+        if self._write_failed:  # set under the commit lock, which the vote holds
+            self._cut_failed_write()
         try:
             return super().tpc_vote(transaction)
         except OSError:
@@ -412,7 +416,7 @@ class QueueFileStorage(FileStorage):
 
     def deferring_sync(self) -> _Deferring:
         """Commits made by this thread inside leave their fsync to :meth:`sync_through`."""
-        return _Deferring(self._deferring)
+        return self._deferring_scope
 
     def flushed(self) -> int:
         """A mark for :meth:`sync_through`: the commits handed to the OS so far."""
@@ -426,17 +430,29 @@ class QueueFileStorage(FileStorage):
             if self._synced >= mark:
                 return  # an fsync that started after our flush covered us
             with self._lock:
-                # pack() swaps self._file under this lock; a duplicate descriptor stays valid
-                # for the fsync, which then runs without holding up commits.
                 if self._file.closed:
                     raise StorageClosed(f"{self.getName()} was closed before its fsync")
                 target = self._flushed
-                fd = os.dup(self._file.fileno())
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                fd = self._sync_descriptor()
+            os.fsync(fd)  # outside the storage lock: commits go on meanwhile
             self._synced = target
+
+    def _sync_descriptor(self) -> int:
+        """A descriptor of the data file for the fsync (both locks held). A duplicate: pack()
+        swaps ``self._file`` and closes the old one under the storage lock only, and the fsync
+        runs outside it. One per file, not one per commit (a dup and a close each time);
+        closed under the sync lock, so never while an fsync uses it."""
+        file = self._file
+        if self._sync_file is not file:
+            self._close_sync_descriptor()
+            self._sync_fd = os.dup(file.fileno())
+            self._sync_file = file
+        return self._sync_fd
+
+    def _close_sync_descriptor(self) -> None:
+        fd, self._sync_fd, self._sync_file = self._sync_fd, -1, None
+        if fd >= 0:
+            os.close(fd)
 
     def unsynced(self) -> bool:
         return self._synced < self._flushed
@@ -460,6 +476,8 @@ class QueueFileStorage(FileStorage):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.sync_through(self._flushed)
+        with self._sync_lock:
+            self._close_sync_descriptor()
         # Closing flushes the buffer: debris of a failed write must be cut first, or it lands
         # past the last commit. If that still fails, the debris is dropped with the buffer
         # unwritten (or cut off as a torn tail at the next open).

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
+import transaction
+import ZODB
 from fsync_log import FsyncLog, watch_fsyncs
+from persistent.mapping import PersistentMapping
 from polling import wait_until
 
 import ackqueue
+from ackqueue.storage.filestorage import QueueFileStorage
 
 
 @pytest.fixture
@@ -176,3 +181,55 @@ def test_relaxed_queue_fsyncs_everything_when_closed(qpath, fsyncs):
     mark, _, size_after = _measure(_put, q, qpath, fsyncs)
     q.close()
     assert fsyncs.covered_since(mark, size_after), "close() left commits that were never fsynced"
+
+
+def test_commits_after_a_pack_are_fsynced_on_the_packed_file(qpath, fsyncs):
+    """The fsync's descriptor is kept from one commit to the next; a pack puts a new file in
+    place, and the commits after it must be fsynced there, not on the file it replaced."""
+    storage = QueueFileStorage(qpath, pack_keep_old=False)
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        root = db.open(transaction_manager=tm).root()
+
+        def commit(n: int) -> None:
+            root["n"] = n
+            with storage.deferring_sync():  # as the group committer commits
+                tm.commit()
+            storage.sync_through(storage.flushed())
+
+        root["garbage"] = PersistentMapping(big="x" * 10_000)
+        commit(0)  # the descriptor is made for the file as it is now
+        del root["garbage"]
+        commit(1)
+        inode = os.stat(qpath).st_ino
+        db.pack(time.time() + 1)
+        assert os.stat(qpath).st_ino != inode, "the pack left the file in place"
+        for n in range(2, 5):
+            mark = fsyncs.mark()
+            commit(n)
+            size = os.path.getsize(qpath)
+            assert fsyncs.covered_since(mark, size), (
+                f"commit {n} after the pack returned before the packed file was fsynced up to "
+                f"{size} bytes: fsyncs of it since covered {fsyncs.sizes[mark:]}"
+            )
+    finally:
+        db.close()
+
+
+def test_closing_the_queue_closes_every_descriptor_of_its_file(qpath):
+    def descriptors_of_file() -> int:
+        ours = os.stat(qpath)
+        found = 0
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                st = os.stat(f"/proc/self/fd/{name}")
+            except OSError:
+                continue
+            found += (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino)
+        return found
+
+    q = _prepared(qpath)
+    q.put("synced")
+    q.close()
+    assert descriptors_of_file() == 0
