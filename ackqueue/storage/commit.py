@@ -70,7 +70,8 @@ class WriterTransactions(transaction.TransactionManager):
     ``tpc_abort``), and the transaction is left for the caller to abort, as it is after a
     failed ``Transaction.commit``. Whatever is more than that (another data manager or
     synchronizer, a hook, a savepoint, a doom, a failed commit, nothing changed) is committed
-    by the package itself.
+    by the package itself. A transaction begins as the package begins it, with the call to
+    the writer (its one synchronizer) made directly.
     """
 
     def __init__(self) -> None:
@@ -85,6 +86,17 @@ class WriterTransactions(transaction.TransactionManager):
     def unregisterSynch(self, synch: Any) -> None:  # noqa: N802
         super().unregisterSynch(synch)
         self._synchs_registered -= 1
+
+    def begin(self) -> Any:
+        writer = self.writer
+        begun = self._txn  # type: ignore[has-type]  # (the package's own attribute)
+        if writer is None or self._synchs_registered != 1 or begun is not None:
+            return super().begin()  # or its AlreadyInTransaction
+        # The package's begin, less the walk of its weak set of synchronizers (a list of
+        # weak references and a lambda each time) to reach the one there is.
+        txn = self._txn = transaction.Transaction(self._synchs, self)
+        writer.newTransaction(txn)
+        return txn
 
     def commit(self) -> None:
         txn = self.get()

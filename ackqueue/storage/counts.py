@@ -110,49 +110,51 @@ class LogCounts:
     # -- the group committer's hooks -------------------------------------------------------
 
     def begin(self) -> None:
-        self._txn = {}
-        self._fold = set()
-        self._stopped = {}
+        # New containers only when used: committed() keeps the ones it reads as they are.
+        if self._txn:
+            self._txn = {}
+        if self._fold:
+            self._fold = set()
+        if self._stopped:
+            self._stopped = {}
 
     def before_commit(self) -> None:
-        txn = self._txn
+        txn, names, pending = self._txn, self._names, self._pending
+        record_info = self._tm.get().setExtendedInfo
+        changed = [(oid, n) for oid, n in txn.items() if n]
         if txn:
             self._since_fold += 1
-            self._tm.get().setExtendedInfo(
-                COUNTS_KEY, {self._names[oid]: n for oid, n in txn.items() if n}
-            )
+            record_info(COUNTS_KEY, {names[oid]: n for oid, n in changed})
+        fold = self._fold
         if self._fold_all or self._since_fold >= FOLD_EVERY:
-            self._fold.update(self._names)
-        for oid in self._fold:
-            record = self._writer.get(oid)
-            record.length.change(self._pending.get(oid, 0) + txn.get(oid, 0))
-        recorded = {oid for oid, n in txn.items() if n} | self._fold
-        totals = {self._names[oid]: self._total(oid) for oid in recorded}
+            fold.update(names)
+        get = self._writer.get
+        # The count each queue has once this commit is in: a folded Length holds it all.
+        totals: dict[str, int] = {}
+        for oid in fold:
+            length = get(oid).length
+            length.change(pending.get(oid, 0) + txn.get(oid, 0))
+            totals[names[oid]] = int(length())
+        for oid, n in changed:
+            if oid not in fold:
+                totals[names[oid]] = int(get(oid).length()) + pending.get(oid, 0) + n
         for oid, name in self._stopped.items():  # the Length holds it all now
-            totals[name] = int(self._writer.get(oid).length())
+            totals[name] = int(get(oid).length())
         if totals:
-            self._tm.get().setExtendedInfo(TOTALS_KEY, totals)
-
-    def _total(self, oid: bytes) -> int:
-        """The count of queue ``oid`` once the commit being made is in (folds applied)."""
-        total = int(self._writer.get(oid).length())
-        if oid not in self._fold:
-            total += self._pending.get(oid, 0) + self._txn.get(oid, 0)
-        return total
+            record_info(TOTALS_KEY, totals)
 
     def committed(self) -> None:
-        folded = self._fold
+        folded, names, pending = self._fold, self._names, self._pending
         for oid, n in self._txn.items():
-            if oid not in folded and oid in self._names:
-                self._pending[oid] = self._pending.get(oid, 0) + n
-        for oid in folded:
-            self._pending.pop(oid, None)
-        if folded and folded >= set(self._names):
-            self._since_fold = 0
-            self.fold_tid = self._storage.lastTransaction()
-        self._txn = {}
-        self._fold = set()
-        self._stopped = {}
+            if oid not in folded and oid in names:
+                pending[oid] = pending.get(oid, 0) + n
+        if folded:
+            for oid in folded:
+                pending.pop(oid, None)
+            if folded >= names.keys():
+                self._since_fold = 0
+                self.fold_tid = self._storage.lastTransaction()
+        self.begin()
 
     # -- folding everything ----------------------------------------------------------------
 

@@ -157,3 +157,71 @@ def test_another_data_manager_in_the_transaction_is_committed_by_the_package(db)
         other.close()
         other_db.close()
         conn.close()
+
+
+def test_a_stores_begins_call_the_writer_without_the_packages_synchronizer_walk(
+    tmp_path, monkeypatch
+):
+    walks = []
+    real_new_transaction = transaction._manager._new_transaction
+
+    def counted(txn, synchs):
+        walks.append(txn)
+        return real_new_transaction(txn, synchs)
+
+    monkeypatch.setattr(transaction._manager, "_new_transaction", counted)
+    store = Store.acquire(str(tmp_path / "b.fs"), None)
+    try:
+        opened = len(walks)
+        for n in range(5):
+            store.run(lambda n=n: store.root().__setitem__("n", n))
+        assert len(walks) == opened
+        assert store.run(lambda: store.root()["n"]) == 4
+    finally:
+        store.release()
+
+
+@pytest.mark.parametrize("make", MANAGERS)
+def test_a_begin_sees_what_another_connection_committed(db, make):
+    """The begin still calls the writer's newTransaction: invalidations are polled."""
+    tm, conn = open_with(db, make)
+    tm.begin()
+    conn.root()["obj"] = Plain(n=1)
+    tm.commit()
+    tm.begin()
+    assert conn.root()["obj"]["n"] == 1  # loaded into the writer's cache
+    tm.abort()
+    tm2 = transaction.TransactionManager()
+    theirs = db.open(transaction_manager=tm2)
+    theirs.root()["obj"]["n"] = 2
+    tm2.commit()
+    theirs.close()
+    tm.begin()
+    assert conn.root()["obj"]["n"] == 2
+    with pytest.raises(transaction.interfaces.AlreadyInTransaction):
+        tm.begin()
+    tm.abort()
+    conn.close()
+
+
+def test_a_begin_with_another_synchronizer_is_the_packages(db, monkeypatch):
+    """A second connection opened with the writer's manager: both are told of the begin."""
+    tm, conn = open_with(db, writer_manager)
+    other_db = ZODB.DB(None)
+    other = other_db.open(transaction_manager=tm)
+    told = []
+    real = type(other).newTransaction
+
+    def counted(self, txn, sync=True):
+        told.append(self)
+        return real(self, txn, sync)
+
+    monkeypatch.setattr(type(other), "newTransaction", counted)
+    try:
+        tm.begin()
+        assert set(map(id, told)) == {id(conn), id(other)}
+        tm.abort()
+    finally:
+        other.close()
+        other_db.close()
+        conn.close()
