@@ -485,15 +485,18 @@ class QueueFileStorage(FileStorage):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.sync_through(self._flushed)
-        with self._sync_lock:
-            self._close_sync_descriptor()
         # Closing flushes the buffer: debris of a failed write must be cut first, or it lands
         # past the last commit. If that still fails, the debris is dropped with the buffer
         # unwritten (or cut off as a torn tail at the next open).
         with contextlib.suppress(Exception):
             if self._file is not None and not self._file.closed:
                 self._cut_failed_write()
-        super().close()
+        try:
+            super().close()
+        finally:
+            # Once the file is closed, no fsync makes another descriptor (it finds it closed).
+            with self._sync_lock:
+                self._close_sync_descriptor()
 
 
 class StorageClosed(OSError):
