@@ -222,7 +222,16 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._life.shut_down = value
 
     def _stdlib_get(self, block: bool, timeout: float | None) -> Any:
-        return queue.Queue.get(self, block, timeout)
+        if not block or timeout is None or timeout >= 0:
+            with self.mutex:
+                if self._qsize():
+                    # What queue.Queue.get does when an item is there at once: the hook, then
+                    # wake a put; without its Python-level calls around them (the condition's
+                    # enter and exit, an empty notify).
+                    item = self._get()
+                    notify_waiting(self.not_full)
+                    return item
+        return queue.Queue.get(self, block, timeout)  # it waits (or raises Empty) as its own
 
     def _stdlib_put(self, item: Any, block: bool, timeout: float | None) -> None:
         if self.maxsize > 0:
