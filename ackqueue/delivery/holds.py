@@ -82,7 +82,8 @@ class Holds:
         if table.by_id.get(hold.delivery.id) is not hold:
             return False
         table.remove(hold)
-        self.end_lease_locked(hold)
+        if hold.lease_timer is not None:
+            self.end_lease_locked(hold)
         self.count -= 1
         self._supply.released_locked(hold.key)
         return True

@@ -21,7 +21,11 @@ from typing import Any
 
 DEFAULT_MAX_ITEMS = 4096
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
-READ_AHEAD = 16
+# Backlog entries read ahead in one go. Each read-ahead begins with a read that catches the
+# reader up with the commits since the last one and reloads the tree bucket they rewrote (every
+# ack rewrites it), a cost per read-ahead, not per entry: 16 at a time spent 8 us of a get+ack's
+# ~160 there; 64 keep a read-ahead near a millisecond (128 would save ~1 us more, for twice that).
+READ_AHEAD = 64
 
 
 class ItemCache:

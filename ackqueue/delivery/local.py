@@ -25,7 +25,7 @@ from ackqueue.delivery.mode import (
     Void,
     exhausted_reason,
 )
-from ackqueue.delivery.ordering import Ordering, checked_seq
+from ackqueue.delivery.ordering import SEQ_MASK, Ordering, checked_seq
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.records import QueueRecord
 from ackqueue.storage.book import Book, Keeping, sweep_done
@@ -120,7 +120,7 @@ class LocalMode:
     def next_seq_locked(self) -> int:
         seq = self._next_seq
         self._next_seq += 1
-        return checked_seq(seq, self._book.name)
+        return seq if seq <= SEQ_MASK else checked_seq(seq, self._book.name)
 
     @property
     def takes_commit_nothing(self) -> bool:

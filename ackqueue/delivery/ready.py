@@ -74,7 +74,7 @@ class ReadyIndex:
 
     def offer(self, key: Key) -> None:
         """A key newly stored or fallen due is ready (in one process: the same as a push)."""
-        self.push(key)
+        heapq.heappush(self._heap, key)
 
     def peek(self) -> Key:
         """The key :meth:`pop` would return (the index must not be empty)."""

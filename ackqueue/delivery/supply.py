@@ -148,9 +148,12 @@ class Supply:
         ``cache``) or delayed."""
         if staged.group is not None:
             self._note_group(staged.key, staged.group)
-        if cache and not staged.not_before:
+        if staged.not_before:
+            self.land_locked(staged.key, staged.not_before)
+            return
+        if cache:
             self.items.add(staged.seq, staged.data, 0)
-        self.land_locked(staged.key, staged.not_before)
+        self.offer_locked(staged.key)
 
     def _note_group(self, key: Any, group: Group) -> None:
         groups = self._grouped()

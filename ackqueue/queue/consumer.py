@@ -47,7 +47,9 @@ class Consumer(Generic[T]):
 
     def get_nowait(self) -> T:
         """``get(block=False)``: the next ready item, held, or ``Empty`` at once."""
-        return self.get(block=False)
+        self._check_getter()
+        item: T = self._deliveries.hold_next(self._table, False, None)
+        return item
 
     def get_many(self, n: int, timeout: float | None = None, *, block: bool = True) -> list[T]:
         """Between 1 and ``n`` items, held for this consumer.
@@ -64,7 +66,7 @@ class Consumer(Generic[T]):
     def ack(self, item: Any) -> None:
         """Remove the held ``item`` (the very object :meth:`get` returned) for good."""
         with Shield(interruptible=False):
-            self._settle([self._find(item, "ack")], "ack")
+            self._deliveries.settle(self._table, [self._find(item, "ack")], "ack")
 
     def ack_many(self, items: Iterable[Any]) -> None:
         """Ack every item in one commit; if one is not held, raise and ack none."""

@@ -48,6 +48,7 @@ class Deliveries:
         self._claimer = claimer
         self.holds = holds
         self._max_attempts = max_attempts
+        self._exhausted = exhausted_reason(max_attempts)
         self._thread_watch = ThreadExitWatch(self.release_at_thread_end)
 
     @property
@@ -71,8 +72,8 @@ class Deliveries:
 
     def hold_next(self, table: HoldTable, block: bool, timeout: float | None) -> Any:
         check_timeout(block, timeout)
-        ridden = self._ridden(table, 1)
-        if ridden:
+        ridden = self._rides.take_for(table, 1)
+        if ridden and (ridden := self._sound(ridden)):
             return self._hold(table, ridden)[0]
         deadline = None if timeout is None or not block else time.monotonic() + timeout
         while True:
@@ -201,7 +202,7 @@ class Deliveries:
             if action != "return"
         ]
         edit = self._book.settler(stored, due, now, data) if stored else None
-        check = self._book.require_stored([key for key, *_ in stored])
+        check = self._book.require_stored([settled[0] for settled in stored])
         edit, check = self._stored.fence(holds, edit, check)
 
         def finish() -> None:
@@ -255,7 +256,7 @@ class Deliveries:
     def _reason(self, outcome: Outcome, reason: str | None) -> str:
         if outcome == "reject":
             return reason or "rejected"
-        return exhausted_reason(self._max_attempts)  # a nack out of attempts
+        return self._exhausted  # a nack out of attempts
 
     def _finish(self, table: HoldTable, plan: list[tuple[Hold, Action]], due: float) -> None:
         with self.signals.mutex:

@@ -59,7 +59,8 @@ class Keys:
     ) -> bool | None:
         """A put, by key or not: a plain one returns None, as ``queue.Queue.put`` does."""
         if key is None:
-            _no_key_options(unique, replace)
+            if unique is not None or replace:
+                _no_key_options(unique, replace)
             self._puts.put(item, block, timeout, priority, due, group)
             return None
         return self.put_many(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.base.interrupts import checkpoint, hold_back
+from ackqueue.delivery.conditions import notify_waiting
 from ackqueue.delivery.groups import check_group
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.errors import Full
@@ -96,7 +97,8 @@ class Puts:
         group: str | None,
     ) -> bool:
         """Check ``group``; inside a transaction, stage ``items`` in it and say so (True)."""
-        check_group(group)
+        if group is not None:
+            check_group(group)
         tx = current(self._store)
         if tx is None:
             return False
@@ -141,11 +143,12 @@ class Puts:
             self._tasks.added_locked(len(kept))
         else:
             supply.staged -= n
-            self._tasks.finished_locked(lost)
+            if lost:
+                self._tasks.finished_locked(lost)
         for staged in kept:
             supply.land_staged_locked(staged, cache=cache)
         self._meter.put_locked(len(kept))
-        self._signals.landed.notify_all()
+        notify_waiting(self._signals.landed, None)
         if lost:
             self._signals.not_full.notify(lost)
 
@@ -159,7 +162,7 @@ class Puts:
             self._supply.staged -= n
             if counted:
                 self._tasks.finished_locked(n)
-        self._signals.landed.notify_all()
+        notify_waiting(self._signals.landed, None)
         if n:
             self._signals.not_full.notify(n)
 

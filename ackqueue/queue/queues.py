@@ -39,7 +39,7 @@ import ZODB
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.interrupts import Shield
-from ackqueue.delivery.conditions import Lifecycle, ReadyListeners, Tasks
+from ackqueue.delivery.conditions import Lifecycle, ReadyListeners, Tasks, notify_waiting
 from ackqueue.delivery.groups import (
     GroupRules,
     check_named_group,
@@ -222,10 +222,28 @@ class AckQueue(queue.Queue[T], Generic[T]):
         self._life.shut_down = value
 
     def _stdlib_get(self, block: bool, timeout: float | None) -> Any:
-        return queue.Queue.get(self, block, timeout)
+        if not block or timeout is None or timeout >= 0:
+            with self.mutex:
+                if self._qsize():
+                    # What queue.Queue.get does when an item is there at once: the hook, then
+                    # wake a put; without its Python-level calls around them (the condition's
+                    # enter and exit, an empty notify).
+                    item = self._get()
+                    notify_waiting(self.not_full)
+                    return item
+        return queue.Queue.get(self, block, timeout)  # it waits (or raises Empty) as its own
 
     def _stdlib_put(self, item: Any, block: bool, timeout: float | None) -> None:
-        queue.Queue.put(self, item, block, timeout)
+        if self.maxsize > 0:
+            queue.Queue.put(self, item, block, timeout)
+            return
+        # Unbounded, queue.Queue.put neither waits nor looks at the size: it runs the hook,
+        # counts the task and wakes a get. The same without its Python-level calls around
+        # them (the condition's enter and exit, the count's property, an empty notify).
+        with self.mutex:
+            self._put(item)
+            self._tasks.added_locked(1)
+            notify_waiting(self.not_empty)
 
     def _init(self, maxsize: int) -> None:
         pass  # the supply is made once the standard library's mutex exists

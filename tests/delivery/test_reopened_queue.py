@@ -13,7 +13,7 @@ from conftest import drain
 
 from ackqueue import AckQueue
 
-N = 300  # several backlog scans (64 keys) and read-aheads (16 pickles) long
+N = 300  # several backlog scans (64 keys) and read-aheads (64 pickles) long
 
 
 def test_a_reopened_backlog_comes_out_whole_in_order_with_each_items_delivery_count(qpath):
@@ -79,13 +79,13 @@ def test_a_delay_that_ends_after_a_reopen_ends_in_that_session(qpath):
 
 def test_a_nack_that_replaces_a_reopened_backlog_item_hands_out_the_new_payload(qpath):
     with AckQueue(qpath) as q:
-        q.put_many([f"v{i}" for i in range(40)])
+        q.put_many([f"v{i}" for i in range(160)])
     with AckQueue(qpath) as q, q.connect() as c:
-        held = [c.get() for _ in range(20)]  # past the first read-ahead: a second one ran
-        assert held == [f"v{i}" for i in range(20)]
+        held = [c.get() for _ in range(80)]  # past the first read-ahead: a second one ran
+        assert held == [f"v{i}" for i in range(80)]
         c.nack(held[1], replace="v1 again")
         c.nack(held[0], replace="v0 again")
-        assert [c.get(), c.get(), c.get()] == ["v0 again", "v1 again", "v20"]
+        assert [c.get(), c.get(), c.get()] == ["v0 again", "v1 again", "v80"]
 
 
 def test_removing_and_replacing_backlog_items_by_key_after_a_reopen(qpath):
@@ -102,3 +102,28 @@ def test_removing_and_replacing_backlog_items_by_key_after_a_reopen(qpath):
             assert drain(c) == expected
     with AckQueue(qpath) as q:
         assert q.qsize() == N - 3
+
+
+def test_a_reopened_backlog_is_read_many_entries_a_read(qpath):
+    """Each read of the stored tree first catches the reader up with the commits since the
+    last one and reloads the bucket they rewrote (every ack rewrites it): a get+ack of the
+    backlog pays for such a read once per read-ahead, so read-aheads are long (64 entries)."""
+    n = 640
+    with AckQueue(qpath) as q:
+        q.put_many(range(n))
+    with AckQueue(qpath) as q, q.connect() as c:
+        book, reads = q._book, []
+        read = book.read
+
+        def counted(change):
+            reads.append(change)
+            return read(change)
+
+        book.read = counted
+        got = []
+        for _ in range(n):
+            got.append(c.get_nowait())
+            c.ack(got[-1])
+        del book.read
+    assert got == list(range(n))
+    assert len(reads) <= n // 24  # a scan of 64 keys and a read-ahead of 64 entries: ~n / 32

@@ -172,3 +172,46 @@ def test_a_deferred_ctrl_c_reaches_the_callers_own_handler(tmp_path):
             assert signal.getsignal(signal.SIGINT) is not previous
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+FORKED_FROM_A_THREAD = """
+import os, signal, sys, threading
+from ackqueue.base.interrupts import Shield, hold_back
+
+def child() -> int:
+    # The forking thread is the child's main thread: the one that receives SIGINT there.
+    inside = False
+    try:
+        with Shield():
+            hold_back()
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # the handler would have run by now, were it not held
+                pass
+            inside = True
+    except KeyboardInterrupt:
+        return 0 if inside else 1
+    return 2
+
+def fork() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(child())
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+
+thread = threading.Thread(target=fork)
+thread.start()
+thread.join()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_the_shield_holds_ctrl_c_back_in_a_child_forked_from_a_thread():
+    """The shield knows the main thread without asking threading each time: after a fork
+    from another thread, the forking thread is the child's main thread, and the shield holds
+    SIGINT back there too (0: raised after the block; 1: inside it; 2: never)."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", FORKED_FROM_A_THREAD],
+        env=child_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "0"

@@ -393,6 +393,25 @@ def test_subclass_put_that_raises_changes_nothing(ack_cls, when, qpath):
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
+def test_subclass_put_that_raises_on_an_unbounded_queue_changes_nothing(when, qpath):
+    """Without maxsize a put runs the hook without queue.Queue.put (nothing to wait for):
+    the hook's failure still leaves no place taken, no task counted, nothing stored."""
+    cls = raising_put_subclass(ackqueue.AckQueue, when)
+    with cls(qpath) as q:
+        q.put("a")
+        with pytest.raises(Refused):
+            q.put("bad")
+        assert (q.qsize(), q.unfinished_tasks) == (1, 1)
+        q.put("b")
+        assert (q.get_nowait(), q.get_nowait()) == ("a", "b")
+        q.task_done()
+        q.task_done()
+        q.join()
+    with cls(qpath) as q:
+        assert q.qsize() == 0
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
 def test_subclass_put_that_raises_does_not_stall_a_waiting_getter(when, qpath):
     cls = raising_put_subclass(ackqueue.AckQueue, when)
     with cls(qpath) as q:
