@@ -95,10 +95,14 @@ def run_ackqueue(base: str, n: int) -> Figures:
                 cons.ack(cons.get_nowait())
 
         out["get+ack"] = cpu_us(n, get_ack)
-        for x in items:
-            q.put(x)
         q.close()
-        q = ackqueue.AckQueue(path)
+        # A file of its own, as persist-queue's plain get has: on the first one, the garbage
+        # of the get+ack phase set off a background pack during the gets, whose CPU counted.
+        plain = os.path.join(d, "plain.fs")
+        q = ackqueue.AckQueue(plain)
+        q.put_many(items)
+        q.close()
+        q = ackqueue.AckQueue(plain)
         out["get"] = cpu_us(n, lambda: [q.get_nowait() for _ in range(n)])
         q.close()
     return out
