@@ -5,7 +5,7 @@ commits: the watcher notices that the database's last transaction id moved (a lo
 round trip) every ``POLL_INTERVAL`` seconds and refreshes each shared queue's view, which
 wakes its blocked gets. Storages that learn of other clients' commits only when a connection
 polls (RelStorage) never move it by themselves, so the view is refreshed at least every
-``REFRESH_AT_LEAST_EVERY`` seconds anyway.
+``REFRESH_AT_LEAST_EVERY`` seconds anyway, also while the last transaction id cannot be read.
 """
 
 from __future__ import annotations
@@ -53,8 +53,13 @@ class Watcher:
         while not self._stop.wait(POLL_INTERVAL):
             try:
                 tid = self._store.db.lastTransaction()
-            except Exception:  # pragma: no cover - a closing storage
-                continue
+            except Exception:
+                # A closing storage, or RelStorage's database-level cursor, which can stay
+                # broken once its server restarted ("cursor already closed", at every call:
+                # gets blocked here never saw the items put after the restart). Each queue
+                # reads through connections of its own, which reconnect: refresh them at the
+                # slow pace all the same.
+                tid = last
             if tid != last or time.monotonic() - refreshed > REFRESH_AT_LEAST_EVERY:
                 last, refreshed = tid, time.monotonic()
                 self._refresh_queues()
