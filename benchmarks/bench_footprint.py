@@ -9,7 +9,12 @@
   ``qsize()``/``unacked_count()``/``empty()``/``full()`` per call, then ``kill -9``; a new
   process reopens the file: time to open and to get the first item, RSS, counters again.
 
-Run: ``python3 benchmarks/bench_footprint.py [--cycles 50000] [--million 1000000]``.
+- ``grouped``: 100,000 items put with groups (1,000 of them), ``kill -9``, and a new process
+  reopens the file: the time to open and to get the first item (the open reads every grouped
+  entry).
+
+Run: ``python3 benchmarks/bench_footprint.py [--cycles 50000] [--million 1000000]
+[--grouped 100000]``.
 ``--durability relaxed`` (the default here) only makes the churn faster; disk use is the same.
 """
 
@@ -134,6 +139,17 @@ def child_fill(path: str, n: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def child_fill_grouped(path: str, n: int) -> None:
+    """``n`` items in 1,000 groups (``put(group=)``), 1,000 a transaction, then kill -9."""
+    q = ackqueue.AckQueue(path)
+    for lo in range(0, n, 1000):
+        with q.transaction():
+            for i in range(lo, min(n, lo + 1000)):
+                q.put(c.item(i), group=f"host{i % 1000}")
+    print(json.dumps({"grouped": n}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def child_reopen(path: str) -> None:
     start = time.perf_counter()
     q = ackqueue.AckQueue(path)
@@ -181,16 +197,31 @@ def million(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
         return filled, reopened
 
 
+def grouped(n: int) -> dict[str, Any]:
+    """Reopening ``n`` grouped items after kill -9: the open reads every grouped entry (the
+    ready index must know each one's group)."""
+    with c.tmpdir() as d:
+        path = os.path.join(d, "q.fs")
+        run_child("--child-fill-grouped", path, str(n))
+        return run_child("--child-reopen", path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=50_000)
     ap.add_argument("--million", type=int, default=1_000_000)
+    ap.add_argument("--grouped", type=int, default=100_000)
     ap.add_argument("--durability", default="relaxed")
     ap.add_argument("--child-fill", nargs=2, metavar=("PATH", "N"), help=argparse.SUPPRESS)
     ap.add_argument("--child-reopen", metavar="PATH", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--child-fill-grouped", nargs=2, metavar=("PATH", "N"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     if args.child_fill:
         child_fill(args.child_fill[0], int(args.child_fill[1]))
+    if args.child_fill_grouped:
+        child_fill_grouped(args.child_fill_grouped[0], int(args.child_fill_grouped[1]))
     if args.child_reopen:
         child_reopen(args.child_reopen)
 
@@ -227,6 +258,15 @@ def main() -> None:
             f"reopen after kill -9, {n:,} queued",
             f"{reopened['open_seconds']:.2f} s (first item at "
             f"{reopened['first_get_seconds']:.2f} s), RSS {reopened['rss_mb']:.0f} MB",
+        ]
+    )
+    regrouped = grouped(args.grouped)
+    print(f"  reopen of grouped items after kill -9: {json.dumps(regrouped)}")
+    rows.append(
+        [
+            f"reopen after kill -9, {args.grouped:,} grouped items (1,000 groups)",
+            f"{regrouped['open_seconds']:.2f} s (first item at "
+            f"{regrouped['first_get_seconds']:.2f} s), RSS {regrouped['rss_mb']:.0f} MB",
         ]
     )
     print()
