@@ -125,12 +125,14 @@ class Session:
         self._tm = transaction.TransactionManager()
         self._conn = store.db.open(transaction_manager=self._tm)
         self._register()
+        # First of the threads: its connection opens here and may fail (the server gone), and
+        # then no thread of this session is left running.
+        self._sweeper = Sweeper(store.db, self)
         self._thread = threading.Thread(
             target=self._keep_alive, name="ackqueue-session", daemon=True
         )
         self._thread.start()
         self._watcher = Watcher(store, self._queues)
-        self._sweeper = Sweeper(store.db, self)
 
     # -- the session record -------------------------------------------------------------
 

@@ -63,12 +63,16 @@ class Sweeper:
         self.swept = 0
         self._rounds = 0
         self._turn = False
+        # Opened here, while the queue opens (which needs the server anyway), not in the thread:
+        # a thread that got to it only once the server had gone away died of the error, and
+        # the half-opened connection it left in the database's pool failed the queue's close.
+        self._tm = transaction.TransactionManager()
+        self._conn = db.open(transaction_manager=self._tm)
         self._thread = threading.Thread(target=self._sweep, name="ackqueue-sweep", daemon=True)
         self._thread.start()
 
     def _sweep(self) -> None:
-        tm = transaction.TransactionManager()
-        conn = self._db.open(transaction_manager=tm)
+        tm, conn = self._tm, self._conn
         wait = self._interval
         try:
             while not self._stop.wait(wait):

@@ -199,3 +199,14 @@ def test_an_item_an_ack_took_is_not_handed_out_while_the_queue_is_paused(
         item = c.get(timeout=30)  # once its wait ran out, it was given back in place
         assert item == "three"
         c.ack(item)
+
+
+def test_the_sweepers_connection_is_open_once_the_queue_is(short_qpath) -> None:
+    """The sweeper opened its connection in its own thread, whenever that ran: on a busy
+    machine, after the test had stopped the database server (test_postgresql's outage test),
+    and the thread died of it, leaving a half-opened connection that failed the queue's close.
+    It is opened while the queue opens, which needs the server anyway."""
+    with ackqueue.AckQueue(short_qpath, shared=True) as q:
+        sweeper = q._mode.session._sweeper
+        assert sweeper._conn.opened is not None  # open, before its thread did anything
+        assert sweeper._thread.is_alive()
