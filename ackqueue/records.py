@@ -372,10 +372,10 @@ class QueueRecord(Persistent):
         item_key: bytes | None = None,
         remember: float | None = None,
         own_record: bool = False,
-    ) -> Entry | None:
+    ) -> None:
         """Store a new entry under ``key``: inline, unless ``own_record`` (shared
         mode's entries, whose holds and acks are marked on them) or an item larger than
-        :data:`INLINE_MAX` asks for a record of its own, which is returned."""
+        :data:`INLINE_MAX` asks for a record of its own."""
         if own_record or len(data) > INLINE_MAX:
             entry = Entry(data, put_at, not_before, group)
             entry.key_id = self._key_id(key)
@@ -384,11 +384,10 @@ class QueueRecord(Persistent):
             if remember is not None:
                 entry.remember = remember
             self.entries[key] = entry
-            return entry
+            return
         if self.format_version < INLINE_FORMAT:
             self.format_version = INLINE_FORMAT  # older versions must not misread the tree
         self.entries[key] = _encoded(data, put_at, 0, not_before, group, item_key, remember)
-        return None
 
     def change_entry(self, key: Any, **changes: Any) -> None:
         """Change fields of entry ``key`` (KeyError if it is not stored): an inline one is
