@@ -230,10 +230,13 @@ class Item(Persistent):
         self.data = data
 
 
-def run_tree_floor(base: str, n: int) -> Figures:
-    """ackqueue's stored shape of format 2 without ackqueue: each put a new Persistent inserted
-    into an LOBTree of ackqueue's node sizes, one Connection commit; each get+ack reads the
-    first one's data and deletes it, one commit (as an ack does)."""
+def tree_shape(
+    base: str, n: int, stored: Callable[[bytes], Any], data_of: Callable[[Any], bytes]
+) -> Figures:
+    """A stored shape of ackqueue's entry tree without ackqueue: each put inserts
+    ``stored(item)`` into an LOBTree of ackqueue's node sizes, one Connection commit; each
+    get+ack reads the first one's item (``data_of``) and deletes it, one commit (as an ack
+    does)."""
     items = [c.item(i) for i in range(n)]
     with zodb(base) as (conn, tm):
         tree = conn.root()["tree"] = SmallNodes()
@@ -242,46 +245,36 @@ def run_tree_floor(base: str, n: int) -> Figures:
         def puts() -> None:
             for i, x in enumerate(items):
                 tm.begin()
-                tree[i] = Item(x)
+                tree[i] = stored(x)
                 tm.commit()
 
         def get_acks() -> None:
             for i in range(n):
                 tm.begin()
-                assert tree[i].data
+                assert data_of(tree[i])
                 del tree[i]
                 tm.commit()
 
         return put_then_get_ack(n, conn, puts, get_acks)
+
+
+def run_tree_floor(base: str, n: int) -> Figures:
+    """ackqueue's format 2: each entry a new Persistent record of its own."""
+    return tree_shape(base, n, Item, lambda item: bytes(item.data))
 
 
 INLINE_HEADER = struct.Struct("<dI")  # put_at, attempts: what an entry keeps beside its item
 
 
 def run_inline_floor(base: str, n: int) -> Figures:
-    """Today's tree with each entry kept in its bucket as one bytes value (a small header and
-    the item) instead of a record of its own: a put rewrites the bucket and makes no record,
-    a get reads its value out of the bucket it loads anyway, an ack deletes it (a commit
-    each). The step between today's shape and the segment layout."""
-    items = [c.item(i) for i in range(n)]
-    with zodb(base) as (conn, tm):
-        tree = conn.root()["tree"] = SmallNodes()
-        tm.commit()
-
-        def puts() -> None:
-            for i, x in enumerate(items):
-                tm.begin()
-                tree[i] = INLINE_HEADER.pack(time.time(), 0) + x
-                tm.commit()
-
-        def get_acks() -> None:
-            for i in range(n):
-                tm.begin()
-                assert tree[i][INLINE_HEADER.size:]
-                del tree[i]
-                tm.commit()
-
-        return put_then_get_ack(n, conn, puts, get_acks)
+    """ackqueue's format 3 for small items: each entry one bytes value in its bucket (a small
+    header and the item) instead of a record of its own, so a put rewrites the bucket and makes
+    no record, and a get reads its value out of the bucket it loads anyway."""
+    return tree_shape(
+        base, n,
+        lambda x: INLINE_HEADER.pack(time.time(), 0) + x,
+        lambda value: bytes(value[INLINE_HEADER.size:]),
+    )
 
 
 SEGMENT = 64  # items a segment holds, in the segment shape below
