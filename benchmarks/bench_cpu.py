@@ -80,6 +80,15 @@ def cpu_us(n: int, fn: Callable[[], object]) -> float:
 # -- each implementation: {operation: CPU us an item} ----------------------------------------
 
 
+# Automatic packs made during each of ackqueue's timed operations, a list a run.
+PACKS: dict[str, list[int]] = {}
+
+
+def packs_of(q: ackqueue.AckQueue) -> int:
+    packer = q._store.packer  # (the store's AutoPacker: None with autopack=False)
+    return packer.packs if packer is not None else 0  # type: ignore[attr-defined]
+
+
 def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
     items = [c.item(i) for i in range(n)]
     out: Figures = {}
@@ -87,6 +96,8 @@ def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
         path = os.path.join(d, "q.fs")
         q = ackqueue.AckQueue(path, autopack=autopack)
         out["put"] = cpu_us(n, lambda: [q.put(x) for x in items])
+        if autopack:
+            PACKS.setdefault("put", []).append(packs_of(q))
         q.close()
         q = ackqueue.AckQueue(path, autopack=autopack)
         cons = q.connect()
@@ -96,6 +107,8 @@ def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
                 cons.ack(cons.get_nowait())
 
         out["get+ack"] = cpu_us(n, get_ack)
+        if autopack:
+            PACKS.setdefault("get+ack", []).append(packs_of(q))
         q.close()
         # A file of its own, as persist-queue's plain get has: on the first one, the garbage
         # of the get+ack phase set off a background pack during the gets, whose CPU counted.
@@ -111,8 +124,8 @@ def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
 
 def run_ackqueue_unpacked(base: str, n: int) -> Figures:
     """ackqueue with ``autopack=False``: the operations alone. With packing on (the default,
-    above), a background pack whenever the garbage in the file reaches 1 MB (or what the file
-    holds live) counts too: a cost of every byte a commit writes, paid in those packs."""
+    above), a pack whenever the garbage in the file reaches 1 MB (or what the file holds live)
+    counts too: a cost of every byte a commit writes, paid in those packs."""
     return run_ackqueue(base, n, autopack=False)
 
 
@@ -421,6 +434,11 @@ def main() -> None:
             )
     print()
     print(c.rst_table(rows, ["CPU us an item", *OPERATIONS]))
+    if PACKS:
+        print(
+            "automatic packs in ackqueue's runs (each run): "
+            + "; ".join(f"{op} {', '.join(map(str, v))}" for op, v in PACKS.items())
+        )
 
 
 if __name__ == "__main__":
