@@ -101,7 +101,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
     ``durability="relaxed"`` makes ``put``/``ack`` return once the commit is handed to the
     operating system (it survives ``kill -9``) and fsyncs once a second, so a power loss may
     lose the last second; the default ``"strict"`` fsyncs every commit. ``autopack`` (on by
-    default) packs the file in the background as it grows, so disk use stays bounded.
+    default) packs the file as it grows, so disk use stays bounded (a file of up to 4 MB in
+    line, by the put or ack whose commit made the pack due; a larger one in the background).
 
     For a crawler's frontier: ``max_held_per_group`` caps how many items of one ``group=``
     are out at once (held by any consumer); ``group_interval`` is the least time in seconds
