@@ -132,10 +132,24 @@ def _work(q: ackqueue.AckQueue, journal: Journal, worker: int, seed: int) -> Non
                 journal.log("T", f"{worker}:")
 
 
-def child_main(path: str, journal_path: str, run: int, seed: int) -> None:
+def child_main(path: str, journal_path: str, run: int, seed: int, pack_floor: int) -> None:
     journal = Journal(journal_path, run)
     q = ackqueue.AckQueue(path)
     journal.log("R")
+    if pack_floor:
+        # Automatic packs every pack_floor bytes of garbage: a small file is packed in line,
+        # in the thread whose put or ack made it due, so kills land inside those too. Each is
+        # journaled ("z" ... "Z") to count them.
+        packer = q._store.packer
+        packer.min_bytes = pack_floor  # type: ignore[attr-defined]
+        pack_inline = packer._pack_inline  # type: ignore[attr-defined]
+
+        def journaled_pack() -> None:
+            journal.log("z")
+            pack_inline()
+            journal.log("Z")
+
+        packer._pack_inline = journaled_pack  # type: ignore[attr-defined]
     def work(worker: int) -> None:
         try:
             _work(q, journal, worker, seed * 10 + worker)
@@ -170,6 +184,8 @@ class Tally:
     held_at_kills: int = 0
     gets_in_flight_at_kills: int = 0
     kills_in_pack: int = 0
+    kills_in_autopack: int = 0
+    autopacks: int = 0
     kills_in_transaction: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -194,6 +210,7 @@ def _replay_run(events: list[tuple[str, str]], t: Tally) -> None:
     held: set[str] = set()
     in_flight_gets = 0
     packing = False
+    autopacking = False
     txs: dict[str, list[tuple[str, str]]] = {}  # open transactions by worker
     tx: list[tuple[str, str]] | None = None
     worker = ""
@@ -233,6 +250,11 @@ def _replay_run(events: list[tuple[str, str]], t: Tally) -> None:
             packing = True
         elif event == "K":
             packing = False
+        elif event == "z":
+            autopacking = True
+        elif event == "Z":
+            autopacking = False
+            t.autopacks += 1
         elif event == "t":
             txs[worker] = []
         elif event in ("ta", "tp") and tx is not None:
@@ -257,6 +279,7 @@ def _replay_run(events: list[tuple[str, str]], t: Tally) -> None:
     t.held_at_kills += len(held)
     t.gets_in_flight_at_kills += in_flight_gets
     t.kills_in_pack += packing
+    t.kills_in_autopack += autopacking
     for tx in txs.values():
         t.kills_in_transaction += 1
         # its commit may have landed before the kill: the plain get's item may be gone
@@ -319,6 +342,8 @@ def check(path: str, journal_path: str) -> tuple[Tally, dict[str, int]]:
         "redeliveries_beyond_nacks": max(0, redeliveries - t.nacks),
         "missing_explained_by_cut_plain_gets": len(missing),
         "kills_in_pack": t.kills_in_pack,
+        "kills_in_autopack": t.kills_in_autopack,
+        "autopacks": t.autopacks,
         "kills_in_transaction": t.kills_in_transaction,
     }
     return t, counts
@@ -331,6 +356,7 @@ def run_stress(
     max_delay: float,
     env: dict[str, str] | None = None,
     verbose: bool = False,
+    pack_floor: int = 0,
 ) -> dict[str, object]:
     rng = random.Random(seed)
     path = os.path.join(workdir, "stress.fs")
@@ -341,7 +367,7 @@ def run_stress(
     for run in range(kills):
         child = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--child", path, journal_path,
-             str(run), str(rng.randrange(1 << 30))],
+             str(run), str(rng.randrange(1 << 30)), str(pack_floor)],
             stdout=subprocess.PIPE,
             env=env,
         )
@@ -387,8 +413,8 @@ def run_stress(
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        path, journal_path, run, seed = sys.argv[2:6]
-        child_main(path, journal_path, int(run), int(seed))
+        path, journal_path, run, seed, pack_floor = sys.argv[2:7]
+        child_main(path, journal_path, int(run), int(seed), int(pack_floor))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=200)
@@ -396,6 +422,9 @@ def main() -> int:
     parser.add_argument("--max-delay", type=float, default=0.5,
                         help="longest time a child runs before its kill (s)")
     parser.add_argument("--dir", default=None, help="work directory (default: a new temp dir)")
+    parser.add_argument("--pack-floor", type=int, default=0,
+                        help="the children's automatic packing floor in bytes (default: "
+                             "ackqueue's, 1 MB); a small one packs every few dozen commits")
     args = parser.parse_args()
     import tempfile
 
@@ -403,7 +432,8 @@ def main() -> int:
     workdir = args.dir or tempfile.mkdtemp(prefix="ackqueue-stress-")
     os.makedirs(workdir, exist_ok=True)
     print(f"stress: {args.kills} kills, seed {seed}, in {workdir}", flush=True)
-    result = run_stress(workdir, args.kills, seed, args.max_delay, verbose=True)
+    result = run_stress(workdir, args.kills, seed, args.max_delay, verbose=True,
+                        pack_floor=args.pack_floor)
     print(json.dumps(result, indent=1), flush=True)
     return 0 if result["ok"] else 1
 

@@ -35,6 +35,18 @@ def test_random_sigkills_of_a_mixed_workload_lose_no_committed_item(tmp_path):
     assert result["nacks"] > 0 and result["plain_gets"] > 0, result
 
 
+def test_random_sigkills_with_packs_in_line_every_few_dozen_commits_lose_nothing(tmp_path):
+    # A small file is packed by the put or ack whose commit made the pack due, in that thread:
+    # with a 32 KB floor the children pack every few dozen commits, so kills land before,
+    # inside and after those packs.
+    result = stress.run_stress(
+        str(tmp_path), kills=20, seed=77, max_delay=0.4, env=child_env(), pack_floor=32 * 1024
+    )
+    assert result["ok"], result["errors"]
+    assert result["autopacks"] >= 10, result
+    assert result["confirmed_puts"] > 300 and result["confirmed_acks"] > 100, result
+
+
 def prefill(path: str, journal_path: str, n: int) -> None:
     """A file with n items put and most of them taken again, so that a pack has work to do."""
     journal = stress.Journal(journal_path, 0)
