@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.errors import LeaseExpiredError
@@ -43,11 +42,10 @@ log = logging.getLogger("ackqueue")
 
 class Holds:
     def __init__(
-        self, supply: Supply, timers: Timers, clock: Clock, name: str, ack_timeout: float | None
+        self, supply: Supply, timers: Timers, name: str, ack_timeout: float | None
     ) -> None:
         self._supply = supply
-        self._timers = timers
-        self._clock = clock
+        self._timers = timers  # (its clock is the one leases run on)
         self._name = name
         self.ack_timeout = ack_timeout
         self.tables: set[HoldTable] = set()

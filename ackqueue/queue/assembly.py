@@ -250,7 +250,7 @@ def assemble(
     supply = Supply(
         signals, life, tasks, book, order, clock, timers, mode.indexing
     )
-    holds = Holds(supply, timers, clock, opts.name, opts.ack_timeout)
+    holds = Holds(supply, timers, opts.name, opts.ack_timeout)
     mode.stored_holds.on_session_lost(holds.void_locked)
     core = Core(signals, life, tasks, book, supply, mode, Meter(), Calls(), clock)
     claimer = Claimer(core, stdlib_get)

@@ -106,7 +106,7 @@ def test_an_immediate_shutdown_drains_the_supply_and_settles_join(store):
 
 def test_holds_take_back_a_hold_whose_lease_runs_out(store):
     book, signals, _life, _tasks, clock, supply = parts(store, Ordering(), backlog_items=1)
-    holds = Holds(supply, Timers(signals.mutex, clock, "q"), clock, "q", ack_timeout=5.0)
+    holds = Holds(supply, Timers(signals.mutex, clock, "q"), "q", ack_timeout=5.0)
     table = holds.new_table()
     with signals.mutex:
         key = supply.pop()
