@@ -106,3 +106,66 @@ def test_priorities_merge_backlog_and_new_puts_in_order(cls, script):
             assert [q.get_nowait() for _ in range(len(ready))] == ready
         finally:
             q.close()
+
+
+# -- taking backlog items out by key (ReadyIndex.withdraw) and looking ahead (peek) ---------
+
+
+def stored_by_key(qpath, keys, **put):
+    with ackqueue.AckQueue(qpath) as q:
+        for k in keys:
+            q.put(f"item {k}", key=k, **put)
+
+
+def test_a_held_backlog_item_cannot_be_removed_by_key_and_the_rest_can(qpath):
+    stored_by_key(qpath, ["k0", "k1", "k2", "k3"])
+    with ackqueue.AckQueue(qpath) as q:
+        c = q.connect()
+        assert c.get() == "item k0"  # the backlog's first: the scan's cursor is on it
+        with pytest.raises(ackqueue.KeyHeldError):
+            q.remove("k0")
+        assert c.get() == "item k1" and c.get() == "item k2"
+        q.remove("k3")  # the backlog's last unread item
+        assert q.qsize() == 0 and q.unacked_count() == 3
+        with pytest.raises(ackqueue.Empty):
+            c.get_nowait()
+        with pytest.raises(ackqueue.KeyHeldError):
+            q.remove("k1")
+    with ackqueue.AckQueue(qpath) as q:
+        assert sorted(q.get() for _ in range(3)) == ["item k0", "item k1", "item k2"]
+        assert q.qsize() == 0
+
+
+def test_a_held_item_of_this_session_cannot_be_removed_while_the_backlog_is_unread(qpath):
+    stored_by_key(qpath, ["old0", "old1"], priority=5)
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("new", key="new", priority=0)  # first in line, ahead of the unread backlog
+        c = q.connect()
+        assert c.get() == "new"
+        with pytest.raises(ackqueue.KeyHeldError):
+            q.remove("new")
+        assert q.qsize() == 2 and q.unacked_count() == 1
+        assert [c.get(), c.get()] == ["item old0", "item old1"]
+
+
+def test_a_group_merges_its_backlog_and_new_puts_in_order(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("old", group="g")
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("new", group="g")
+        c = q.connect()
+        assert [c.get_nowait(), c.get_nowait()] == ["old", "new"]
+
+
+def test_ungrouped_backlog_and_new_puts_go_out_in_order_beside_a_group(qpath):
+    # With a group in play, gets go round the lanes, and the ungrouped lane is looked at
+    # (peek) before it is taken from: its backlog and its new puts both hold a key then.
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("old")
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("new")
+        q.put("grouped", group="g")
+        c = q.connect()
+        got = [c.get_nowait() for _ in range(3)]
+        assert got.index("old") < got.index("new")
+        assert sorted(got) == ["grouped", "new", "old"]
