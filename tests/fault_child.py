@@ -12,6 +12,8 @@
     python fault_child.py bury PATH
         runs a WorkerPool whose handler fails the only item and fills the file limit, so
         that burying the item fails; see tests/workers/test_pool_faults.py.
+    python fault_child.py abury PATH
+        the same with an AsyncWorkerPool.
 """
 
 from __future__ import annotations
@@ -381,6 +383,59 @@ def bury_mode(path: str) -> None:
     q.close()
 
 
+def abury_mode(path: str) -> None:
+    """:func:`bury_mode` with an ``AsyncWorkerPool``, its event loop in a thread of its own."""
+    import asyncio
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    retry = ackqueue.Retry(max_attempts=1)
+    report: dict[str, object] = {}
+    started: list[tuple[asyncio.AbstractEventLoop, ackqueue.AsyncWorkerPool]] = []
+    first_run_over, limit_lifted = threading.Event(), threading.Event()
+
+    async def fail_and_fill_the_disk(item: object) -> None:
+        set_file_limit(os.path.getsize(path))
+        raise ValueError(f"cannot handle {item!r}")
+
+    async def fail(item: object) -> None:
+        raise ValueError(f"cannot handle {item!r}")
+
+    async def run(pool: ackqueue.AsyncWorkerPool, key: str) -> None:
+        try:
+            stats = await pool.run_until_empty()
+            report[key] = {"stopped_by": stats.stopped_by, "exit_code": stats.exit_code,
+                           "dead": stats.dead}
+        except Exception as exc:
+            report[key] = {"raised": f"{type(exc).__qualname__}: {exc}"}
+
+    def counts(q: ackqueue.AsyncAckQueue[object]) -> dict[str, int]:
+        return {"ready": q.qsize(), "held": q.unacked_count(), "dead": q.sync.dead_count()}
+
+    async def main() -> None:
+        async with ackqueue.AsyncAckQueue(path, autopack=False) as q:
+            pool = ackqueue.AsyncWorkerPool(q, fail_and_fill_the_disk, concurrency=2,
+                                            retry=retry, poll=0.05)
+            started.append((asyncio.get_running_loop(), pool))
+            await run(pool, "full")
+            first_run_over.set()
+            await asyncio.to_thread(limit_lifted.wait)
+            report["after_full"] = counts(q)
+            await run(ackqueue.AsyncWorkerPool(q, fail, concurrency=2, retry=retry, poll=0.05),
+                      "again")
+            report["after_again"] = counts(q)
+
+    runner = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    runner.start()
+    report["hung"] = not first_run_over.wait(20)
+    set_file_limit(resource.RLIM_INFINITY)  # the space comes back
+    if report["hung"] and started:
+        loop, pool = started[0]
+        loop.call_soon_threadsafe(pool.stop)
+    limit_lifted.set()
+    runner.join(30)
+    print(json.dumps(report), flush=True)
+
+
 def main() -> None:
     mode = sys.argv[1]
     if mode == "pack":
@@ -391,6 +446,8 @@ def main() -> None:
         fsize_mode(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif mode == "bury":
         bury_mode(sys.argv[2])
+    elif mode == "abury":
+        abury_mode(sys.argv[2])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from conftest import TESTS_DIR, child_env
 
 import ackqueue
@@ -22,14 +23,19 @@ import ackqueue
 CHILD = os.path.join(TESTS_DIR, "fault_child.py")
 
 
-def test_a_burial_that_cannot_commit_stops_the_pool_with_an_error_and_keeps_the_item(tmp_path):
+@pytest.mark.parametrize("mode", [
+    pytest.param("bury", id="WorkerPool"), pytest.param("abury", id="AsyncWorkerPool")
+])
+def test_a_burial_that_cannot_commit_stops_the_pool_with_an_error_and_keeps_the_item(
+    tmp_path, mode
+):
     """The handler fails the only item (``max_attempts=1``) and fills the file-size limit, so
     the burial's commit fails with EFBIG (see tests/fault_child.py, ``bury``)."""
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path) as q:
         q.put("poison")
     proc = subprocess.run(
-        [sys.executable, CHILD, "bury", path],
+        [sys.executable, CHILD, mode, path],
         env=child_env(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
