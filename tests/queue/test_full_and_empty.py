@@ -20,6 +20,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from polling import wait_for_waiter
+from semantic_helpers import put_in_flight
 
 import ackqueue
 
@@ -97,6 +99,73 @@ def test_a_put_in_another_thread_waits_for_the_places_a_transaction_took(qpath):
             t.join(30)
         assert not errors
         assert q.qsize() == 2 and q.full()
+
+
+# A put waiting for room must wake when a place frees, whatever frees it: full() says False
+# from then on, and the put would otherwise wait for a get that may never come.
+
+
+class WaitingPut:
+    """A put on a full ``q``, in a thread of its own, waiting for room (without a timeout:
+    queue.Queue's own wait polls nothing, so a missed wake-up is a put that never returns)."""
+
+    def __init__(self, q: ackqueue.AckQueue[Any]) -> None:
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._put, args=(q,), daemon=True)
+        self._thread.start()
+        wait_for_waiter(q.not_full)
+
+    def _put(self, q: ackqueue.AckQueue[Any]) -> None:
+        q.put("waiting")
+        self.done.set()
+
+    def went_on(self) -> bool:
+        return self.done.wait(10)
+
+
+def test_a_put_waiting_for_room_goes_on_when_a_put_in_flight_lands_delayed(qpath):
+    with ackqueue.AckQueue(qpath, maxsize=1) as q:
+        with put_in_flight(q, "later", delay=600):
+            waiting = WaitingPut(q)  # the put in flight holds the only place
+        assert waiting.went_on(), "the put still waits, although the delayed item left room"
+        assert q.delayed_count() == 1 and q.qsize() == 1
+
+
+def test_a_put_waiting_for_room_goes_on_when_a_transaction_puts_an_item_delayed(qpath):
+    with ackqueue.AckQueue(qpath, maxsize=1) as q:
+        staged, commit = threading.Event(), threading.Event()
+
+        def put_in_a_transaction() -> None:
+            with q.transaction():
+                q.put("later", delay=600)
+                staged.set()
+                commit.wait(30)
+
+        t = threading.Thread(target=put_in_a_transaction)
+        t.start()
+        try:
+            assert staged.wait(30) and q.full()
+            waiting = WaitingPut(q)
+        finally:
+            commit.set()
+            t.join(30)
+        assert waiting.went_on(), "the put still waits, although the delayed item left room"
+        assert q.delayed_count() == 1 and q.qsize() == 1
+
+
+@pytest.mark.parametrize("how", ["remove", "remove_where", "replace with a delay"])
+def test_a_put_waiting_for_room_goes_on_when_a_waiting_item_leaves(qpath, how):
+    with ackqueue.AckQueue(qpath, maxsize=1) as q:
+        q.put("x", key="k")
+        waiting = WaitingPut(q)
+        if how == "remove":
+            q.remove("k")
+        elif how == "remove_where":
+            assert q.remove_where(lambda item: item == "x") == 1
+        else:
+            assert q.put("x, later", key="k", replace=True, delay=600)
+        assert waiting.went_on(), f"the put still waits after a {how}"
+        assert q.full() and q.qsize() == 1
 
 
 def test_empty_is_true_while_the_queue_is_paused(qpath):
