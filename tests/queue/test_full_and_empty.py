@@ -10,6 +10,7 @@ delivered now, so ``full()`` cannot be ``maxsize <= qsize()`` on such a queue.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -226,6 +227,33 @@ class FullAndEmptyMachine(RuleBasedStateMachine):
         full = self.q.full()
         raised = put_nowait_raises_full(self.q, self.next_item(), group=group, delay=delay)
         assert raised == full, f"full() said {full}, put_nowait raised Full: {raised}"
+
+    @rule(group=st.sampled_from(GROUPS))
+    def put_many_of_one_without_waiting(self, group: str | None) -> None:
+        full = self.q.full()
+        try:
+            self.q.put_many([self.next_item()], block=False, group=group)
+            raised = False
+        except ackqueue.Full:
+            raised = True
+        assert raised == full, f"full() said {full}, put_many raised Full: {raised}"
+
+    @rule(key=st.sampled_from(["k1", "k2"]), delay=st.sampled_from([None, 3.0]))
+    def put_by_key_replacing(self, key: str, delay: float | None) -> None:
+        """A new key takes a place as any put; a live one is replaced in place (a delay
+        moves it out of maxsize's count until it is due)."""
+        full = self.q.full()
+        try:
+            self.q.put(self.next_item(), block=False, key=key, replace=True, delay=delay)
+            raised = False
+        except ackqueue.Full:
+            raised = True
+        assert not raised or full, "put by key raised Full while full() said False"
+
+    @rule(key=st.sampled_from(["k1", "k2"]))
+    def remove_by_key(self, key: str) -> None:
+        with contextlib.suppress(ackqueue.UnknownKeyError, ackqueue.KeyHeldError):
+            self.q.remove(key)
 
     @rule()
     def get_nowait(self) -> None:
