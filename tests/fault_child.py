@@ -9,6 +9,11 @@
     python fault_child.py fsize PATH OP LIMIT
         runs OP (put, ack or pack) under a file-size limit of LIMIT bytes more than the file
         (or LIMIT bytes in all if negative); see tests/storage/test_disk_full.py.
+    python fault_child.py bury PATH
+        runs a WorkerPool whose handler fails the only item and fills the file limit, so
+        that burying the item fails; see tests/workers/test_pool_faults.py.
+    python fault_child.py abury PATH
+        the same with an AsyncWorkerPool.
 """
 
 from __future__ import annotations
@@ -336,6 +341,101 @@ def fsize_mode(path: str, op: str, limit: int) -> None:
     q.close()
 
 
+def bury_mode(path: str) -> None:
+    """``run_until_empty()`` of a pool whose only item fails, once, while no byte more may be
+    written: its burial in the dead letters cannot commit. Report how the run ended (or that
+    it did not), where the item is, and where it is after a second run with room again."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit raises EFBIG
+    q = ackqueue.AckQueue(path, autopack=False)
+    retry = ackqueue.Retry(max_attempts=1)
+    report: dict[str, object] = {}
+
+    def fail_and_fill_the_disk(item: object) -> None:
+        set_file_limit(os.path.getsize(path))
+        raise ValueError(f"cannot handle {item!r}")
+
+    def fail(item: object) -> None:
+        raise ValueError(f"cannot handle {item!r}")
+
+    def run(pool: ackqueue.WorkerPool[object], key: str) -> None:
+        try:
+            stats = pool.run_until_empty()
+            report[key] = {"stopped_by": stats.stopped_by, "exit_code": stats.exit_code,
+                           "dead": stats.dead}
+        except Exception as exc:
+            report[key] = {"raised": f"{type(exc).__qualname__}: {exc}"}
+
+    pool = ackqueue.WorkerPool(q, fail_and_fill_the_disk, threads=2, retry=retry, poll=0.05)
+    runner = threading.Thread(target=run, args=(pool, "full"), daemon=True)
+    runner.start()
+    runner.join(20)
+    report["hung"] = runner.is_alive()
+    set_file_limit(resource.RLIM_INFINITY)  # the space comes back
+    if runner.is_alive():
+        pool.stop()
+        runner.join(20)
+    report["after_full"] = {"ready": q.qsize(), "held": q.unacked_count(),
+                            "dead": q.dead_count()}
+    run(ackqueue.WorkerPool(q, fail, threads=2, retry=retry, poll=0.05), "again")
+    report["after_again"] = {"ready": q.qsize(), "held": q.unacked_count(),
+                             "dead": q.dead_count()}
+    print(json.dumps(report), flush=True)
+    q.close()
+
+
+def abury_mode(path: str) -> None:
+    """:func:`bury_mode` with an ``AsyncWorkerPool``, its event loop in a thread of its own."""
+    import asyncio
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    retry = ackqueue.Retry(max_attempts=1)
+    report: dict[str, object] = {}
+    started: list[tuple[asyncio.AbstractEventLoop, ackqueue.AsyncWorkerPool]] = []
+    first_run_over, limit_lifted = threading.Event(), threading.Event()
+
+    async def fail_and_fill_the_disk(item: object) -> None:
+        set_file_limit(os.path.getsize(path))
+        raise ValueError(f"cannot handle {item!r}")
+
+    async def fail(item: object) -> None:
+        raise ValueError(f"cannot handle {item!r}")
+
+    async def run(pool: ackqueue.AsyncWorkerPool, key: str) -> None:
+        try:
+            stats = await pool.run_until_empty()
+            report[key] = {"stopped_by": stats.stopped_by, "exit_code": stats.exit_code,
+                           "dead": stats.dead}
+        except Exception as exc:
+            report[key] = {"raised": f"{type(exc).__qualname__}: {exc}"}
+
+    def counts(q: ackqueue.AsyncAckQueue[object]) -> dict[str, int]:
+        return {"ready": q.qsize(), "held": q.unacked_count(), "dead": q.sync.dead_count()}
+
+    async def main() -> None:
+        async with ackqueue.AsyncAckQueue(path, autopack=False) as q:
+            pool = ackqueue.AsyncWorkerPool(q, fail_and_fill_the_disk, concurrency=2,
+                                            retry=retry, poll=0.05)
+            started.append((asyncio.get_running_loop(), pool))
+            await run(pool, "full")
+            first_run_over.set()
+            await asyncio.to_thread(limit_lifted.wait)
+            report["after_full"] = counts(q)
+            await run(ackqueue.AsyncWorkerPool(q, fail, concurrency=2, retry=retry, poll=0.05),
+                      "again")
+            report["after_again"] = counts(q)
+
+    runner = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    runner.start()
+    report["hung"] = not first_run_over.wait(20)
+    set_file_limit(resource.RLIM_INFINITY)  # the space comes back
+    if report["hung"] and started:
+        loop, pool = started[0]
+        loop.call_soon_threadsafe(pool.stop)
+    limit_lifted.set()
+    runner.join(30)
+    print(json.dumps(report), flush=True)
+
+
 def main() -> None:
     mode = sys.argv[1]
     if mode == "pack":
@@ -344,6 +444,10 @@ def main() -> None:
         interrupt_mode(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "fsize":
         fsize_mode(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif mode == "bury":
+        bury_mode(sys.argv[2])
+    elif mode == "abury":
+        abury_mode(sys.argv[2])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -55,9 +55,10 @@ def run_and_maybe_kill(
 
 
 @contextlib.contextmanager
-def put_in_flight(q: Any, item: object = "in flight") -> Iterator[None]:
-    """Within the block, a put of ``item`` on ``q`` is staged (counted) but cannot commit: a
-    change that touches nothing keeps the queue's committer busy until the block ends."""
+def put_in_flight(q: Any, item: object = "in flight", **options: Any) -> Iterator[None]:
+    """Within the block, a put of ``item`` (with ``options``) on ``q`` is staged (counted) but
+    cannot commit: a change that touches nothing keeps the queue's committer busy until the
+    block ends."""
     release = threading.Event()
     committer_busy = threading.Event()
 
@@ -67,7 +68,7 @@ def put_in_flight(q: Any, item: object = "in flight") -> Iterator[None]:
 
     holder = threading.Thread(target=q._store.run, args=(wait,))
     holder.start()
-    putter = threading.Thread(target=q.put, args=(item,))
+    putter = threading.Thread(target=q.put, args=(item,), kwargs=options)
     try:
         assert committer_busy.wait(10)
         putter.start()

@@ -336,7 +336,7 @@ class AsyncWorkerPool:
             if acks:
                 await self._ack(feeder, consumer, acks)
             for item, outcome in others:
-                await self._settle_one(consumer, item, outcome)
+                await self._settle_one(feeder, consumer, item, outcome)
         finally:
             feeder.settling -= 1
 
@@ -371,7 +371,9 @@ class AsyncWorkerPool:
             return
         self.stats.done += len(items)
 
-    async def _settle_one(self, consumer: AsyncConsumer[Any], item: Any, outcome: object) -> None:
+    async def _settle_one(
+        self, feeder: Feeder, consumer: AsyncConsumer[Any], item: Any, outcome: object
+    ) -> None:
         try:
             if isinstance(outcome, Exception):
                 await self._failed(consumer, item, outcome)
@@ -379,10 +381,23 @@ class AsyncWorkerPool:
                 await consumer.nack(item)
         except NotHeldError:
             pass  # given back (a lease ran out) while the handler ran
+        except StorageUnreachableError as exc:
+            assert self._stopping is not None
+            if self._stopping.is_set():
+                log.warning("settling item %r failed while the pool stopped; it goes back to "
+                            "the queue: %s", item, exc)
+                return
+            feeder.results.append((item, outcome))  # tried again at the next settlement
+            self._say_unreachable("nack or burial", exc)
+            await asyncio.sleep(self.poll)
         except QueueClosedError:
             raise
-        except Exception:  # the item stays held, and goes back when the consumer closes
-            log.exception("settling item %r failed", item)
+        except Exception:
+            # The nack or burial did not commit (a full disk, say): the item stays held, so a
+            # pool that went on would never find the queue drained (see the thread pool's
+            # feeder). The item goes back to the queue when the consumer closes.
+            log.exception("settling item %r failed; stopping the pool", item)
+            self._stop("error")
 
     async def _failed(self, consumer: AsyncConsumer[Any], item: Any, exc: Exception) -> None:
         attempts = consumer.delivery(item).attempts

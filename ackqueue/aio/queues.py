@@ -139,11 +139,13 @@ class AsyncAckQueue(Generic[T]):
         return self.sync.qsize()
 
     def empty(self) -> bool:
-        """True when no item is ready (``AckQueue.empty``); not awaited."""
+        """True when a get without waiting would find nothing (``AckQueue.empty``); not
+        awaited."""
         return self.sync.empty()
 
     def full(self) -> bool:
-        """True when ``maxsize`` items are in the queue (``AckQueue.full``); not awaited."""
+        """True when a put without waiting would raise ``Full`` (``AckQueue.full``); not
+        awaited."""
         return self.sync.full()
 
     def unacked_count(self) -> int:

@@ -28,7 +28,7 @@ from ZODB.POSException import ReadConflictError
 
 from ackqueue.base.clock import Clock
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks, notify_waiting
 from ackqueue.delivery.groups import Group, GroupedReadyIndex, Indexing
 from ackqueue.delivery.itemcache import READ_AHEAD, ItemCache
 from ackqueue.delivery.ordering import Ordering
@@ -140,6 +140,9 @@ class Supply:
         if due and due > self._clock() and not self._life.drained:
             self.delays.add(key, due)
             self._timers.at_wall(due, self._fall_due_callback(key))
+            # A delayed key takes no place under maxsize, and may have held one until now (a
+            # put landing, a waiting item given a later time): a put waiting for room goes on.
+            notify_waiting(self._signals.not_full)
         else:
             self.offer_locked(key)
 

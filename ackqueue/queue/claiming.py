@@ -95,15 +95,23 @@ class Claimer:
                 return 0
             if op == "get":
                 return max(1, len(supply))
+        if op == "put":
+            return self.places_taken()
         # Puts still committing count, unless an immediate shutdown will forget them as they land.
-        # A put counts the ready items of groups that may not deliver now, too (maxsize).
-        ready = supply.ready_total() if op == "put" else len(supply)
-        n = ready + (0 if life.drained else supply.staged)
+        n = len(supply) + (0 if life.drained else supply.staged)
         if life.paused and op == "get":
             n = 0  # a paused queue hands nothing out: gets wait (or time out) as if empty
         if not n and self._calls.getter_closed():
             return 1  # about to wait for a consumer closed meanwhile: on to _get, which raises
         return n
+
+    def places_taken(self) -> int:
+        """What ``maxsize`` counts (the mutex is held): the ready items of every group, those
+        that may not deliver now too, and puts on their way, inside transactions too (their
+        places are taken when they are staged); neither delayed nor held items."""
+        supply = self._supply
+        # An immediate shutdown forgets the puts still committing as they land.
+        return supply.waiting() - (supply.staged if self._life.drained else 0)
 
     def claim_head(self) -> Any:
         """The ``_get`` hook: claim the first ready item (the mutex is held)."""

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ackqueue.delivery.conditions import notify_waiting
 from ackqueue.delivery.groups import check_group
 from ackqueue.errors import ItemLoadError, KeyHeldError, KeyTakenError, UnknownKeyError
 from ackqueue.queue.core import Core
@@ -250,6 +251,8 @@ class Keys:
                     else:
                         core.supply.land_locked(live.entry_key, live.not_before)
                 core.tasks.finished_locked(sum(done))
+                if any(done):  # their places are free: puts waiting for room go on
+                    notify_waiting(core.signals.not_full, sum(done))
 
         def undo() -> None:
             with core.signals.mutex:

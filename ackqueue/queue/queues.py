@@ -246,6 +246,20 @@ class AckQueue(queue.Queue[T], Generic[T]):
             self._tasks.added_locked(1)
             notify_waiting(self.not_empty)
 
+    def full(self) -> bool:
+        """True when ``maxsize`` is reached, so that ``put_nowait`` would raise ``Full``:
+        ``maxsize`` counts the ready items of every group (paused, at their cap or within
+        their interval too, which ``qsize()`` leaves out) and puts not yet landed (inside a
+        transaction too), but neither delayed nor held items."""
+        with self.mutex:
+            return 0 < self.maxsize <= self._claimer.places_taken()
+
+    def empty(self) -> bool:
+        """True when ``get_nowait`` would raise ``Empty``: nothing may be delivered now (see
+        ``qsize()``), or the queue is paused (:meth:`pause`)."""
+        with self.mutex:
+            return self._life.paused or not self._qsize()
+
     def _init(self, maxsize: int) -> None:
         pass  # the supply is made once the standard library's mutex exists
 

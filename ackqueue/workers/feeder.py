@@ -245,10 +245,21 @@ class Feeder:
                 consumer.nack(item)
         except NotHeldError:
             pass  # given back (forced stop, lease ran out) while the handler ran
+        except StorageUnreachableError as exc:
+            if self.board.stopping.is_set():
+                log.warning("settling item %r failed while the pool stopped; it goes back to "
+                            "the queue: %s", item, exc)
+                return
+            self.results.append((item, outcome))  # tried again at the next settlement
+            self._unreachable("nack or burial", exc)
         except QueueClosedError:
             raise
-        except Exception:  # a nack failed: the item stays held, and goes back at close
-            log.exception("settling item %r failed", item)
+        except Exception:
+            # The nack or burial did not commit (a full disk, say): the item stays held, so a
+            # pool that went on would never find the queue drained. Stop it as a failed ack
+            # does: the item goes back to the queue when this feeder's consumer closes.
+            log.error("settling item %r failed", item)
+            raise
 
     def _failed(self, consumer: Consumer[Any], item: Any, exc: Exception) -> None:
         board = self.board

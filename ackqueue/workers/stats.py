@@ -14,7 +14,7 @@ class PoolStats:
     itself (``run_until_empty()`` found the queue drained, or the queue was shut down and
     drained), else what stopped it: ``"SIGINT"``, ``"SIGTERM"``, ``"stop()"``, or
     ``"error"`` (every worker thread ended by a ``BaseException`` from the handler, or the
-    feeder failed; the log says which).
+    feeder failed: an ack, nack or burial that could not commit, say; the log says which).
     """
 
     done: int = 0

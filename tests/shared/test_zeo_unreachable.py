@@ -133,3 +133,70 @@ def test_an_asyncio_worker_pool_goes_on_after_its_server_restarts(zeo_server, ca
             assert q.qsize() == 0
 
     asyncio.run(main())
+
+
+# The handler kills the server and fails its only item, whose burial then meets no server. It
+# stays held by the pool: given up, run_until_empty() would wait for it forever.
+def test_a_burial_that_meets_no_server_is_tried_again_once_it_is_back(zeo_server, caplog):  # noqa: F811
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+
+    def kill_the_server_and_fail(item: str) -> None:
+        zeo_server.stop(signal.SIGKILL)
+        raise ValueError(f"cannot handle {item!r}")
+
+    uri = f"{zeo_server.uri}?wait_timeout=3"
+    with ackqueue.AckQueue(uri, session_timeout=30) as q:
+        q.put("poison")
+        pool = ackqueue.WorkerPool(
+            q, kill_the_server_and_fail, threads=2, retry=ackqueue.Retry(max_attempts=1),
+            poll=0.05,
+        )
+        runner = threading.Thread(target=pool.run_until_empty)
+        runner.start()
+        try:
+            wait_until(lambda: any("nack or burial failed, trying again" in r.getMessage()
+                                   for r in caplog.records),
+                       timeout=60, what="the burial failing for want of the server")
+            zeo_server.start()
+            runner.join(timeout=60)
+            assert not runner.is_alive(), "run_until_empty() did not return"
+        finally:
+            pool.stop()
+            runner.join(timeout=60)
+        assert pool.stats.stopped_by is None and pool.stats.dead == 1
+        assert [d.item for d in q.dead_letters()] == ["poison"]
+        assert q.qsize() == 0 and q.unacked_count() == 0
+
+
+def test_an_asyncio_pool_tries_a_burial_that_meets_no_server_again(zeo_server, caplog):  # noqa: F811
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+
+    async def kill_the_server_and_fail(item: str) -> None:
+        await asyncio.to_thread(zeo_server.stop, signal.SIGKILL)
+        raise ValueError(f"cannot handle {item!r}")
+
+    async def main() -> None:
+        uri = f"{zeo_server.uri}?wait_timeout=3"
+        async with ackqueue.AsyncAckQueue(uri, session_timeout=30) as q:
+            await q.put("poison")
+            pool = ackqueue.AsyncWorkerPool(
+                q, kill_the_server_and_fail, concurrency=2,
+                retry=ackqueue.Retry(max_attempts=1), poll=0.05,
+            )
+            running = asyncio.create_task(pool.run_until_empty())
+            try:
+                deadline = time.monotonic() + 60
+                while not any("nack or burial failed, trying again" in r.getMessage()
+                              for r in caplog.records):
+                    assert time.monotonic() < deadline, "the burial did not fail"
+                    await asyncio.sleep(0.02)  # polling, with a deadline
+                await asyncio.to_thread(zeo_server.start)
+                stats = await asyncio.wait_for(asyncio.shield(running), 60)
+            finally:
+                pool.stop()
+                await asyncio.wait_for(running, 60)
+            assert stats.stopped_by is None and stats.dead == 1
+            assert [d.item for d in await q.dead_letters()] == ["poison"]
+            assert q.qsize() == 0 and q.unacked_count() == 0
+
+    asyncio.run(main())
