@@ -91,10 +91,10 @@ without packing), and wall time moved alike.
 
 The estimate counts the bytes of revisions stored over older ones (each commit rewrites the
 tree nodes it touches); a file that only grows, such as one being filled in big batches, is not
-packed for nothing. While the live data shrinks (a backlog being burnt down),
-the garbage must also reach ``PEAK_SHARE`` of the most live data seen since the last pack: a
-pack in the middle of a burn-down would copy entries that are garbage a moment later, and
-this leaves one pack near the end of it that copies little, at the price of a file up to
+packed for nothing. While the live data shrinks (a backlog being burnt down), the garbage must
+also reach ``PEAK_SHARE`` of the most live data seen since the last pack: a pack in the middle
+of a burn-down would copy entries that are garbage a moment later, and this leaves one pack
+near the end of it that copies little, at the price of a file up to
 about 1.75 times the most it held since the last pack. The estimate is kept in the database
 root (with each index save and at close) and carried over to the next session, and half of
 what a session killed before saving it wrote is taken for garbage, so short-lived processes
@@ -1079,8 +1079,8 @@ CHECK_EVERY = 8  # commits between looks at the file size: a look costs as much 
 # commit returns; a larger one in a background thread. A pack costs about 6 ms of CPU a MB of
 # file on a 2-core machine whether it runs here or there, but a background pack hands the GIL
 # back and forth with the committing threads at each of its file reads and their commits, and
-# that costs 3-4 times the pack itself (see the module docstring); past this size the wait
-# for a pack in line (25 ms and more here) is worth more than the CPU.
+# that costs about five times the pack itself (see the module docstring); past this size the
+# wait for a pack in line (25 ms and more here) is worth more than the CPU.
 INLINE_PACK_BYTES = 4 * 1024 * 1024
 
 
