@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from conftest import drain
@@ -252,3 +253,81 @@ def test_a_consumer_whose_thread_ended_says_so(qpath):
         with pytest.raises(ackqueue.QueueClosedError, match="its thread 'gone-worker' ended"):
             made[0].get(timeout=1)
         assert (q.qsize(), q.unacked_count()) == (1, 0)
+
+
+SETTLERS = {
+    "ack": lambda c, item: c.ack(item),
+    "nack": lambda c, item: c.nack(item),
+    "snooze": lambda c, item: c.snooze(item, 1),
+    "reject": lambda c, item: c.reject(item),
+    "extend": lambda c, item: c.extend(item, 1),
+    "delivery": lambda c, item: c.delivery(item),
+    "ack_many": lambda c, item: c.ack_many([item]),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(SETTLERS))
+def test_each_call_on_an_item_not_held_names_itself(qpath, verb):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("a")
+        c = q.connect()
+        c.get()
+        with pytest.raises(ackqueue.NotHeldError, match=rf"^{verb}\(\): this consumer does not"):
+            SETTLERS[verb](c, "never got")
+        assert q.unacked_count() == 1
+
+
+@pytest.mark.parametrize("verb", ["ack_id", "nack_id"])
+def test_each_call_on_an_unknown_delivery_id_names_itself(qpath, verb):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("a")
+        c = q.connect()
+        c.get()
+        with pytest.raises(
+            ackqueue.NotHeldError, match=rf"^{verb}\(\): this consumer holds no delivery 12345 "
+        ):
+            getattr(c, verb)(12345)
+        assert q.unacked_count() == 1
+
+
+def test_a_nack_with_no_delay_gives_the_item_back_at_once(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("a")
+        c = q.connect()
+        c.nack(c.get(), delay=0)
+        assert c.get_nowait() == "a"
+
+
+def test_a_consumer_shows_what_it_holds_and_whether_it_is_closed(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("a")
+        c = q.connect()
+        c.get()
+        assert "holding 1" in repr(c)
+        c.close()
+        assert "closed" in repr(c) and "holding" not in repr(c)
+
+
+def test_a_snooze_of_negative_seconds_is_refused_naming_it(qpath):
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("a")
+        c = q.connect()
+        item = c.get()
+        with pytest.raises(ValueError, match="snooze seconds"):
+            c.snooze(item, -1)
+        assert q.unacked_count() == 1
+
+
+@pytest.mark.parametrize("how", ["ack_id", "ack_many"])
+def test_an_ack_staged_in_a_transaction_is_safe_from_its_lease(qpath, how):
+    with ackqueue.AckQueue(qpath, ack_timeout=0.05) as q:
+        q.put("a")
+        c = q.connect()
+        item = c.get()
+        with c.transaction():
+            if how == "ack_id":
+                c.ack_id(c.delivery(item).id)
+            else:
+                c.ack_many([item])
+            time.sleep(0.3)  # the lease's deadline passes while the ack waits for the commit
+        assert q.qsize() == 0 and q.unacked_count() == 0
