@@ -134,10 +134,12 @@ sys.exit(asyncio.run(main()).exit_code)
 def test_a_signal_stops_gracefully_and_loses_nothing(tmp_path, signum):
     path, log_path = str(tmp_path / "pool.fs"), str(tmp_path / "done.log")
     child = subprocess.Popen(
-        child_argv(POOL_CHILD, path, log_path), env=child_env(),
+        child_argv(POOL_CHILD, path, log_path), env=child_env(PYTHONFAULTHANDLER="1"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    watchdog = threading.Timer(60, child.kill)
+    # A child stuck for a minute is aborted: faulthandler then writes every thread's stack to
+    # its stderr, which the failure shows (it hung once in CI on Python 3.13, 2026-11-26).
+    watchdog = threading.Timer(60, child.send_signal, args=(signal.SIGABRT,))
     watchdog.daemon = True
     watchdog.start()
     started = 0
