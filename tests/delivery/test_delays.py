@@ -122,3 +122,12 @@ def test_a_nack_with_zero_delay_gives_the_item_back_at_once_in_its_place(qpath):
         c.nack(c.get(), delay=0)
         assert q.delayed_count() == 0
         assert c.get_nowait() == "a"
+
+
+def test_a_put_with_zero_delay_is_ready_at_once(qpath):
+    # A mutation survivor (benchmarks/mutation.py): refusing delay=0 as if it were negative.
+    with AckQueue(qpath) as q:
+        q.put("a", delay=0)
+        q.put_many(["b"], delay=0)
+        assert q.delayed_count() == 0 and q.qsize() == 2
+        assert [q.get_nowait(), q.get_nowait()] == ["a", "b"]
