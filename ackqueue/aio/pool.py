@@ -190,7 +190,8 @@ class AsyncWorkerPool:
                 log.exception("the pool's feeder failed; stopping the pool")
                 self._stop("error")
             finally:
-                self._stop(self._stopped_by)
+                # A queue closed under the pool ended the run (see the thread pool's feeder).
+                self._stop("closed" if self.queue.closed else self._stopped_by)
                 await self._workers_done.wait()  # then nothing more comes back to settle
                 feeder.closing = True
                 feeder.ready.set()
@@ -205,7 +206,7 @@ class AsyncWorkerPool:
             room = self.prefetch - buffer.qsize() - self._running - self._getting
             if room < max(1, self.prefetch // 4) and buffer.qsize():
                 need_more.clear()
-                if buffer.qsize() >= self.prefetch // 2:
+                if buffer.qsize() >= self._refill_below():
                     await need_more.wait()  # a worker sets it, or stopping does
                 continue
             if until_empty and self._is_drained(buffer):
@@ -221,8 +222,11 @@ class AsyncWorkerPool:
                 self._unreachable = False
             except Empty:
                 items = []
-            except (QueueClosedError, ShutDown):
-                self._stop(None)  # shut down and drained, or closed under us
+            except QueueClosedError:
+                self._stop("closed")  # closed under us: what is left stays in the queue
+                break
+            except ShutDown:
+                self._stop(None)  # shut down and drained
                 break
             except StorageUnreachableError as exc:
                 # The server could not be reached: the next get waits for the connection (as
@@ -274,6 +278,12 @@ class AsyncWorkerPool:
             log.warning("%d handler(s) still running after %.0f s; their items go back to "
                         "the queue", len(late), self.stop_timeout)
 
+    def _refill_below(self) -> int:
+        """A feeder with a full buffer waits until a worker's get leaves fewer items than
+        this: half the prefetch, and at least 1 (with a prefetch of 1, half is 0, which no
+        get goes below: the pool waited for ever)."""
+        return max(1, self.prefetch // 2)
+
     # -- one worker ------------------------------------------------------------------------------
 
     async def _work(self, buffer: asyncio.Queue[Any]) -> None:
@@ -284,7 +294,7 @@ class AsyncWorkerPool:
                 if got is _STOP:
                     return
                 item, feeder = got
-                if buffer.qsize() < self.prefetch // 2 and self._need_more is not None:
+                if buffer.qsize() < self._refill_below() and self._need_more is not None:
                     self._need_more.set()
                 self._running += 1
                 try:

@@ -95,7 +95,9 @@ class Feeder:
             log.exception("the pool's feeder failed; stopping the pool")
             self.board.stop("error")
         finally:
-            self.board.stop(self.board.stopped_by)
+            # A queue closed under the pool ended the run, not a drained queue (the first
+            # reason given stands: a drained run that closed its queue after says None).
+            self.board.stop("closed" if self.board.queue.closed else self.board.stopped_by)
 
     def _loop(self, consumer: Consumer[Any], until_empty: bool) -> None:
         board, wake = self.board, self.wake

@@ -158,3 +158,50 @@ def test_a_signal_stops_gracefully_and_loses_nothing(tmp_path, signum):
     assert len(done) < 40, "the pool finished before the signal; the test proved nothing"
     assert sorted(done + stored(path)) == list(range(40))  # each done once, or still queued
     assert os.path.exists(path)
+
+
+def test_a_queue_closed_under_the_pool_says_closed_not_drained(qpath):
+    """As the thread pool's (tests/workers/test_pool_faults.py): a run its queue's close()
+    ended reports ``stopped_by == "closed"``, and what it did not handle stays queued."""
+    handled: list[int] = []
+
+    async def main() -> ackqueue.PoolStats:
+        q: AsyncAckQueue[int] = AsyncAckQueue(qpath)
+        await q.put_many(range(20))
+
+        async def close_on_the_third(item: int) -> None:
+            handled.append(item)
+            if len(handled) == 3:
+                await q.close()
+
+        pool = AsyncWorkerPool(q, close_on_the_third, concurrency=1, prefetch=1, poll=0.05)
+        return await asyncio.wait_for(pool.run_until_empty(), 60)
+
+    stats = asyncio.run(main())
+    assert (stats.stopped_by, stats.exit_code, stats.interrupted) == ("closed", 0, False)
+    left = stored(qpath)
+    assert len(left) >= 17 and sorted(set(left) | set(handled)) == list(range(20)), left
+
+
+@pytest.mark.parametrize("lease", [
+    pytest.param(False, id="prefetch=1"), pytest.param(True, id="leased, one worker"),
+])
+def test_a_prefetch_of_one_drains_the_queue(qpath, lease):
+    """With a prefetch of 1 (given, or the default of one worker on a queue with a lease)
+    the feeder waited for a refill signal that no worker's get ever gave: the pool hung after
+    its first item."""
+    done: list[int] = []
+
+    async def handler(item: int) -> None:
+        done.append(item)
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath, ack_timeout=60 if lease else None) as q:
+            await q.put_many(range(10))
+            pool = AsyncWorkerPool(q, handler, concurrency=1, prefetch=None if lease else 1)
+            assert pool.prefetch == 1
+            return await asyncio.wait_for(pool.run_until_empty(), 60)
+
+    stats = asyncio.run(main())
+    assert (stats.done, stats.stopped_by, sorted(done)) == (10, None, list(range(10)))
+    assert stored(qpath) == []

@@ -72,3 +72,28 @@ def test_a_queue_closed_under_a_burial_ends_the_pool_and_keeps_the_item(qpath):
     with ackqueue.AckQueue(qpath) as q:
         assert q.qsize() == 1 and q.dead_count() == 0  # back in the queue, not buried
         assert q.get_nowait() == "poison"
+
+
+def test_a_queue_closed_under_the_pool_says_closed_not_drained(qpath):
+    """``stopped_by`` says a run ended because its queue was closed (items left), not that
+    it drained: None would tell a caller there was nothing more to do."""
+    q: ackqueue.AckQueue[int] = ackqueue.AckQueue(qpath)
+    q.put_many(list(range(20)))
+    handled: list[int] = []
+
+    def close_on_the_third(item: int) -> None:
+        handled.append(item)
+        if len(handled) == 3:
+            q.close()
+
+    pool = ackqueue.WorkerPool(q, close_on_the_third, threads=1, prefetch=1, poll=0.05)
+    outcome: list[ackqueue.PoolStats] = []
+    runner = threading.Thread(target=lambda: outcome.append(pool.run_until_empty()))
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), "run_until_empty() did not return after the queue closed"
+    (stats,) = outcome
+    assert (stats.stopped_by, stats.exit_code, stats.interrupted) == ("closed", 0, False)
+    with ackqueue.AckQueue(qpath) as q:
+        left = [q.get_nowait() for _ in range(q.qsize())]
+    assert len(left) >= 17 and sorted(set(left) | set(handled)) == list(range(20)), left
