@@ -29,6 +29,12 @@ class ReadyKeys(Protocol):
 
     def __len__(self) -> int: ...
 
+    def total(self) -> int:
+        """Ready keys, also those that may not be handed out now (of a paused or capped
+        group, in shared mode, where the stored entries say their group): what ``maxsize``
+        counts."""
+        ...
+
     def push(self, key: Key) -> None: ...
 
     def offer(self, key: Key) -> None: ...
@@ -67,6 +73,9 @@ class ReadyIndex:
 
     def __len__(self) -> int:
         return self._backlog + len(self._heap)
+
+    def total(self) -> int:
+        return len(self)  # the groups are the grouped index's (delivery/groups.py)
 
     def push(self, key: Key) -> None:
         """Make ``key`` ready again, or for the first time."""

@@ -95,7 +95,7 @@ class Supply:
 
     def ready_total(self) -> int:
         """Ready keys, also those of groups that may not deliver right now."""
-        return len(self.ready) if self.groups is None else self.groups.total()
+        return self.ready.total() if self.groups is None else self.groups.total()
 
     def waiting(self) -> int:
         """What ``maxsize`` counts: ready (in any group), and puts on their way."""

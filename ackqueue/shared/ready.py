@@ -113,6 +113,12 @@ class SharedReadyIndex:
             self._next = self._scan(self._cursor)
         return 0 if self._next is None else max(1, self._estimate)
 
+    def total(self) -> int:
+        """The estimate of :meth:`refresh`, which counts the entries of groups that may not
+        deliver now (paused, at their cap or in their interval) too: ``len`` is 0 when only
+        such entries are left, and ``maxsize`` would not count them."""
+        return max(len(self), self._estimate)
+
     def peek(self) -> Any:
         if not len(self):
             raise GetAgain

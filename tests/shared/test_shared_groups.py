@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
 from conftest import spawn_child
 from polling import bounded
 
@@ -222,3 +223,28 @@ def test_set_group_in_one_process_holds_in_another(tmp_path) -> None:
             more = [c.get(timeout=10), c.get(timeout=10)]
             assert sorted([first, *more]) == ["a1", "a2", "a3"]
             c.ack_many([first, *more])
+
+
+def test_maxsize_counts_the_items_of_paused_and_capped_groups_in_shared_mode(qpath):
+    """As in one process (tests/queue/test_full_and_empty.py): items that wait because their
+    group is paused or at its cap take their places. The shared ready index said 0 once only
+    such items were left, so ``full()`` said False and ``put_nowait`` went past ``maxsize``."""
+    with ackqueue.AckQueue(qpath, shared=True, maxsize=2, max_held_per_group=1) as q:
+        q.pause_group("b", 3600)
+        q.put("b1", group="b")
+        q.put("b2", group="b")
+        assert q.full(), "two items of a paused group fill maxsize 2"
+        with pytest.raises(ackqueue.Full):
+            q.put_nowait("x")
+        q.pause_group("b", 0)
+        with q.connect() as c:
+            held = c.get(timeout=5)
+            assert held == "b1"  # b2 now waits for b's cap
+            with pytest.raises(ackqueue.Empty):
+                c.get_nowait()
+            assert not q.full()  # b1 is held: its place is free
+            q.put_nowait("a1", group="a")
+            assert q.full(), "b2 (its group at its cap) and a1 fill maxsize 2"
+            with pytest.raises(ackqueue.Full):
+                q.put_nowait("y")
+            c.ack(held)
