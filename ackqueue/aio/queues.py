@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from ackqueue.aio.binding import plain_with_refused, running_loop
 from ackqueue.aio.consumer import AsyncConsumer
-from ackqueue.aio.running import Runner, current_lane, shielded
+from ackqueue.aio.running import Runner, current_lane
 from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
 from ackqueue.delivery.holds import Delivery
-from ackqueue.errors import Empty
+from ackqueue.errors import Empty, Full
 from ackqueue.queue.queues import (
     AckQueue,
     LifoAckQueue,
@@ -87,9 +89,18 @@ class AsyncAckQueue(Generic[T]):
         running_loop("put()")
         if self.sync.maxsize > 0 and current_lane.get() is None:
             # Waiting for room holds a thread: not one of the queue's own, which the acks that
-            # make room need.
+            # make room need. Cancelled while it waits, the put stops waiting and stores
+            # nothing (asyncio.wait_for(q.put(x), 5) is how a put gets a timeout, and the
+            # caller then puts again); one already committing finishes, as a get does.
             loop = asyncio.get_running_loop()
-            return await shielded(loop.run_in_executor(None, lambda: method(*args, **options)))
+            abandoned = threading.Event()
+            waiting = loop.run_in_executor(
+                None, lambda: _put_unless_abandoned(method, args, options, abandoned)
+            )
+            result: Any = await _finish_despite_cancel(
+                waiting, on_cancel=abandoned.set, undone=(_Abandoned, Full)
+            )
+            return result
         return await self._runner.run(method, *args, **options)
 
     # -- getting -------------------------------------------------------------------------------
@@ -257,8 +268,16 @@ class AsyncAckQueue(Generic[T]):
         return f"<{type(self).__name__} over {self.sync!r}>"
 
 
-async def _finish_despite_cancel(future: asyncio.Future[T]) -> T:
-    """A plain get's removal, once started, is not undone: see :meth:`AsyncAckQueue.get`."""
+async def _finish_despite_cancel(
+    future: asyncio.Future[T],
+    on_cancel: Callable[[], None] | None = None,
+    undone: tuple[type[BaseException], ...] = (Empty,),
+) -> T:
+    """A plain get's removal, or a put, once started, is not undone: see
+    :meth:`AsyncAckQueue.get`. A cancellation calls ``on_cancel`` (which asks the call to stop
+    waiting) and waits for the call's end: if it ended by one of ``undone`` (it did nothing)
+    the cancellation is raised, else its result is returned and the cancellation delivered
+    at the task's next await."""
     cancelled = False
     while True:
         try:
@@ -267,13 +286,15 @@ async def _finish_despite_cancel(future: asyncio.Future[T]) -> T:
         except asyncio.CancelledError:
             if not future.done():
                 cancelled = True
+                if on_cancel is not None:
+                    on_cancel()
                 continue
             if future.cancelled() or future.exception() is not None:
                 raise
             cancelled = True
             result = future.result()
             break
-        except Empty:
+        except undone:
             if cancelled:
                 raise asyncio.CancelledError from None
             raise
@@ -282,6 +303,41 @@ async def _finish_despite_cancel(future: asyncio.Future[T]) -> T:
         if task is not None:
             task.cancel()  # delivered at the task's next await
     return result
+
+
+class _Abandoned(Exception):
+    """A put's caller was cancelled while the put waited for room: it stored nothing."""
+
+
+# A put waiting for room in a bounded queue waits in slices this long, so that a cancelled
+# put stops waiting within one.
+ROOM_SLICE = 0.05
+
+
+def _put_unless_abandoned(
+    method: Callable[..., Any],
+    args: tuple[Any, ...],
+    options: dict[str, Any],
+    abandoned: threading.Event,
+) -> Any:
+    """``method(*args, **options)``, a put on a bounded queue run on a thread, waiting for room
+    in slices of :data:`ROOM_SLICE` (its ``block`` and ``timeout`` kept); :class:`_Abandoned`,
+    nothing stored, once ``abandoned`` is set while it waits."""
+    options = dict(options)
+    block = options.pop("block", True)
+    timeout = options.pop("timeout", None)
+    if not block or (timeout is not None and timeout < 0):
+        return method(*args, block=block, timeout=timeout, **options)  # waits for nothing
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if abandoned.is_set():
+            raise _Abandoned
+        left = ROOM_SLICE if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return method(*args, block=True, timeout=min(left, ROOM_SLICE), **options)
+        except Full:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
 
 
 class AsyncLifoAckQueue(AsyncAckQueue[T]):

@@ -135,6 +135,91 @@ def test_a_cancelled_transaction_commits_all_or_nothing(steps, how):
         transaction_cancelled(os.path.join(d, "q.fs"), steps, OPTIONS[how])
 
 
+def bounded_put_cancelled(path: str, steps: int, free_after: int | None, many: bool) -> None:
+    """A put on a full bounded queue, cancelled after ``steps`` turns while room frees after
+    ``free_after`` turns (None: only after the cancel): the item is stored if and only if
+    the put returned (asyncio.wait_for(q.put(x), t) is how a put gets a timeout; its caller
+    then puts again, so a cancelled put that stored later would double the item)."""
+    returned: list[bool] = []
+
+    async def owner(q: AsyncAckQueue[str]) -> None:
+        if many:
+            await q.put_many(["second"])
+        else:
+            await q.put("second")
+        returned.append(True)  # before the next await, where a late cancellation arrives
+        await asyncio.sleep(0)
+
+    async def free_room(q: AsyncAckQueue[str]) -> None:
+        async with q.connect() as c:
+            first = await c.get(timeout=10)
+            assert first == "first"
+            await c.ack(first)
+
+    async def main() -> None:
+        async with AsyncAckQueue(path, maxsize=1) as q:
+            await q.put("first")
+            task = asyncio.create_task(owner(q))
+            freeing = None
+            if free_after is not None:
+                freeing = asyncio.create_task(after(free_after, free_room(q)))
+            await cancel_after(task, steps)
+            await (freeing if freeing is not None else free_room(q))
+            await asyncio.sleep(0.2)  # a put still waiting on a thread would land now
+
+    asyncio.run(main())
+    assert stored(path) == (["second"] if returned else []), returned
+
+
+async def after(steps: int, then: Any) -> None:
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    await then
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=STEPS,
+    free_after=st.none() | st.integers(min_value=0, max_value=40),
+    many=st.booleans(),
+)
+def test_a_cancelled_put_on_a_full_queue_stores_the_item_only_if_it_returned(
+    steps, free_after, many
+):
+    with tempfile.TemporaryDirectory() as d:
+        bounded_put_cancelled(os.path.join(d, "q.fs"), steps, free_after, many)
+
+
+def test_a_put_waiting_for_room_keeps_its_own_timeout(tmp_path):
+    """The put waits for room in slices, so that a cancellation stops it: its ``timeout`` and
+    ``block`` still mean what they mean for ``AckQueue.put``."""
+    import time
+
+    from ackqueue import Full
+
+    async def main() -> None:
+        async with AsyncAckQueue(str(tmp_path / "q.fs"), maxsize=1) as q:
+            await q.put("first")
+            start = time.monotonic()
+            with pytest.raises(Full):
+                await q.put("second", timeout=0.3)
+            assert 0.27 <= time.monotonic() - start < 5
+            start = time.monotonic()
+            with pytest.raises(Full):
+                await q.put_many(["second"], block=False)
+            assert time.monotonic() - start < 1
+            with pytest.raises(ValueError, match="non-negative"):
+                await q.put("second", timeout=-1)
+            landed = asyncio.create_task(q.put("second", timeout=30))
+            await asyncio.sleep(0.2)
+            async with q.connect() as c:
+                await c.ack(await c.get())
+            await asyncio.wait_for(landed, 10)
+            assert q.qsize() == 1
+
+    asyncio.run(main())
+
+
 def plain_get_cancelled(path: str, steps: int, options: dict[str, Any]) -> None:
     got: list[str] = []
 
