@@ -76,7 +76,13 @@ class AsyncAckQueue(Generic[T]):
 
     async def put(self, item: T, **options: Any) -> bool | None:
         """Put ``item``; returns once it is durable. Options and result as for
-        ``AckQueue.put`` (``priority``, ``delay``, ``group``, ``key`` ...)."""
+        ``AckQueue.put`` (``priority``, ``delay``, ``group``, ``key`` ...).
+
+        Cancelled while it waits for room (``maxsize``), it stores nothing. Once its commit
+        has started it finishes: the put returns, and the cancellation is delivered at the
+        task's next await. So a put that returned is stored, and one that raised
+        ``CancelledError`` is not.
+        """
         result: bool | None = await self._put(self.sync.put, item, **options)
         return result
 
@@ -101,7 +107,11 @@ class AsyncAckQueue(Generic[T]):
                 waiting, on_cancel=abandoned.set, undone=(_Abandoned, Full)
             )
             return result
-        return await self._runner.run(method, *args, **options)
+        # A put is a commit (or, in a transaction, staged for one): it finishes and returns.
+        committed: Any = await _finish_despite_cancel(
+            self._runner.start(method, *args, **options), undone=()
+        )
+        return committed
 
     # -- getting -------------------------------------------------------------------------------
 

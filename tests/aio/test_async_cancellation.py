@@ -135,11 +135,13 @@ def test_a_cancelled_transaction_commits_all_or_nothing(steps, how):
         transaction_cancelled(os.path.join(d, "q.fs"), steps, OPTIONS[how])
 
 
-def bounded_put_cancelled(path: str, steps: int, free_after: int | None, many: bool) -> None:
-    """A put on a full bounded queue, cancelled after ``steps`` turns while room frees after
-    ``free_after`` turns (None: only after the cancel): the item is stored if and only if
-    the put returned (asyncio.wait_for(q.put(x), t) is how a put gets a timeout; its caller
-    then puts again, so a cancelled put that stored later would double the item)."""
+def bounded_put_cancelled(path: str, steps: int, free_after: int | None, many: bool,
+                          maxsize: int = 1) -> None:
+    """A put on a full bounded queue (or, with ``maxsize`` 0, an unbounded one), cancelled
+    after ``steps`` turns while room frees after ``free_after`` turns (None: only after the
+    cancel): the item is stored if and only if the put returned (asyncio.wait_for(q.put(x),
+    t) is how a put gets a timeout; its caller then puts again, so a cancelled put that
+    stored later would double the item)."""
     returned: list[bool] = []
 
     async def owner(q: AsyncAckQueue[str]) -> None:
@@ -157,7 +159,7 @@ def bounded_put_cancelled(path: str, steps: int, free_after: int | None, many: b
             await c.ack(first)
 
     async def main() -> None:
-        async with AsyncAckQueue(path, maxsize=1) as q:
+        async with AsyncAckQueue(path, maxsize=maxsize) as q:
             await q.put("first")
             task = asyncio.create_task(owner(q))
             freeing = None
@@ -182,12 +184,11 @@ async def after(steps: int, then: Any) -> None:
     steps=STEPS,
     free_after=st.none() | st.integers(min_value=0, max_value=40),
     many=st.booleans(),
+    maxsize=st.sampled_from([0, 1]),
 )
-def test_a_cancelled_put_on_a_full_queue_stores_the_item_only_if_it_returned(
-    steps, free_after, many
-):
+def test_a_cancelled_put_stores_the_item_only_if_it_returned(steps, free_after, many, maxsize):
     with tempfile.TemporaryDirectory() as d:
-        bounded_put_cancelled(os.path.join(d, "q.fs"), steps, free_after, many)
+        bounded_put_cancelled(os.path.join(d, "q.fs"), steps, free_after, many, maxsize)
 
 
 def test_a_put_waiting_for_room_keeps_its_own_timeout(tmp_path):
