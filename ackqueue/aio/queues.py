@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from ackqueue.aio.binding import plain_with_refused, running_loop
 from ackqueue.aio.consumer import AsyncConsumer
-from ackqueue.aio.running import Runner, current_lane
+from ackqueue.aio.running import Runner, current_lane, shielded
 from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
 from ackqueue.delivery.holds import Delivery
@@ -27,6 +27,7 @@ from ackqueue.queue.queues import (
     AckQueue,
     LifoAckQueue,
     PriorityAckQueue,
+    join_unless,
     ready_listeners,
     takes_commit_nothing,
 )
@@ -225,10 +226,20 @@ class AsyncAckQueue(Generic[T]):
     # -- the rest, awaited ---------------------------------------------------------------------
 
     async def join(self) -> None:
-        """Wait until every item put has been acked (or ``task_done``)."""
+        """Wait until every item put has been acked (or ``task_done``), as
+        ``AckQueue.join`` (:class:`~ackqueue.QueueClosedError` if the queue closes while items
+        are not done). Cancelled, it leaves no thread waiting."""
         running_loop("join()")
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.sync.join)  # a thread of the loop's, not ours
+        give_up = threading.Event()
+        # A thread of the loop's, not one of ours (the acks that finish the items need them);
+        # it waits in slices, so that a cancelled join lets it go.
+        waiting = loop.run_in_executor(None, lambda: join_unless(self.sync, give_up))
+        try:
+            await shielded(waiting)
+        except asyncio.CancelledError:
+            give_up.set()
+            raise
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         """Every other public method of the sync queue (``metrics``, ``dead_letters``,

@@ -123,6 +123,7 @@ class Signals:
     def wake_all_locked(self) -> None:
         self.not_empty.notify_all()
         self.not_full.notify_all()
+        self.all_tasks_done.notify_all()  # a join sees a close
         self.landed.notify_all()
         self.listeners.wake(None)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -212,6 +213,14 @@ class AckQueue(queue.Queue[T], Generic[T]):
     @unfinished_tasks.setter
     def unfinished_tasks(self, n: int) -> None:
         self._tasks.unfinished = n
+
+    def join(self) -> None:
+        """Block until every item put has been acked (or, after a plain ``get``, marked
+        ``task_done``), as ``queue.Queue.join`` does. :class:`~ackqueue.QueueClosedError` if
+        the queue is closed (before the call or while it waits) with items not done: they stay
+        in the file, and nothing here would ever finish them (the standard library's join
+        waited for ever)."""
+        join_unless(self, None)
 
     @property
     def is_shutdown(self) -> bool:
@@ -616,6 +625,25 @@ def takes_commit_nothing(queue: AckQueue[Any]) -> bool:
     """Whether a take on ``queue`` only touches memory (no stored hold, no durable delivery
     count): the queue's mode says."""
     return queue._mode.takes_commit_nothing
+
+
+def join_unless(
+    queue: AckQueue[Any], give_up: threading.Event | None, poll: float = 0.05
+) -> bool:
+    """``queue.join()``; with ``give_up``, waiting in slices of ``poll`` seconds and returning
+    False once it is set (the asyncio queue's join, whose task was cancelled: a thread left
+    waiting in a join would hold up the loop's shutdown for ever). True once all is done."""
+    done = queue.all_tasks_done
+    with done:
+        while queue.unfinished_tasks:
+            queue._life.check_open()
+            if give_up is None:
+                done.wait()
+                continue
+            if give_up.is_set():
+                return False
+            done.wait(poll)
+    return True
 
 
 def ready_listeners(queue: AckQueue[Any]) -> ReadyListeners:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -193,3 +194,29 @@ def test_maxsize_back_pressure_and_forwarded_pause(qpath):
 
     asyncio.run(main())
     assert stored(qpath) == [3]
+
+
+def test_a_cancelled_join_leaves_no_thread_waiting(tmp_path):
+    """``asyncio.wait_for(q.join(), t)`` with an item never done: the join raises TimeoutError
+    and its thread stops waiting, so ``asyncio.run`` can end (it waits for the loop's
+    threads: the join's used to wait for ever). A join the queue's close ends raises
+    QueueClosedError."""
+    outcome: list[str] = []
+
+    async def main() -> None:
+        q = AsyncAckQueue(str(tmp_path / "q.fs"))
+        await q.put("never done")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(q.join(), 0.3)
+        joining = asyncio.create_task(q.join())
+        await asyncio.sleep(0.1)
+        await q.aclose()
+        with pytest.raises(ackqueue.QueueClosedError):
+            await asyncio.wait_for(joining, 10)
+        outcome.append("done")
+
+    runner = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    runner.start()
+    runner.join(30)
+    assert not runner.is_alive(), "asyncio.run() did not end: a join's thread still waits"
+    assert outcome == ["done"]

@@ -56,3 +56,27 @@ def test_a_full_queue_refuses_puts_and_a_hold_frees_a_slot(queues) -> None:
         assert not putter.is_alive()
         c.ack(a)
         assert drain(c) == ["b", "c"]
+
+
+def test_a_join_waiting_when_the_queue_closes_raises_queue_closed(queues) -> None:
+    """The standard library's join waited for ever once the queue closed with items not done
+    (nothing would finish them); it raises QueueClosedError, there and on a closed queue."""
+    q = queues()
+    q.put("never done")
+    raised: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            q.join()
+        except BaseException as exc:
+            raised.append(exc)
+
+    joiner = threading.Thread(target=join)
+    joiner.start()
+    wait_for_waiter(q.all_tasks_done, GIVE_BACK_TIMEOUT)
+    q.close()
+    joiner.join(GIVE_BACK_TIMEOUT)
+    assert not joiner.is_alive(), "join() went on waiting after close()"
+    assert [type(exc) for exc in raised] == [ackqueue.QueueClosedError], raised
+    with pytest.raises(ackqueue.QueueClosedError, match="is closed"):
+        q.join()
