@@ -336,6 +336,7 @@ def fsize_mode(path: str, op: str, limit: int) -> None:
             report["pack_after"] = repr(exc)
     report["qsize"] = q.qsize()
     report["unacked"] = q.unacked_count()
+    report["unfinished"] = q.unfinished_tasks  # what join() waits for
     print(json.dumps(report), flush=True)
     c.close()
     q.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 
 import pytest
 from conftest import TESTS_DIR
@@ -204,3 +205,39 @@ def test_delayed_items_are_removed_and_advanced_after_a_reopen(path, shared):
         assert q.get(timeout=10) == "c"
         with pytest.raises(ackqueue.UnknownKeyError):
             q.remove("a")
+
+
+def race_one_key(q: ackqueue.AckQueue[int], key: str, threads: int) -> list[bool | None]:
+    """What ``threads`` puts of ``key``, started at once, answered."""
+    start = threading.Barrier(threads)
+    answers: list[bool | None] = []
+    lock = threading.Lock()
+
+    def put(n: int) -> None:
+        start.wait()
+        answer = q.put(n, key=key)
+        with lock:
+            answers.append(answer)
+
+    racers = [threading.Thread(target=put, args=(n,)) for n in range(threads)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join()
+    return answers
+
+
+def test_threads_racing_to_put_one_key_store_it_once_and_count_it_once(qpath):
+    """Puts of one key from threads at once share a commit, where all but the first find the
+    key taken: those answer False, and nothing of them is counted or handed out (a put that
+    answered False must not land as ready: the queue would count an item it does not hold)."""
+    for round_ in range(20):
+        with ackqueue.AckQueue(qpath) as q:
+            answers = race_one_key(q, f"race-{round_}", 6)
+            assert sorted(answers, key=bool) == [False] * 5 + [True], answers
+            assert q.qsize() == 1 and q.unfinished_tasks == 1, (answers, q.qsize())
+            with q.connect() as c:
+                c.ack(c.get_nowait())
+                with pytest.raises(ackqueue.Empty):
+                    c.get_nowait()
+            assert q.qsize() == 0

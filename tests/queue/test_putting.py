@@ -190,6 +190,8 @@ def test_maxsize_one_holds_one_item(qpath):
             q.put_many(["b"], block=False)
         with pytest.raises(Full):
             q.put("b", block=False)
+        waited = timed_full(lambda: q.put_many(["b"], timeout=WAIT))
+        assert WAIT * 0.9 <= waited < WAIT + 5, waited
 
 
 def test_a_priority_queue_orders_a_batch_by_its_items(qpath):

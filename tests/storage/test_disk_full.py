@@ -58,6 +58,9 @@ def test_a_file_size_limit_gives_a_clear_error_and_loses_nothing(tmp_path, caplo
     assert report["error_is_storage_error"], report
     assert "File too large" in report["error"] and path in report["error"], report["error"]
     assert report["put_after"] == "ok", "the queue did not work again once space returned"
+    # A put or ack that failed leaves join() waiting for exactly what is not done: a failed
+    # put still counted would make join() wait for ever.
+    assert report["unfinished"] == report["qsize"] + report["unacked"], report
     if op == "pack":
         assert report["pack_after"] == "ok"
 
