@@ -72,6 +72,7 @@ FAST_TESTS = [
     "tests/delivery/test_local_mode.py",
     "tests/delivery/test_backlog.py",
     "tests/queue/test_batches.py",
+    "tests/queue/test_putting.py",
     # Single tests of slower files, each the fast test of a rule no file above checks.
     "tests/queue/test_pause.py::test_a_paused_queue_hands_nothing_out_but_takes_puts",
     "tests/delivery/test_dead_letters.py::test_an_unloadable_item_is_named_by_its_key_and_queue",
