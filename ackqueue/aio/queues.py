@@ -94,25 +94,31 @@ class AsyncAckQueue(Generic[T]):
 
     async def _put(self, method: Callable[..., Any], *args: Any, **options: Any) -> Any:
         running_loop("put()")
-        if self.sync.maxsize > 0 and current_lane.get() is None:
-            # Waiting for room holds a thread: not one of the queue's own, which the acks that
-            # make room need. Cancelled while it waits, the put stops waiting and stores
-            # nothing (asyncio.wait_for(q.put(x), 5) is how a put gets a timeout, and the
-            # caller then puts again); one already committing finishes, as a get does.
-            loop = asyncio.get_running_loop()
-            abandoned = threading.Event()
-            waiting = loop.run_in_executor(
-                None, lambda: _put_unless_abandoned(method, args, options, abandoned)
+        if self.sync.maxsize <= 0:
+            # A put is a commit (or, in a transaction, staged for one): it finishes and
+            # returns.
+            committed: Any = await _finish_despite_cancel(
+                self._runner.start(method, *args, **options), undone=()
             )
-            result: Any = await _finish_despite_cancel(
-                waiting, on_cancel=abandoned.set, undone=(_Abandoned, Full)
-            )
-            return result
-        # A put is a commit (or, in a transaction, staged for one): it finishes and returns.
-        committed: Any = await _finish_despite_cancel(
-            self._runner.start(method, *args, **options), undone=()
+            return committed
+        # A put may wait for room. Cancelled while it waits, it stops waiting and stores
+        # nothing (asyncio.wait_for(q.put(x), 5) is how a put gets a timeout, and the caller
+        # then puts again; a transaction cancelled so rolls back); one already committing
+        # finishes, as a get does.
+        abandoned = threading.Event()
+
+        def put() -> Any:
+            return _put_unless_abandoned(method, args, options, abandoned)
+
+        if current_lane.get() is None:
+            # Not on one of the queue's own threads, which the acks that make room need.
+            waiting = asyncio.get_running_loop().run_in_executor(None, put)
+        else:
+            waiting = self._runner.start(put)  # the transaction's own thread
+        result: Any = await _finish_despite_cancel(
+            waiting, on_cancel=abandoned.set, undone=(_Abandoned, Full)
         )
-        return committed
+        return result
 
     # -- getting -------------------------------------------------------------------------------
 

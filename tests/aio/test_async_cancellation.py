@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 from typing import Any
 
 import pytest
@@ -292,3 +293,32 @@ def test_a_take_that_finishes_on_its_thread_after_the_cancel_is_given_back(tmp_p
         landed += cancel_between_take_and_hand_over(path, OPTIONS["thread"])
         assert stored(path) == ["item"]
     assert landed, "the cancellation never fell between the take and the hand-over"
+
+
+def test_a_transaction_cancelled_while_its_put_waits_for_room_rolls_back(tmp_path):
+    """A put inside ``async with q.transaction()`` waits for room on the transaction's own
+    thread; cancelled there (``asyncio.wait_for``), it stops waiting, so the rollback can run
+    on that thread: the block stores nothing, and the loop ends (it hung for ever, the
+    rollback queued behind a put that waited for room nobody would free)."""
+    path = str(tmp_path / "q.fs")
+    outcome: list[str] = []
+
+    async def main() -> None:
+        async with AsyncAckQueue(path, maxsize=2) as q:
+            await q.put("first")
+
+            async def block() -> None:
+                async with q.transaction():
+                    await q.put_many(["a"])  # the second place: staged at once
+                    await q.put("second")  # no third: waits
+
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(block(), 0.3)
+            outcome.append("rolled back")
+
+    runner = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    runner.start()
+    runner.join(30)
+    assert not runner.is_alive(), "the cancelled transaction never finished"
+    assert outcome == ["rolled back"]
+    assert stored(path) == ["first"]
