@@ -206,7 +206,7 @@ def test_a_cancelled_join_leaves_no_thread_waiting(tmp_path):
     async def main() -> None:
         q = AsyncAckQueue(str(tmp_path / "q.fs"))
         await q.put("never done")
-        with pytest.raises(TimeoutError):
+        with pytest.raises(asyncio.TimeoutError):  # not the builtin before 3.11
             await asyncio.wait_for(q.join(), 0.3)
         joining = asyncio.create_task(q.join())
         await asyncio.sleep(0.1)

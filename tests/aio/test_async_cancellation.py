@@ -312,7 +312,7 @@ def test_a_transaction_cancelled_while_its_put_waits_for_room_rolls_back(tmp_pat
                     await q.put_many(["a"])  # the second place: staged at once
                     await q.put("second")  # no third: waits
 
-            with pytest.raises(TimeoutError):
+            with pytest.raises(asyncio.TimeoutError):  # not the builtin before 3.11
                 await asyncio.wait_for(block(), 0.3)
             outcome.append("rolled back")
 

@@ -102,7 +102,7 @@ def test_an_asyncio_pool_drains_the_queue_whatever_its_settings(tmp_path_factory
             )
             try:
                 return await asyncio.wait_for(pool.run_until_empty(), 60)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin before Python 3.11
                 raise AssertionError(f"run_until_empty() did not return: {plan}") from None
 
     check(runs, plan, asyncio.run(main()), path)
