@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from polling import bounded
@@ -21,6 +23,16 @@ async def wait_for_waiters(q: AsyncAckQueue[Any], n: int, timeout: float = 10.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(listeners)} of {n} waiters after {timeout} s")
         await asyncio.sleep(0.001)
+
+
+def run_ends(main: Callable[[], Coroutine[Any, Any, None]], seconds: float, what: str) -> None:
+    """``asyncio.run(main())`` on a thread, which must end within ``seconds``: a hang fails
+    the test saying ``what`` instead of holding up the suite (asyncio.run waits for every
+    thread of its loop's executor, so a thread left waiting keeps it from returning)."""
+    runner = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    runner.start()
+    runner.join(seconds)
+    assert not runner.is_alive(), what
 
 
 async def eventually(predicate: Any, timeout: float = 10.0, what: str = "") -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
-from aiohelp import eventually, stored, wait_for_waiters
+from aiohelp import eventually, run_ends, stored, wait_for_waiters
 
 import ackqueue
 from ackqueue import AsyncAckQueue, AsyncLifoAckQueue, AsyncPriorityAckQueue
@@ -215,8 +214,5 @@ def test_a_cancelled_join_leaves_no_thread_waiting(tmp_path):
             await asyncio.wait_for(joining, 10)
         outcome.append("done")
 
-    runner = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
-    runner.start()
-    runner.join(30)
-    assert not runner.is_alive(), "asyncio.run() did not end: a join's thread still waits"
+    run_ends(main, 30, "asyncio.run() did not end: a join's thread still waits")
     assert outcome == ["done"]

@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-import threading
 from typing import Any
 
 import pytest
-from aiohelp import eventually, stored
+from aiohelp import eventually, run_ends, stored
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polling import bounded
@@ -316,9 +315,6 @@ def test_a_transaction_cancelled_while_its_put_waits_for_room_rolls_back(tmp_pat
                 await asyncio.wait_for(block(), 0.3)
             outcome.append("rolled back")
 
-    runner = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
-    runner.start()
-    runner.join(30)
-    assert not runner.is_alive(), "the cancelled transaction never finished"
+    run_ends(main, 30, "the cancelled transaction never finished")
     assert outcome == ["rolled back"]
     assert stored(path) == ["first"]
