@@ -223,8 +223,7 @@ class AsyncWorkerPool:
             except Empty:
                 items = []
             except QueueClosedError:
-                self._stop("closed")  # closed under us: what is left stays in the queue
-                break
+                break  # closed under us: the feeder's end says so (see _feeder)
             except ShutDown:
                 self._stop(None)  # shut down and drained
                 break

@@ -637,12 +637,9 @@ def join_unless(
     with done:
         while queue.unfinished_tasks:
             queue._life.check_open()
-            if give_up is None:
-                done.wait()
-                continue
-            if give_up.is_set():
+            if give_up is not None and give_up.is_set():
                 return False
-            done.wait(poll)
+            done.wait(None if give_up is None else poll)
     return True
 
 
