@@ -30,6 +30,7 @@ are the serializer's business: a pickle item is code, a JSON item is data.
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import struct
 import sys
@@ -50,11 +51,14 @@ ROOT_KEY = "ackqueue"
 T = TypeVar("T")
 
 # The stored format this code writes. 1: records without a format_version (pickle items);
-# 2: records that name their serializer; 3: entries may be inline (bytes values in the tree).
+# 2: records that name their serializer; 3: entries may be inline (bytes values in the tree);
+# 4: a FIFO or LIFO queue made in shared mode keeps its entries in shards (ShardedEntries).
 # A record of a higher format is refused, not misread. A record of format 1 or 2 is raised to
 # format 3 when its first inline entry is stored: until then an older version still reads it.
-FORMAT_VERSION = 3
+# A queue made by a single process is written in format 3, and stays so.
+FORMAT_VERSION = 4
 INLINE_FORMAT = 3
+SHARDED_FORMAT = 4
 
 # Sequence numbers are reserved in blocks so that a put does not rewrite the queue record.
 SEQ_BLOCK = 1024
@@ -77,6 +81,157 @@ class PriorityEntryTree(OOBTree):
 
     max_leaf_size = 16
     max_internal_size = 32
+
+
+# Shared mode (format 4): the entries of a FIFO or LIFO queue in shards, one tree per block of
+# SHARD_SEQS sequence numbers of one priority, listed in an index by shard number (the key
+# shifted right by SHARD_BITS: shards are contiguous ranges of keys, so the index in order,
+# each shard in order, is the delivery order). Each process in shared mode numbers its puts
+# from blocks of its own, aligned to shards (shared/mode.py's SeqBlocks), so no two processes
+# insert into one tree: in one tree, every insert marks each internal node it passes
+# read-current (BTrees' _BTree_set), and a bucket split by one process failed the puts of
+# every other (0.32 conflicts an item with 4 processes putting; see CHANGELOG, format 4).
+SEQ_BITS = 40  # an entry key's sequence number part (see ackqueue/delivery/ordering.py)
+SEQ_MASK = (1 << SEQ_BITS) - 1
+SHARD_BITS = 6
+SHARD_SEQS = 1 << SHARD_BITS
+# An emptied shard is deleted once its block is this many sequence numbers behind the record's
+# reserved ones: a block still being put into is among the newest, and deleting its shard
+# would fail its owner's next put (it retries, in a new shard: sound, but a conflict).
+RETIRE_LAG = 4096
+RETIRE_SCAN = 64  # shards looked at from the head per sweep (retire_empty)
+
+
+class EntryShard(Persistent):
+    """The entries of one shard (see :class:`ShardedEntries`).
+
+    Every insert writes it (a few bytes) and deleting it from the index writes it too, so an
+    insert and a deletion racing each other conflict whichever commits first: the insert is
+    retried in a new shard, or the deletion finds the shard no longer empty.
+    """
+
+    def __init__(self, block: int) -> None:
+        self.tree = EntryTree()
+        self.block = block  # its sequence numbers' block: seq >> SHARD_BITS
+        self.retired = False
+
+
+class ShardIndex(LOBTree):
+    """Shard number -> :class:`EntryShard` (written when a shard is made or deleted)."""
+
+    max_leaf_size = 32
+    max_internal_size = 32
+
+
+class ShardedEntries(Persistent):
+    """A FIFO or LIFO queue's entries in shards: a mapping of entry keys to entries with the
+    part of BTrees' mapping interface that :class:`QueueRecord` uses (``get``, ``in``,
+    ``[]``, ``pop``, ``len``, ``keys``/``items``/``values`` from a ``min``, ``minKey``). Written
+    once, when made: the index and the shards are objects of their own."""
+
+    def __init__(self, lifo: bool) -> None:
+        self.shards = ShardIndex()
+        self.lifo = lifo
+
+    def _seq(self, key: int) -> int:
+        return SEQ_MASK - (key & SEQ_MASK) if self.lifo else key & SEQ_MASK
+
+    def shard_of(self, key: int) -> EntryShard | None:
+        shard: EntryShard | None = self.shards.get(key >> SHARD_BITS)
+        return shard
+
+    def get(self, key: int, default: Any = None) -> Any:
+        shard = self.shard_of(key)
+        return default if shard is None else shard.tree.get(key, default)
+
+    def __getitem__(self, key: int) -> Any:
+        shard = self.shard_of(key)
+        if shard is None:
+            raise KeyError(key)
+        return shard.tree[key]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, int) and self.get(key) is not None
+
+    def __setitem__(self, key: int, value: Any) -> None:
+        number = key >> SHARD_BITS
+        shard = self.shards.get(number)
+        if shard is None:
+            shard = self.shards[number] = EntryShard(self._seq(key) >> SHARD_BITS)
+        shard.tree[key] = value
+        shard._p_changed = True  # conflicts with a deletion of the shard racing this
+
+    def pop(self, key: int) -> Any:
+        shard = self.shard_of(key)
+        if shard is None:
+            raise KeyError(key)
+        return shard.tree.pop(key)
+
+    def retire_empty(self, key: int | None, reserved: int) -> int:
+        """Delete from the index the shard of ``key`` (None: the first RETIRE_SCAN shards)
+        if it is empty and its block is RETIRE_LAG sequence numbers behind ``reserved``;
+        return how many were deleted."""
+        behind = (reserved - RETIRE_LAG) >> SHARD_BITS
+        if key is None:
+            found = list(itertools.islice(self.shards.items(), RETIRE_SCAN))
+        else:
+            shard = self.shard_of(key)
+            found = [] if shard is None else [(key >> SHARD_BITS, shard)]
+        retired = 0
+        for number, shard in found:
+            if shard.block < behind and not shard.tree:
+                shard.retired = True  # written: an insert racing this conflicts
+                del self.shards[number]
+                retired += 1
+        return retired
+
+    def __len__(self) -> int:
+        return sum(len(shard.tree) for shard in self.shards.values())
+
+    def __bool__(self) -> bool:
+        return any(shard.tree for shard in self.shards.values())
+
+    def _shards_from(self, min: int | None) -> Iterator[EntryShard]:
+        index = edge_loaded(self.shards)
+        return iter(index.values() if min is None else index.values(min=min >> SHARD_BITS))
+
+    def keys(self, min: int | None = None, excludemin: bool = False) -> Iterator[int]:
+        for shard in self._shards_from(min):
+            tree = edge_loaded(shard.tree)
+            yield from tree.keys() if min is None else tree.keys(min=min, excludemin=excludemin)
+
+    def items(self, min: int | None = None, excludemin: bool = False) -> Iterator[tuple[int, Any]]:
+        for shard in self._shards_from(min):
+            tree = edge_loaded(shard.tree)
+            yield from tree.items() if min is None else tree.items(min=min, excludemin=excludemin)
+
+    def values(self) -> Iterator[Any]:
+        for _, value in self.items():
+            yield value
+
+    def minKey(self) -> int:  # noqa: N802 - BTrees' name
+        for key in self.keys():
+            return key
+        raise ValueError("empty tree")
+
+    def damage(self) -> str | None:
+        """What is wrong with the shards, if a key is out of order or outside its shard, a
+        shard's tree does not hold together, or the index does not (see :func:`tree_damage`)."""
+        why = tree_damage(self.shards)
+        if why is not None:
+            return f"has a shard index that {why}"
+        previous: Any = None
+        for number, shard in self.shards.items():
+            why = tree_damage(shard.tree)
+            if why is not None:
+                return f"has a shard that {why}"
+            for key in shard.tree:
+                if key >> SHARD_BITS != number:
+                    return f"holds key {key!r} in shard {number}, not its own"
+                if previous is not None and not previous < key:
+                    return f"is out of order (key {key!r} after {previous!r})"
+                previous = key
+        return None
 
 
 class Entry(Persistent):
@@ -264,13 +419,22 @@ class QueueRecord(Persistent):
     # the queue look absent, and a new empty one be made beside it (see Book).
     name: str | None = None
 
-    def __init__(self, kind: str, serializer: str = "pickle", name: str | None = None) -> None:
-        self.format_version = FORMAT_VERSION
+    def __init__(
+        self, kind: str, serializer: str = "pickle", name: str | None = None,
+        sharded: bool = False,
+    ) -> None:
+        """A new queue record; ``sharded``: its entries in shards (a FIFO or LIFO queue
+        made in shared mode; see :class:`ShardedEntries`)."""
+        sharded = sharded and kind != "priority"  # its keys are items: no range a process has
+        self.format_version = SHARDED_FORMAT if sharded else INLINE_FORMAT
         if name is not None:
             self.name = name
         self.serializer = serializer
         self.kind = kind
-        self.entries: Any = PriorityEntryTree() if kind == "priority" else EntryTree()
+        self.entries: Any = (
+            ShardedEntries(lifo=kind == "lifo") if sharded
+            else PriorityEntryTree() if kind == "priority" else EntryTree()
+        )
         self.length = Length()
         self.seq_reserved = 0
 
@@ -383,11 +547,19 @@ class QueueRecord(Persistent):
                 entry.item_key = item_key
             if remember is not None:
                 entry.remember = remember
-            self.entries[key] = entry
+            self._add(key, entry)
             return
         if self.format_version < INLINE_FORMAT:
             self.format_version = INLINE_FORMAT  # older versions must not misread the tree
-        self.entries[key] = _encoded(data, put_at, 0, not_before, group, item_key, remember)
+        self._add(key, _encoded(data, put_at, 0, not_before, group, item_key, remember))
+
+    def _add(self, key: Any, value: Entry | bytes) -> None:
+        entries = self.entries
+        if isinstance(entries, ShardedEntries) and entries.shard_of(key) is None:
+            # A new shard, once a block: delete those emptied near the head meanwhile (one
+            # emptied while its block was among the newest is kept by drop_entry).
+            entries.retire_empty(None, self.seq_reserved)
+        entries[key] = value
 
     def change_entry(self, key: Any, **changes: Any) -> None:
         """Change fields of entry ``key`` (KeyError if it is not stored): an inline one is
@@ -446,16 +618,28 @@ class QueueRecord(Persistent):
         """Delete entry ``key`` and its due time (KeyError if it is not stored); the count
         and its item key are the caller's. The size of an inline entry (bytes of its bucket's
         old revision that are garbage now), or None for a record of its own (garbage whole)."""
-        value = self.entries.pop(key)
+        entries = self.entries
+        value = entries.pop(key)
+        if isinstance(entries, ShardedEntries):
+            entries.retire_empty(key, self.seq_reserved)
         delayed = self.delayed
         if delayed is not None and key in delayed:
             del delayed[key]
         return len(value) if isinstance(value, bytes) else None
 
+    def retire_empty_shards(self) -> int:
+        """Delete the emptied shards near the head that no put can be using any more (see
+        :meth:`ShardedEntries.retire_empty`); how many. Nothing for a record of one tree."""
+        entries = self.entries
+        if not isinstance(entries, ShardedEntries):
+            return 0
+        return entries.retire_empty(None, self.seq_reserved)
+
     def entry_damage(self) -> str | None:
         """What is wrong with the stored entries, if they are out of order or their tree
         does not hold together (see :func:`tree_damage`); None if they are sound."""
-        return tree_damage(self.entries)
+        entries = self.entries
+        return entries.damage() if isinstance(entries, ShardedEntries) else tree_damage(entries)
 
     def salvageable_entries(self, unreadable: list[str]) -> Iterator[StoredEntry]:
         """Every entry that can still be read, node by node: a node of the tree that cannot
@@ -537,6 +721,8 @@ STORED_ATTRIBUTES: dict[type, frozenset[str]] = {
     Entry: frozenset({"data", "put_at", "attempts"}),
     DeadRecord: frozenset({"key", "data", "put_at", "attempts", "reason", "when"}),
     QueueRecord: frozenset({"kind", "entries", "length", "seq_reserved"}),
+    ShardedEntries: frozenset({"shards", "lifo"}),
+    EntryShard: frozenset({"tree", "block", "retired"}),
 }
 
 
@@ -562,6 +748,8 @@ def edge_loaded(tree: T) -> T:
     Loading them here first raises that load's own error instead (a tree of two levels has
     none: its last child is a bucket, which the search loads checking the outcome).
     """
+    if isinstance(tree, ShardedEntries):
+        return tree  # its walks load each tree's edge as they come to it
     node: Any = tree
     while isinstance(node, Persistent):  # not a plain dict standing in for an absent tree
         state = node.__getstate__()  # loads the node, raising if it cannot be loaded
@@ -594,6 +782,15 @@ def tree_damage(tree: Any) -> str | None:
 
 
 def _entries_of(node: Any, unreadable: list[str]) -> Iterator[tuple[Any, Any]]:
+    if isinstance(node, ShardedEntries):
+        for number, shard in _entries_of(node.shards, unreadable):
+            try:
+                tree = shard.tree
+            except Exception as exc:
+                unreadable.append(f"shard {number}: {exc}")
+                continue
+            yield from _entries_of(tree, unreadable)
+        return
     try:
         node._p_activate()
         state = node.__getstate__()

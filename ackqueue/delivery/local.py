@@ -25,9 +25,9 @@ from ackqueue.delivery.mode import (
     Void,
     exhausted_reason,
 )
-from ackqueue.delivery.ordering import SEQ_MASK, Ordering, checked_seq
+from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.supply import Claim, Supply
-from ackqueue.records import QueueRecord
+from ackqueue.records import SEQ_MASK, QueueRecord
 from ackqueue.storage.book import Book, Keeping, sweep_done
 from ackqueue.storage.counts import settle
 from ackqueue.storage.transactions import current

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ackqueue.errors import AckQueueError
+from ackqueue.records import SEQ_BITS, SEQ_MASK
 
 # The ready head, for a priority queue to compare a new item with (None when nothing is ready).
 Head = Callable[[], Any]
@@ -96,8 +97,6 @@ class PriorityOrdering(Ordering):
         return key[1]  # the item need not be hashable; its sequence number is unique
 
 
-SEQ_BITS = 40
-SEQ_MASK = (1 << SEQ_BITS) - 1
 PRIORITY_LIMIT = 1 << (62 - SEQ_BITS)
 
 

@@ -57,7 +57,7 @@ from ackqueue.delivery.ordering import Ordering, checked_seq
 from ackqueue.delivery.ready import ReadyKeys, ScanAfter
 from ackqueue.delivery.supply import Claim, GetAgain, Supply
 from ackqueue.errors import StorageError
-from ackqueue.records import QueueRecord
+from ackqueue.records import SHARD_SEQS, QueueRecord
 from ackqueue.shared import sessions
 from ackqueue.shared.groupgate import GroupGate
 from ackqueue.shared.holdmarks import (
@@ -492,7 +492,7 @@ class SharedMode:
             sessions.release(self.session)
 
 
-SEQ_BLOCK = 64
+SEQ_BLOCK = SHARD_SEQS  # a block is one shard of a queue made in shared mode (records.py)
 SEQ_BLOCK_SECONDS = 1.0
 
 

@@ -140,7 +140,9 @@ class Book:
                     f"queue {self.name!r} is listed as {listed!r}: the name in its list of "
                     "queues is damaged"
                 )))
-            record = queues[self.name] = QueueRecord(self._kind, self.codec.name, self.name)
+            record = queues[self.name] = QueueRecord(
+                self._kind, self.codec.name, self.name, sharded=self._keeping.own_records
+            )
         elif record.format_version > FORMAT_VERSION:
             raise NotAQueueFileError(
                 f"queue {self.name!r} in {store.where} was written in format "
@@ -514,7 +516,8 @@ class Book:
         record = self.record
 
         def reserve() -> int:
-            start: int = record.seq_reserved
+            # Aligned to a block: a block of shared mode's is one shard (records.py).
+            start: int = -(-record.seq_reserved // block) * block
             record.seq_reserved = start + block
             return start
 
@@ -707,6 +710,7 @@ def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) ->
             break
     for key in doomed:
         record.drop_entry(key)
+    record.retire_empty_shards()
     return len(doomed)
 
 

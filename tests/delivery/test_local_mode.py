@@ -7,7 +7,7 @@ import ZODB
 from ZODB.MappingStorage import MappingStorage
 
 import ackqueue
-from ackqueue.delivery.ordering import SEQ_MASK
+from ackqueue.records import SEQ_MASK
 
 
 def test_attempts_go_on_from_the_count_an_earlier_session_stored(qpath):

@@ -1,0 +1,356 @@
+"""A queue made in shared mode keeps its entries in shards, one tree per block of sequence
+numbers (format 4, ackqueue/records.py's ShardedEntries), so that processes putting at once
+insert into trees of their own: in one tree, a bucket split by one process failed the puts of
+every other (BTrees mark each internal node an insert passes read-current).
+
+What must hold: the shards together are one mapping in delivery order (a model test); each
+shared session puts into shards no other session puts into; an insert into a shard and the
+deletion of that shard (emptied, its block long past) conflict whichever commits first, so no
+put is ever lost into a shard that is no longer listed; a plain open reads and works such a
+queue and deletes its emptied shards; damage to a shard's keys is found.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import transaction
+import ZEO
+import ZODB
+from campaign_children import server_pid
+from conftest import alive
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polling import wait_until
+from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+from ZODB.POSException import ConflictError
+
+import ackqueue
+from ackqueue.records import (
+    RETIRE_LAG,
+    SEQ_BITS,
+    SEQ_MASK,
+    SHARD_BITS,
+    SHARD_SEQS,
+    EntryShard,
+    QueueRecord,
+    ShardedEntries,
+    queues_of,
+)
+
+
+def fifo_key(seq: int, priority: int = 0) -> int:
+    return (priority << SEQ_BITS) | seq
+
+
+def lifo_key(seq: int, priority: int = 0) -> int:
+    return (priority << SEQ_BITS) | (SEQ_MASK - seq)
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = ZODB.DB(str(tmp_path / "shards.fs"))
+    yield database
+    database.close()
+
+
+def make_record(db, kind: str = "fifo") -> None:
+    with db.transaction() as conn:
+        queues_of(conn.root(), create=True)["q"] = QueueRecord(kind, sharded=True)
+
+
+def record_of(conn) -> QueueRecord:
+    return queues_of(conn.root(), create=False)["q"]
+
+
+# -- the shards as one mapping, against a dict --------------------------------------------
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.integers(0, 400), st.integers(-2, 2)),
+        st.tuples(st.just("drop"), st.integers(0, 400), st.integers(-2, 2)),
+        st.tuples(st.just("retire"), st.integers(0, 8000), st.just(0)),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lifo=st.booleans(), ops=operations, starts=st.lists(st.integers(0, 400), max_size=4))
+def test_the_shards_are_one_mapping_in_key_order(tmp_path_factory, lifo, ops, starts) -> None:
+    """Puts, drops and deletions of emptied shards in any order: the shards hold exactly the
+    model's entries, and every walk (from the start, from just after a key, and from a key
+    that is stored or not) gives them in key order."""
+    db = ZODB.DB(str(tmp_path_factory.mktemp("model") / "m.fs"))
+    try:
+        make = lifo_key if lifo else fifo_key
+        model: dict[int, bytes] = {}
+        with db.transaction() as conn:
+            queues_of(conn.root(), create=True)["q"] = QueueRecord(
+                "lifo" if lifo else "fifo", sharded=True
+            )
+        for n, (op, seq, priority) in enumerate(ops):
+            with db.transaction() as conn:
+                record = record_of(conn)
+                if op == "put":
+                    key = make(seq, priority)
+                    record.new_entry(key, b"%d" % n, 1.0)
+                    model[key] = b"%d" % n
+                elif op == "drop":
+                    key = make(seq, priority)
+                    if key in model:
+                        record.drop_entry(key)
+                        del model[key]
+                    else:
+                        with pytest.raises(KeyError):
+                            record.drop_entry(key)
+                else:
+                    record.seq_reserved = seq
+                    record.retire_empty_shards()
+        with db.transaction() as conn:
+            record = record_of(conn)
+            entries = record.entries
+            assert isinstance(entries, ShardedEntries)
+            ordered = sorted(model)
+            assert list(record.entry_keys()) == ordered
+            assert [(k, e.data) for k, e in record.entry_items()] == [
+                (k, model[k]) for k in ordered
+            ]
+            assert record.entry_count() == len(model) == len(entries)
+            assert bool(entries) == bool(model)
+            for start in [make(s, p) for s in starts for p in (-1, 0, 1)]:
+                assert list(record.entry_keys(after=start)) == [k for k in ordered if k > start]
+                assert [k for k, _ in record.entry_items(after=start)] == [
+                    k for k in ordered if k > start
+                ]
+                assert record.has_entry(start) == (start in model)
+                assert (record.entry(start) is None) == (start not in model)
+            if model:
+                assert entries.minKey() == ordered[0]
+            else:
+                with pytest.raises(ValueError):
+                    entries.minKey()
+            assert record.entry_damage() is None
+            unreadable: list[str] = []
+            assert sorted(e.data for e in record.salvageable_entries(unreadable)) == sorted(
+                model.values()
+            )
+            assert unreadable == []
+            # Every listed shard holds only keys of its own range, and one block.
+            for number, shard in entries.shards.items():
+                assert all(key >> SHARD_BITS == number for key in shard.tree)
+    finally:
+        db.close()
+
+
+# -- an insert and the deletion of its shard race ------------------------------------------
+
+
+def emptied_old_shard(db) -> int:
+    """A record with shard 0 listed, empty and far behind the reserved numbers: the key of
+    the entry it held."""
+    make_record(db)
+    with db.transaction() as conn:
+        record = record_of(conn)
+        record.new_entry(fifo_key(5), b"x", 1.0)
+        record.drop_entry(fifo_key(5))  # still young: kept
+        assert len(record.entries.shards) == 1
+        record.seq_reserved = RETIRE_LAG + 4 * SHARD_SEQS  # now old
+    return fifo_key(5)
+
+
+def test_a_put_into_a_shard_deleted_meanwhile_conflicts_and_its_retry_lists_a_new_one(
+    db,
+) -> None:
+    emptied_old_shard(db)
+    putter, remover = transaction.TransactionManager(), transaction.TransactionManager()
+    put_conn, remove_conn = db.open(putter), db.open(remover)
+    record_of(put_conn).new_entry(fifo_key(6), b"put", 1.0)  # into the listed shard
+    assert record_of(remove_conn).retire_empty_shards() == 1
+    remover.commit()
+    with pytest.raises(ConflictError):
+        putter.commit()  # else its entry would be in a shard no longer listed: lost
+    putter.abort()
+    record_of(put_conn).new_entry(fifo_key(6), b"put", 1.0)  # the retry
+    putter.commit()
+    with db.transaction() as conn:
+        assert [e.data for _, e in record_of(conn).entry_items()] == [b"put"]
+        shard = record_of(conn).entries.shard_of(fifo_key(6))
+        assert isinstance(shard, EntryShard) and not shard.retired
+    put_conn.close()
+    remove_conn.close()
+
+
+def test_a_deletion_of_a_shard_that_a_put_filled_meanwhile_conflicts(db) -> None:
+    emptied_old_shard(db)
+    putter, remover = transaction.TransactionManager(), transaction.TransactionManager()
+    put_conn, remove_conn = db.open(putter), db.open(remover)
+    remover.begin()
+    remove_conn.root()  # its view of the database is fixed from here: the shard empty
+    record_of(put_conn).new_entry(fifo_key(6), b"put", 1.0)
+    putter.commit()
+    assert record_of(remove_conn).retire_empty_shards() == 1  # empty, as it sees it
+    with pytest.raises(ConflictError):
+        remover.commit()
+    remover.abort()
+    assert record_of(remove_conn).retire_empty_shards() == 0  # it now sees the entry
+    remover.commit()
+    with db.transaction() as conn:
+        assert [e.data for _, e in record_of(conn).entry_items()] == [b"put"]
+    put_conn.close()
+    remove_conn.close()
+
+
+def test_an_emptied_shard_is_kept_while_its_block_may_still_be_put_into(db) -> None:
+    make_record(db)
+    with db.transaction() as conn:
+        record = record_of(conn)
+        record.seq_reserved = 2 * SHARD_SEQS  # blocks 0 and 1 are the newest
+        record.new_entry(fifo_key(1), b"x", 1.0)
+        record.drop_entry(fifo_key(1))
+        assert record.retire_empty_shards() == 0
+        assert len(record.entries.shards) == 1
+        record.seq_reserved = RETIRE_LAG + 2 * SHARD_SEQS
+        assert record.retire_empty_shards() == 1
+        assert len(record.entries.shards) == 0
+
+
+# -- damage ---------------------------------------------------------------------------------
+
+
+def test_a_key_in_another_shard_than_its_own_is_damage(db) -> None:
+    make_record(db)
+    with db.transaction() as conn:
+        record = record_of(conn)
+        for seq in (1, 2, SHARD_SEQS + 1):
+            record.new_entry(fifo_key(seq), b"x", 1.0)
+        assert record.entry_damage() is None
+        # A changed byte in a key: it unpickles, under another shard's range.
+        record.entries.shards[0].tree[fifo_key(SHARD_SEQS + 7)] = b"damaged"
+        assert "not its own" in str(record.entry_damage())
+        transaction.abort()
+
+
+# -- through the queue ----------------------------------------------------------------------
+
+
+def shard_putters(path_or_db: object) -> list[set[str]]:
+    """Which putters' items (``"a3"``: putter ``a``) each shard of queue ``default`` holds."""
+    db = ZODB.DB(path_or_db) if isinstance(path_or_db, str) else path_or_db
+    try:
+        with db.transaction() as conn:
+            record = queues_of(conn.root(), create=False)["default"]
+            assert isinstance(record.entries, ShardedEntries)
+            assert record.format_version == 4
+            return [
+                {str(pickle.loads(entry.data))[0] for entry in shard.tree.values()}
+                for shard in record.entries.shards.values()
+            ]
+    finally:
+        if isinstance(path_or_db, str):
+            db.close()
+
+
+def test_each_shared_session_puts_into_shards_of_its_own(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """Two sessions (two clients of one server, as two processes) putting in turns, after
+    the reserved numbers were left unaligned (as an older ackqueue's plain open could):
+    every shard holds one session's items, and the queue gives each session's in put order."""
+    other_db, reader = ZEO.DB(zeo_server.addr), ZEO.DB(zeo_server.addr)
+    try:
+        with (
+            ackqueue.AckQueue(zeo_server.uri, session_timeout=30) as a,
+            ackqueue.AckQueue(db=other_db, session_timeout=30) as b,
+        ):
+            a.put("a-first")
+            with reader.transaction() as conn:
+                queues_of(conn.root(), create=False)["default"].seq_reserved += 37
+            for n in range(150):
+                a.put(f"a{n}")
+                b.put(f"b{n}")
+            putters = shard_putters(reader)
+            assert putters and all(len(found) == 1 for found in putters), putters
+            with a.connect() as c:
+                got = [c.get(timeout=10) for _ in range(301)]
+                c.ack_many(got)
+    finally:
+        other_db.close()
+        reader.close()
+    assert [x for x in got if x[0] == "a"] == ["a-first"] + [f"a{n}" for n in range(150)]
+    assert [x for x in got if x[0] == "b"] == [f"b{n}" for n in range(150)]
+
+
+def test_a_plain_open_works_a_queue_made_in_shared_mode_and_deletes_its_emptied_shards(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "1")
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, shared=True) as q:
+        q.put_many([f"p{n}" for n in range(100)])
+        q.put("urgent", priority=-1)
+    server = server_pid(path)
+    wait_until(lambda: not alive(server), 30, "the queue's server to exit")
+    for _ in range(2):  # twice: the second open finds the first one's shards
+        with ackqueue.AckQueue(path) as q, q.connect() as c:
+            first = c.get(timeout=5)
+            assert first == "urgent" or first.startswith("p")
+            c.nack(first)
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        urgent = c.get(timeout=5)
+        assert urgent == "urgent"
+        c.ack(urgent)
+        got = [c.get(timeout=5) for _ in range(100)]
+        assert got == [f"p{n}" for n in range(100)]
+        c.ack_many(got)
+        for n in range(3 * RETIRE_LAG // 100):  # churn: new shards made, emptied ones deleted
+            q.put_many([n] * 100)
+            c.ack_many(c.get_many(100, timeout=5))
+        assert q.qsize() == 0
+    db = ZODB.DB(path)
+    try:
+        with db.transaction() as conn:
+            record = queues_of(conn.root(), create=False)["default"]
+            # Only the newest blocks' emptied shards are left (RETIRE_LAG numbers' worth).
+            assert len(record.entries.shards) <= RETIRE_LAG // SHARD_SEQS + 2
+    finally:
+        db.close()
+    assert os.path.getsize(path) > 0
+
+
+def test_a_queue_made_by_one_process_keeps_its_one_tree_in_shared_mode(
+    tmp_path, monkeypatch
+) -> None:
+    """Only a queue made in shared mode is sharded: a file made by a plain open keeps format
+    3 and its one tree when shared mode opens it (nothing is migrated), and works."""
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "1")
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(["plain 1", "plain 2"])
+    with ackqueue.AckQueue(path, shared=True) as q:
+        q.put("shared")
+        with q.connect() as c:
+            got = [c.get(timeout=10) for _ in range(3)]
+            c.ack_many(got)
+    assert got == ["plain 1", "plain 2", "shared"]
+    server = server_pid(path)
+    wait_until(lambda: not alive(server), 30, "the queue's server to exit")
+    db = ZODB.DB(path)
+    try:
+        with db.transaction() as conn:
+            record = queues_of(conn.root(), create=False)["default"]
+            assert record.format_version == 3
+            assert not isinstance(record.entries, ShardedEntries)
+    finally:
+        db.close()
+
+
+def test_a_priority_queue_made_in_shared_mode_keeps_one_tree(db) -> None:
+    """Its keys are its items: no process has a range of its own to shard by."""
+    with db.transaction() as conn:
+        record = QueueRecord("priority", sharded=True)
+        assert record.format_version == 3
+        assert not isinstance(record.entries, ShardedEntries)
+        conn.root()["x"] = record
