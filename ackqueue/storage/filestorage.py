@@ -395,6 +395,20 @@ class QueueFileStorage(FileStorage):
                 self._file.flush()
                 self._write_failed = False
 
+    def _clear_temp(self) -> None:
+        """FileStorage's, which seeks the ``.tmp`` scratch file holding a commit's records to
+        its start; a seek flushes first, so once a write of it failed (a full disk) every
+        seek failed too, and an abort with it: the storage stayed inside that commit (a
+        private server then counted its client for ever). The scratch is the aborted commit's
+        alone: start an empty one instead."""
+        try:
+            super()._clear_temp()
+        except OSError:
+            broken, self._tfile = self._tfile, None
+            with contextlib.suppress(OSError):
+                broken.close()  # the descriptor closes even where the flush fails
+            self._tfile = open(self._file_name + ".tmp", "w+b")  # noqa: SIM115 - the storage's
+
     def _abort(self) -> None:
         try:
             super()._abort()

@@ -20,9 +20,12 @@ import time
 import pytest
 import ZODB.TimeStamp
 from conftest import TESTS_DIR, child_env, stored_items
+from ZODB.Connection import TransactionMetaData
 from ZODB.FileStorage import FileIterator
+from ZODB.utils import p64, z64
 
 import ackqueue
+from ackqueue.storage.filestorage import open_file_storage
 
 CHILD = os.path.join(TESTS_DIR, "fault_child.py")
 PRE = [("pre", i, b"z" * 200) for i in range(50)]
@@ -167,3 +170,40 @@ def test_closing_on_a_full_disk_says_so_and_loses_nothing(tmp_path):
     assert path in proc.stdout and "File too large" in proc.stdout, proc.stdout
     with ackqueue.AckQueue(path) as q:
         assert q.qsize() == 300
+
+
+@pytest.mark.parametrize("record_bytes", [3000, 30_000])
+def test_a_commit_whose_scratch_file_cannot_be_written_aborts_and_the_next_one_works(
+    small_fs, record_bytes
+):
+    """FileStorage writes a commit's records to its ``.tmp`` scratch file first. On a full
+    disk the buffered rest of that write cannot be flushed, and every seek of the file
+    flushes first: the abort failed (``No space left on device``), the storage was left
+    inside the commit, and a private server kept the client it served counted for ever, so
+    it never exited (a shared queue's put of 20 KB items on a full disk, one run in three).
+    The abort must succeed and the next commit, once there is room, too."""
+    path = str(small_fs / "q.fs")
+    storage = open_file_storage(path, durability="strict")
+    try:
+        ballast = fill(small_fs, leave=2048)
+        for n in range(8):  # a few commits, each of which the full disk fails
+            txn = TransactionMetaData()
+            storage.tpc_begin(txn)
+            try:
+                storage.store(p64(n + 100), z64, b"x" * record_bytes, "", txn)
+                storage.tpc_vote(txn)
+            except OSError:
+                pass
+            else:
+                storage.tpc_finish(txn)
+                continue
+            storage.tpc_abort(txn)  # raised OSError while the scratch could not be flushed
+        os.remove(ballast)
+        txn = TransactionMetaData()
+        storage.tpc_begin(txn)
+        storage.store(p64(1), z64, b"after", "", txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+        assert storage.load(p64(1))[0] == b"after"
+    finally:
+        storage.close()
