@@ -404,7 +404,8 @@ class QueueFileStorage(FileStorage):
         try:
             super()._clear_temp()
         except OSError:
-            broken, self._tfile = self._tfile, None
+            broken: Any = self.__dict__["_tfile"]
+            self._tfile = None
             with contextlib.suppress(OSError):
                 broken.close()  # the descriptor closes even where the flush fails
             self._tfile = open(self._file_name + ".tmp", "w+b")  # noqa: SIM115 - the storage's
