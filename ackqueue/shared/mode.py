@@ -393,7 +393,8 @@ class SharedMode:
         pass  # the attempts are stored: the settling edit gave this one back
 
     def forget_locked(self, key: Any) -> None:
-        pass
+        if self._index is not None:
+            self._index.gone(key)
 
     def check_extend(self, hold: Hold) -> None:
         self._store.run(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -38,6 +39,10 @@ CONTENDED_SECONDS = 1.0
 # load a few at once (the first ready one is usually among them).
 SCAN_PREFETCH = 8
 COUNT_SECONDS = 0.1
+# Keys that left the queue here (acked, buried, taken by a plain get) remembered, so that a
+# look from the head skips their entries, marked done until the sweeper deletes them, without
+# loading each (a round trip to the server: one an item, a sixth of a get + ack's CPU).
+GONE_KEPT = 4096
 
 
 @contextlib.contextmanager
@@ -105,6 +110,9 @@ class SharedReadyIndex:
         self._stale = True
         self._counted_until = 0.0
         self.vanished = KeySet(key_id)  # popped keys whose entry was gone when loaded
+        self._key_id = key_id
+        self._gone: set[Any] = set()  # ids of keys that left the queue here (GONE_KEPT)
+        self._gone_order: deque[Any] = deque()
 
     def __len__(self) -> int:
         if self._stale:
@@ -165,6 +173,17 @@ class SharedReadyIndex:
         self._stale = True  # the estimate is read again once the change has committed
         return True
 
+    def gone(self, key: Any) -> None:
+        """``key`` left the queue for good here, committed: never ready again, so a look need
+        not load its entry (done until swept). The newest GONE_KEPT are remembered."""
+        key_id = self._key_id(key)
+        if key_id in self._gone:
+            return
+        self._gone.add(key_id)
+        self._gone_order.append(key_id)
+        if len(self._gone_order) > GONE_KEPT:
+            self._gone.discard(self._gone_order.popleft())
+
     def lost_race(self) -> None:
         """Another process took a key we claimed: spread our next takes for a while."""
         self._contended_until = time.monotonic() + CONTENDED_SECONDS
@@ -221,7 +240,7 @@ class SharedReadyIndex:
         ready takes (steals) any ready key, spread at random after a lost race. Across
         processes the order is thus key order within about ``n`` places.
         """
-        holder_, key_seq = self._holder, self._key_seq
+        holder_, key_seq, key_id, gone = self._holder, self._key_seq, self._key_id, self._gone
         stripes, stripe = self._stripes, self._stripe
 
         def first(record: QueueRecord, start: Any, spread: int, striped: bool) -> Any:
@@ -239,6 +258,7 @@ class SharedReadyIndex:
                 if not (striped and key_seq(key) % stripes != stripe)
                 and key not in holder_.taking
                 and key not in holder_.mine
+                and key_id(key) not in gone
             )
             found = None
             for chunk in chunks(candidates, None, SCAN_PREFETCH):

@@ -696,17 +696,22 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
 def sweep_done(record: QueueRecord, scan: int | None, gap: int | None = None) -> int:
     """Delete the entries marked done among the first ``scan`` keys of ``record`` (all with
     None), inside a change on any connection; return how many. With ``gap``, stop after that
-    many entries in a row that are not done (acks happen near the head)."""
+    many entries in a row that nobody holds and that are not done: the consumers have not
+    come that far (held entries are where they are working, and do not end the look).
+
+    Every entry looked at is loaded, and one not looked at before is loaded for the first time
+    (a round trip to a server in shared mode), only to be loaded again once it is done: the
+    look ahead of the consumers is kept to ``gap`` entries, loaded ``gap`` at a time."""
     doomed = []
-    kept = 0
-    for chunk in chunks(record.entry_items(), scan):
+    free = 0
+    for chunk in chunks(record.entry_items(), scan, gap or PREFETCH):
         for key, entry in chunk:
             if entry.done:
                 doomed.append(key)
-                kept = 0
-            else:
-                kept += 1
-        if gap is not None and kept >= gap:
+                free = 0
+            elif getattr(entry, "holder", None) is None:
+                free += 1
+        if gap is not None and free >= gap:
             break
     for key in doomed:
         record.drop_entry(key)

@@ -12,14 +12,18 @@ Two clients of one real ZEO server in one process stand for two processes.
 from __future__ import annotations
 
 import pytest
+import transaction
 import ZEO
 import ZODB
+import ZODB.Connection
 from polling import bounded, wait_until
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
 from ackqueue.records import queues_of
 from ackqueue.shared import riding
+from ackqueue.shared.sweeping import SWEEP_GAP, SWEEP_SCAN
+from ackqueue.storage.book import sweep_done
 
 
 def stored(q: ackqueue.AckQueue) -> list[tuple[int, bool]]:
@@ -210,3 +214,68 @@ def test_the_sweepers_connection_is_open_once_the_queue_is(short_qpath) -> None:
         sweeper = q._mode.session._sweeper
         assert sweeper._conn.opened is not None  # open, before its thread did anything
         assert sweeper._thread.is_alive()
+
+
+def ghosts(conn: ZODB.Connection.Connection, name: str, keys: list[int]) -> list[bool]:
+    """Whether each stored entry of ``keys`` is a ghost on ``conn``: never loaded there, or
+    invalidated since (an entry no longer stored counts as one)."""
+    conn.transaction_manager.begin()  # see the latest commits
+    record = queues_of(conn.root(), create=False)[name]
+    found = [record.entries.get(key) for key in keys]
+    return [entry is None or entry._p_changed is None for entry in found]
+
+
+def test_a_look_from_the_head_skips_the_entries_this_process_acked_without_loading_them(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """Acked entries stay marked done until the sweeper deletes them, and every commit
+    anywhere sends the ready index back to the head: it used to load each of them (a round
+    trip to the server) at every look."""
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        q._mode.session._sweeper.stop()  # the done entries stay
+        q.put_many(list(range(30)))
+        acked = []
+        for _ in range(20):
+            item = c.get(timeout=10)
+            acked.append(item)
+            c.ack(item)
+        index = q._supply.ready
+        keys = [key for key, _ in stored(q)[:20]]
+        assert [done for _, done in stored(q)[:20]] == [True] * 20
+        index.refresh()  # as after another process's commit: from the head again
+        assert len(index) > 0  # found the next ready one...
+        reader = q._book._reader._conn
+        assert all(ghosts(reader, q.name, keys)), "...without loading the acked entries"
+        item = c.get(timeout=10)
+        assert item == 20
+        c.ack(item)
+
+
+def test_a_sweep_looks_past_held_entries_but_only_a_little_past_the_consumers(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """Done entries behind many held ones are swept (held entries are where consumers work,
+    not the end of their reach); past ``gap`` entries in a row that nobody holds, a round
+    stops: looking further loaded entries only to load them again once done (the sweeper's
+    rounds use SWEEP_GAP, which must stay small for that)."""
+    assert SWEEP_GAP <= 16
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        q._mode.session._sweeper.stop()
+        q.put_many(list(range(200)))
+        held = c.get_many(40, timeout=10)  # 0..39 held
+        c.ack_many(held[30:])  # 30..39 done, behind 30 held entries
+        conn = q._store.db.open(transaction_manager=transaction.TransactionManager())
+        try:
+            keys = [key for key, _ in stored(q)]
+            conn.transaction_manager.begin()
+            record = queues_of(conn.root(), create=False)[q.name]
+            gap = 8  # fewer than the held entries in a row
+            assert sweep_done(record, SWEEP_SCAN, gap) == 10
+            conn.transaction_manager.commit()
+            assert [key for key, _ in stored(q)] == keys[:30] + keys[40:]
+            # Entries 40.. are free: a round loaded at most two chunks of ``gap`` of them.
+            loaded = [not ghost for ghost in ghosts(conn, q.name, keys[40:])]
+            assert sum(loaded) <= 2 * gap, sum(loaded)
+        finally:
+            conn.close()
+        c.ack_many(held[:30])
