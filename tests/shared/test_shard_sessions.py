@@ -1,0 +1,133 @@
+"""Sessions on a queue made in shared mode, whose entries are in shards (format 4; the format
+itself: tests/storage/test_shards.py): each shared session puts into shards no other session
+puts into; a plain open reads and works such a queue and deletes its emptied shards; a queue
+made by a plain open keeps its one tree in shared mode.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import ZEO
+import ZODB
+from campaign_children import server_pid
+from conftest import alive
+from polling import wait_until
+from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+
+import ackqueue
+from ackqueue.records import RETIRE_LAG, SHARD_SEQS, ShardedEntries, queues_of
+
+# -- through the queue ----------------------------------------------------------------------
+
+
+def shard_putters(path_or_db: object) -> list[set[str]]:
+    """Which putters' items (``"a3"``: putter ``a``) each shard of queue ``default`` holds."""
+    db = ZODB.DB(path_or_db) if isinstance(path_or_db, str) else path_or_db
+    try:
+        with db.transaction() as conn:
+            record = queues_of(conn.root(), create=False)["default"]
+            assert isinstance(record.entries, ShardedEntries)
+            assert record.format_version == 4
+            return [
+                {str(pickle.loads(entry.data))[0] for entry in shard.tree.values()}
+                for shard in record.entries.shards.values()
+            ]
+    finally:
+        if isinstance(path_or_db, str):
+            db.close()
+
+
+def test_each_shared_session_puts_into_shards_of_its_own(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """Two sessions (two clients of one server, as two processes) putting in turns, after
+    the reserved numbers were left unaligned (as an older ackqueue's plain open could):
+    every shard holds one session's items, and the queue gives each session's in put order."""
+    other_db, reader = ZEO.DB(zeo_server.addr), ZEO.DB(zeo_server.addr)
+    try:
+        with (
+            ackqueue.AckQueue(zeo_server.uri, session_timeout=30) as a,
+            ackqueue.AckQueue(db=other_db, session_timeout=30) as b,
+        ):
+            a.put("a-first")
+            with reader.transaction() as conn:
+                queues_of(conn.root(), create=False)["default"].seq_reserved += 37
+            for n in range(150):
+                a.put(f"a{n}")
+                b.put(f"b{n}")
+            putters = shard_putters(reader)
+            assert putters and all(len(found) == 1 for found in putters), putters
+            with a.connect() as c:
+                got = [c.get(timeout=10) for _ in range(301)]
+                c.ack_many(got)
+    finally:
+        other_db.close()
+        reader.close()
+    assert [x for x in got if x[0] == "a"] == ["a-first"] + [f"a{n}" for n in range(150)]
+    assert [x for x in got if x[0] == "b"] == [f"b{n}" for n in range(150)]
+
+
+def test_a_plain_open_works_a_queue_made_in_shared_mode_and_deletes_its_emptied_shards(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "1")
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, shared=True) as q:
+        q.put_many([f"p{n}" for n in range(100)])
+        q.put("urgent", priority=-1)
+    server = server_pid(path)
+    wait_until(lambda: not alive(server), 30, "the queue's server to exit")
+    for _ in range(2):  # twice: the second open finds the first one's shards
+        with ackqueue.AckQueue(path) as q, q.connect() as c:
+            first = c.get(timeout=5)
+            assert first == "urgent" or first.startswith("p")
+            c.nack(first)
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        urgent = c.get(timeout=5)
+        assert urgent == "urgent"
+        c.ack(urgent)
+        got = [c.get(timeout=5) for _ in range(100)]
+        assert got == [f"p{n}" for n in range(100)]
+        c.ack_many(got)
+        for n in range(3 * RETIRE_LAG // 100):  # churn: new shards made, emptied ones deleted
+            q.put_many([n] * 100)
+            c.ack_many(c.get_many(100, timeout=5))
+        assert q.qsize() == 0
+    db = ZODB.DB(path)
+    try:
+        with db.transaction() as conn:
+            record = queues_of(conn.root(), create=False)["default"]
+            # Only the newest blocks' emptied shards are left (RETIRE_LAG numbers' worth).
+            assert len(record.entries.shards) <= RETIRE_LAG // SHARD_SEQS + 2
+    finally:
+        db.close()
+    assert os.path.getsize(path) > 0
+
+
+def test_a_queue_made_by_one_process_keeps_its_one_tree_in_shared_mode(
+    tmp_path, monkeypatch
+) -> None:
+    """Only a queue made in shared mode is sharded: a file made by a plain open keeps format
+    3 and its one tree when shared mode opens it (nothing is migrated), and works."""
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "1")
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(["plain 1", "plain 2"])
+    with ackqueue.AckQueue(path, shared=True) as q:
+        q.put("shared")
+        with q.connect() as c:
+            got = [c.get(timeout=10) for _ in range(3)]
+            c.ack_many(got)
+    assert got == ["plain 1", "plain 2", "shared"]
+    server = server_pid(path)
+    wait_until(lambda: not alive(server), 30, "the queue's server to exit")
+    db = ZODB.DB(path)
+    try:
+        with db.transaction() as conn:
+            record = queues_of(conn.root(), create=False)["default"]
+            assert record.format_version == 3
+            assert not isinstance(record.entries, ShardedEntries)
+    finally:
+        db.close()
