@@ -154,9 +154,17 @@ class ShardedEntries(Persistent):
         return isinstance(key, int) and self.get(key) is not None
 
     def __setitem__(self, key: int, value: Any) -> None:
+        self.store(key, value, None)
+
+    def store(self, key: int, value: Any, reserved: int | None) -> None:
+        """Store ``value`` under ``key``, in a new shard if its own is not listed; given the
+        record's ``reserved`` numbers, making that shard (once a block) first deletes those
+        emptied near the head meanwhile (see :meth:`retire_empty`)."""
         number = key >> SHARD_BITS
         shard = self.shards.get(number)
         if shard is None:
+            if reserved is not None:
+                self.retire_empty(None, reserved)
             shard = self.shards[number] = EntryShard(self._seq(key) >> SHARD_BITS)
         shard.tree[key] = value
         shard._p_changed = True  # conflicts with a deletion of the shard racing this
@@ -552,11 +560,12 @@ class QueueRecord(Persistent):
 
     def _add(self, key: Any, value: Entry | bytes) -> None:
         entries = self.entries
-        if isinstance(entries, ShardedEntries) and entries.shard_of(key) is None:
-            # A new shard, once a block: delete those emptied near the head meanwhile (one
-            # emptied while its block was among the newest is kept by drop_entry).
-            entries.retire_empty(None, self.seq_reserved)
-        entries[key] = value
+        if isinstance(entries, ShardedEntries):
+            # A shard made for it deletes those emptied near the head meanwhile (one emptied
+            # while its block was among the newest is kept by drop_entry).
+            entries.store(key, value, self.seq_reserved)
+        else:
+            entries[key] = value
 
     def change_entry(self, key: Any, **changes: Any) -> None:
         """Change fields of entry ``key`` (KeyError if it is not stored): an inline one is
