@@ -234,17 +234,23 @@ def test_an_emptied_shard_is_kept_while_its_block_may_still_be_put_into(db, kind
 # -- damage ---------------------------------------------------------------------------------
 
 
+def two_shards(conn) -> QueueRecord:
+    """The record, its entries in two shards, two in the first (changes left uncommitted)."""
+    record = record_of(conn)
+    for seq in (1, 2, SHARD_SEQS + 1):
+        record.new_entry(fifo_key(seq), b"x", 1.0)
+    return record
+
+
 def test_a_key_in_another_shard_than_its_own_is_damage(db) -> None:
     make_record(db)
     with db.transaction() as conn:
-        record = record_of(conn)
-        for seq in (1, 2, SHARD_SEQS + 1):
-            record.new_entry(fifo_key(seq), b"x", 1.0)
+        record = two_shards(conn)
         assert record.entry_damage() is None
         # A changed byte in a key: it unpickles, under another shard's range.
         record.entries.shards[0].tree[fifo_key(SHARD_SEQS + 7)] = b"damaged"
         assert "not its own" in str(record.entry_damage())
-        transaction.abort()
+        conn.transaction_manager.abort()  # the damage is not committed
 
 
 def swapped_first_keys(node) -> None:
@@ -259,17 +265,15 @@ def swapped_first_keys(node) -> None:
 def test_keys_out_of_order_in_a_shard_or_in_the_index_are_damage(db) -> None:
     make_record(db)
     with db.transaction() as conn:
-        record = record_of(conn)
-        for seq in (1, 2, SHARD_SEQS + 1):
-            record.new_entry(fifo_key(seq), b"x", 1.0)
+        record = two_shards(conn)
         swapped_first_keys(record.entries.shards[0].tree)
         assert "has a shard that is out of order" in str(record.entry_damage())
-        transaction.abort()
+        conn.transaction_manager.abort()  # the damage is not committed
     with db.transaction() as conn:
-        record = record_of(conn)
+        record = two_shards(conn)
         swapped_first_keys(record.entries.shards)
         assert "has a shard index that is out of order" in str(record.entry_damage())
-        transaction.abort()
+        conn.transaction_manager.abort()  # the damage is not committed
 
 
 def test_a_priority_queue_made_in_shared_mode_keeps_one_tree(db) -> None:
