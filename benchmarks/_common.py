@@ -101,12 +101,17 @@ def rst_table(rows: list[list[str]], head: list[str]) -> str:
     return "\n".join(lines)
 
 
+TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # what the benchmarks measure
+
+
 def start_together(argvs: list[list[str]], env: dict[str, str]) -> tuple[float, list[Any]]:
     """Run one process per argv; once each has printed ``ready``, send all of them ``go``.
 
-    Returns the time of the go and the JSON line each printed last, in argv order."""
+    Returns the time of the go and the JSON line each printed last, in argv order. They run
+    in the tree the benchmarks sit in: ``python -c`` puts the working directory first on
+    ``sys.path``, so run from another checkout they would import that one's ackqueue."""
     procs = [subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True) for argv in argvs]
+                              text=True, cwd=TREE) for argv in argvs]
     for p in procs:
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     go = time.time()

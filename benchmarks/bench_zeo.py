@@ -167,7 +167,7 @@ def wake_latency(where: str, shared: bool, rounds: int) -> list[float]:
     q = open_queue(where, shared)
     waker = subprocess.Popen([sys.executable, "-c", WAKER, where,
                               "shared" if shared else "plain", str(rounds)],
-                             env=env(), stdout=subprocess.PIPE, text=True)
+                             env=env(), stdout=subprocess.PIPE, text=True, cwd=_common.TREE)
     assert waker.stdout is not None
     waits = []
     try:
