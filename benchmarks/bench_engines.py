@@ -6,13 +6,17 @@ mode), and on RelStorage's PostgreSQL adapter (``AckQueue("postgresql://...")``,
 processes, in one run (the machine is shared: read the ratios).
 
     python benchmarks/bench_engines.py [--items 1000] [--processes 1,2,4] [--rounds 1]
-                                       [--engines zeo,sqlite,postgresql]
+                                       [--engines zeo,sqlite,postgresql] [--jobs ...]
 
 For each engine and process count: ``put`` one at a time (the items split between the
 processes), then get+ack one at a time, then ``get_many``/``ack_many`` of 10, each process with
-one consumer thread. Items are put beforehand with ``put_many``; the clock runs from "go" to the
-last put or ack. Prints items/s, the ratio of 4 processes to 1, each engine's ratio to ZEO,
-and the write conflicts retried per item (counted from ackqueue's debug log in each worker).
+one consumer thread. ``--jobs`` picks among those (``put,get+ack,get+ack x10``, the default)
+and two more kinds of put that write a tree of their own besides the entry: ``put key`` (each
+item by a key of its own, ``unique="forever"``: the key index and the seen-set) and ``put
+delay`` (each with a delay of an hour: the index of delayed entries). Items are put
+beforehand with ``put_many``; the clock runs from "go" to the last put or ack. Prints
+items/s, the ratio of 4 processes to 1, each engine's ratio to ZEO, and the write conflicts
+retried per item (counted from ackqueue's debug log in each worker).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def open_queue(engine, where):
 """
 
 WORKER = OPEN + _common.COUNT_CONFLICTS + r"""
-import json, time
+import hashlib, json, os, time
 engine, where, job, count, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(
     sys.argv[5])
 q = open_queue(engine, where)
@@ -56,9 +60,16 @@ c = q.connect()
 print("ready", flush=True)
 sys.stdin.readline()
 done = 0
-if job == "put":
+if job.startswith("put"):
+    me = os.getpid()
     for n in range(count):
-        q.put({"n": n, "url": f"http://example.org/{n}"})
+        item = {"n": n, "url": f"http://example.org/{me}/{n}"}
+        if job == "put":
+            q.put(item)
+        elif job == "put key":  # a key as a crawler's is: a digest, spread over the tree
+            q.put(item, key=hashlib.sha1(item["url"].encode()).hexdigest(), unique="forever")
+        else:
+            q.put(item, delay=3600)
     done = count
 else:
     while True:
@@ -69,7 +80,7 @@ else:
         c.ack_many(items)
         done += len(items)
         last = time.time()
-print(json.dumps({"done": done, "last": time.time() if job == "put" else last,
+print(json.dumps({"done": done, "last": time.time() if job.startswith("put") else last,
                   "conflicts": Conflicts.count}), flush=True)
 c.close()
 q.close()
@@ -138,13 +149,14 @@ def run(engine: str, where: str, job: str, processes: int, items: int,
     the write conflicts they retried per item."""
     # Fills the queue, or for puts only creates the database: RelStorage's SQLite adapter
     # fails ("table pack_object already exists") when processes create one at the same time.
-    subprocess.run([sys.executable, "-c", FILL, engine, where, str(0 if job == "put" else items)],
-                   env=env(), check=True)
+    putting = job.startswith("put")
+    subprocess.run([sys.executable, "-c", FILL, engine, where, str(0 if putting else items)],
+                   env=env(), check=True, cwd=ROOT)
     share = items // processes
     argv = [sys.executable, "-c", WORKER, engine, where, job, str(share), str(batch)]
     go, results = _common.start_together([argv] * processes, env())
     done = sum(r["done"] for r in results)
-    expected = share * processes if job == "put" else items
+    expected = share * processes if putting else items
     assert done == expected, f"{engine} {job}: {done} of {expected}"
     return done / (max(r["last"] for r in results) - go), sum(r["conflicts"]
                                                               for r in results) / done
@@ -152,12 +164,13 @@ def run(engine: str, where: str, job: str, processes: int, items: int,
 
 def wake_ms(engine: str, where: str, rounds: int) -> float:
     """Median ms from a put in this process to the return of a get blocked in another."""
-    subprocess.run([sys.executable, "-c", FILL, engine, where, "0"], env=env(), check=True)
+    subprocess.run([sys.executable, "-c", FILL, engine, where, "0"], env=env(), check=True,
+                   cwd=ROOT)
     opener: dict[str, Any] = {}
     exec(OPEN, opener)
     q = opener["open_queue"](engine, where)
     waker = subprocess.Popen([sys.executable, "-c", WAKER, engine, where, str(rounds)], env=env(),
-                             stdout=subprocess.PIPE, text=True)
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert waker.stdout is not None
     waits = []
     try:
@@ -192,17 +205,31 @@ def main() -> None:
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--engines", default="zeo,sqlite,postgresql")
+    parser.add_argument("--jobs", default=",".join(JOBS[:3]),
+                        help=f"some of {','.join(JOBS)}")
     args = parser.parse_args()
+    jobs = args.jobs.split(",")
+    unknown = sorted(set(jobs) - set(JOBS))
+    if unknown:
+        parser.error(f"unknown jobs {unknown}: choose among {JOBS}")
     engines = args.engines.split(",")
     with contextlib.ExitStack() as stack:
         if "postgresql" in engines and not start_postgres(stack):
             engines.remove("postgresql")
-        measure(engines, [int(n) for n in args.processes.split(",")], args.items, args.rounds)
+        measure(engines, [int(n) for n in args.processes.split(",")], args.items, args.rounds,
+                jobs)
 
 
-def measure(engines: list[str], counts: list[int], items_per_job: int, rounds: int) -> None:
-    jobs = [("put", 1, items_per_job), ("get+ack", 1, items_per_job),
-            ("get+ack x10", 10, items_per_job * 3)]
+JOBS = ["put", "get+ack", "get+ack x10", "put key", "put delay"]
+
+
+def measure(engines: list[str], counts: list[int], items_per_job: int, rounds: int,
+            picked: list[str]) -> None:
+    every = {"put": ("put", 1, items_per_job), "put key": ("put key", 1, items_per_job),
+             "put delay": ("put delay", 1, items_per_job),
+             "get+ack": ("get+ack", 1, items_per_job),
+             "get+ack x10": ("get+ack x10", 10, items_per_job * 3)}
+    jobs = [every[job] for job in picked]
     table: dict[tuple[str, str, int], list[float]] = {}
     conflicts: dict[tuple[str, str, int], list[float]] = {}
     failures: dict[str, int] = {}
@@ -212,7 +239,8 @@ def measure(engines: list[str], counts: list[int], items_per_job: int, rounds: i
                 for n in counts:
                     with engine_at(engine) as where:
                         try:
-                            rate, per_item = run(engine, where, job.split()[0], n, items, batch)
+                            rate, per_item = run(engine, where, job.removesuffix(" x10"), n,
+                                                 items, batch)
                         except (AssertionError, ValueError) as exc:
                             # RelStorage 4.3's SQLite adapter has failed acks with a
                             # KeyError in conflict resolution here: count it, go on.
