@@ -34,6 +34,7 @@ import itertools
 import math
 import struct
 import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar
@@ -52,13 +53,15 @@ T = TypeVar("T")
 
 # The stored format this code writes. 1: records without a format_version (pickle items);
 # 2: records that name their serializer; 3: entries may be inline (bytes values in the tree);
-# 4: a FIFO or LIFO queue made in shared mode keeps its entries in shards (ShardedEntries).
+# 4: a FIFO or LIFO queue made in shared mode keeps its entries in shards (ShardedEntries);
+# 5: such a queue keeps its key index, seen-set and delay index in shards too (ShardedIndex).
 # A record of a higher format is refused, not misread. A record of format 1 or 2 is raised to
-# format 3 when its first inline entry is stored: until then an older version still reads it.
-# A queue made by a single process is written in format 3, and stays so.
-FORMAT_VERSION = 4
+# format 3 when its first inline entry is stored: until then an older version still reads it;
+# one of format 4 is raised to 5 when it makes its first sharded index (one it has keeps its
+# tree). A queue made by a single process is written in format 3, and stays so.
+FORMAT_VERSION = 5
 INLINE_FORMAT = 3
-SHARDED_FORMAT = 4
+INDEX_FORMAT = 5
 
 # Sequence numbers are reserved in blocks so that a put does not rewrite the queue record.
 SEQ_BLOCK = 1024
@@ -237,6 +240,111 @@ class ShardedEntries(Persistent):
                 if key >> SHARD_BITS != number:
                     return f"holds key {key!r} in shard {number}, not its own"
         return None
+
+
+# Shared mode (format 5): the indexes beside the entries, each in INDEX_SHARDS trees. A put by
+# key inserts its key into the key index (and, once done, the seen-set); keys are digests as a
+# crawler's are, spread over the whole tree, so in one tree a bucket split by one process (every
+# ~15 inserts) failed the puts of every other process that had passed the same internal nodes
+# (BTrees' _BTree_set marks them read-current): 0.13 conflicts an item with 4 processes. A
+# delayed put inserts its entry key into the delay index, near the other processes' keys: 0.06.
+# A key goes to the shard its CRC-32 names, an entry key to the one its block names (the block
+# is a process's own: see SHARD_BITS), so two processes insert into one tree only by chance.
+INDEX_SHARDS = 64
+
+
+def index_shard(key: Any) -> int:
+    """The shard of a :class:`ShardedIndex` that ``key`` (an entry key, or a put's key as
+    bytes or str) belongs in; TypeError for any other key."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return (key >> SHARD_BITS) % INDEX_SHARDS
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogatepass")
+    if isinstance(key, bytes):
+        return zlib.crc32(key) % INDEX_SHARDS
+    raise TypeError(f"a sharded index holds no key of type {type(key).__name__}")
+
+
+class ShardedIndex(Persistent):
+    """A mapping kept in :data:`INDEX_SHARDS` trees, with the part of BTrees' interface that the
+    key index, the seen-set and the delay index are used through (``get``, ``in``, ``[]``,
+    ``del``, ``pop``, ``len``, ``keys``/``items``/``values`` from a ``min``). Written once, when
+    made (its trees are objects of their own, each made then: none is ever added).
+
+    Its order is by shard, then by key within a shard: a walk from a ``min`` goes on from
+    where that key is (stored or not) in this order, so a sweep that remembers where it
+    stopped comes back to every key once (the seen-set's expiry, storage/keys.py).
+    """
+
+    def __init__(self, tree_class: type) -> None:
+        self.shards = tuple(tree_class() for _ in range(INDEX_SHARDS))
+
+    def _tree(self, key: Any) -> Any:
+        return self.shards[index_shard(key)]
+
+    # A key of a type the index does not hold is absent (BTrees raise TypeError for some).
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self._tree(key).get(key, default)
+        except TypeError:
+            return default
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            tree = self._tree(key)
+            return tree[key]
+        except TypeError:
+            raise KeyError(key) from None
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._tree(key)
+        except TypeError:
+            return False
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._tree(key)[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        try:
+            tree = self._tree(key)
+            del tree[key]
+        except TypeError:
+            raise KeyError(key) from None
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        try:
+            return self._tree(key).pop(key, *default)
+        except TypeError:
+            if default:
+                return default[0]
+            raise KeyError(key) from None
+
+    def __len__(self) -> int:
+        return sum(len(tree) for tree in self.shards)
+
+    def __bool__(self) -> bool:
+        return any(self.shards)
+
+    def _walk(self, min: Any, excludemin: bool, part: str) -> Iterator[Any]:
+        first = 0 if min is None else index_shard(min)
+        for number in range(first, INDEX_SHARDS):
+            tree = edge_loaded(self.shards[number])
+            walk = getattr(tree, part)
+            yield from walk() if min is None or number != first else walk(
+                min=min, excludemin=excludemin
+            )
+
+    def keys(self, min: Any = None, excludemin: bool = False) -> Iterator[Any]:
+        return self._walk(min, excludemin, "keys")
+
+    __iter__ = keys
+
+    def items(self, min: Any = None, excludemin: bool = False) -> Iterator[tuple[Any, Any]]:
+        return self._walk(min, excludemin, "items")
+
+    def values(self) -> Iterator[Any]:
+        return self._walk(None, False, "values")
 
 
 class Entry(Persistent):
@@ -431,7 +539,7 @@ class QueueRecord(Persistent):
         """A new queue record; ``sharded``: its entries in shards (a FIFO or LIFO queue
         made in shared mode; see :class:`ShardedEntries`)."""
         sharded = sharded and kind != "priority"  # its keys are items: no range a process has
-        self.format_version = SHARDED_FORMAT if sharded else INLINE_FORMAT
+        self.format_version = INDEX_FORMAT if sharded else INLINE_FORMAT
         if name is not None:
             self.name = name
         self.serializer = serializer
@@ -706,18 +814,27 @@ class QueueRecord(Persistent):
 
     def key_index(self) -> Any:
         if self.keyed is None:
-            self.keyed = OOBTree()
+            self.keyed = self._new_index(OOBTree)
         return self.keyed
 
     def seen_set(self) -> Any:
         if self.seen is None:
-            self.seen = OOBTree()
+            self.seen = self._new_index(OOBTree)
         return self.seen
 
     def delay_index(self) -> Any:
         if self.delayed is None:
-            self.delayed = OOBTree() if self.kind == "priority" else LOBTree()
+            self.delayed = OOBTree() if self.kind == "priority" else self._new_index(LOBTree)
         return self.delayed
+
+    def _new_index(self, tree_class: type) -> Any:
+        """A new index of keys or entry keys: in shards where the entries are (format 5: a
+        queue made in shared mode), else one tree."""
+        if not isinstance(self.entries, ShardedEntries):
+            return tree_class()
+        if self.format_version < INDEX_FORMAT:
+            self.format_version = INDEX_FORMAT  # older versions must not misread the index
+        return ShardedIndex(tree_class)
 
 
 # What every stored record of a class holds, whatever the version that wrote it: a loaded state
@@ -729,6 +846,7 @@ STORED_ATTRIBUTES: dict[type, frozenset[str]] = {
     QueueRecord: frozenset({"kind", "entries", "length", "seq_reserved"}),
     ShardedEntries: frozenset({"shards", "lifo"}),
     EntryShard: frozenset({"tree", "block", "retired"}),
+    ShardedIndex: frozenset({"shards"}),
 }
 
 
@@ -754,7 +872,7 @@ def edge_loaded(tree: T) -> T:
     Loading them here first raises that load's own error instead (a tree of two levels has
     none: its last child is a bucket, which the search loads checking the outcome).
     """
-    if isinstance(tree, ShardedEntries):
+    if isinstance(tree, (ShardedEntries, ShardedIndex)):
         return tree  # its walks load each tree's edge as they come to it
     node: Any = tree
     while isinstance(node, Persistent):  # not a plain dict standing in for an absent tree

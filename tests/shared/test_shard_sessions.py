@@ -29,7 +29,7 @@ def shard_putters(path_or_db: object) -> list[set[str]]:
         with db.transaction() as conn:
             record = queues_of(conn.root(), create=False)["default"]
             assert isinstance(record.entries, ShardedEntries)
-            assert record.format_version == 4
+            assert record.format_version == 5  # shards for the entries and indexes
             return [
                 {str(pickle.loads(entry.data))[0] for entry in shard.tree.values()}
                 for shard in record.entries.shards.values()
