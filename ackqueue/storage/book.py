@@ -744,7 +744,10 @@ def chunks(
 
 
 def _loaded(chunk: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    records = [entry for _, entry in chunk if not isinstance(entry, InlineEntry)]
+    # Only ghosts: a prefetch goes through the ZEO client's IO thread for every object named,
+    # loaded already or not (a look past many entries loaded before paid that at every look).
+    records = [entry for _, entry in chunk
+               if not isinstance(entry, InlineEntry) and entry._p_changed is None]
     jar = records[0]._p_jar if records else None
     if jar is not None and _connected(jar):
         jar.prefetch(records)

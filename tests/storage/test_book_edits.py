@@ -19,6 +19,7 @@ from ackqueue import (
     SerializerMismatchError,
 )
 from ackqueue.records import ROOT_KEY
+from ackqueue.storage.book import chunks
 
 
 class Clock:
@@ -278,3 +279,30 @@ def test_a_root_key_a_byte_off_is_a_damaged_file_not_an_empty_queue(qpath):
     db.close()
     with pytest.raises(DamagedFileError, match="a byte|names"):
         AckQueue(qpath)
+
+
+def test_a_chunk_of_entries_prefetches_only_those_not_loaded_yet(qpath) -> None:
+    """Reading entries a chunk at a time asks the storage to load a chunk's records in one
+    go (over ZEO, one round trip for them all); an entry loaded already needs no load, and
+    naming it cost a hand-over to the ZEO client's IO thread all the same, at every look
+    past it (shared mode looks from the head after every commit anywhere)."""
+    big = [b"x" * 1000 + bytes([n]) for n in range(20)]  # records of their own, not inline
+    with AckQueue(qpath) as q:
+        q.put_many(big)
+        db = q._store.db
+        with db.transaction() as conn:
+            record = conn.root()[ROOT_KEY][q.name]
+            entries = [entry for _, entry in record.entry_items()]
+            for entry in entries[:12]:
+                entry._p_activate()
+            asked: list[object] = []
+            prefetch = conn.prefetch
+
+            def observed(*args: object) -> None:
+                asked.extend(*args)
+                prefetch(*args)
+
+            conn.prefetch = observed  # the connection's own, observed
+            read = [pair for chunk in chunks(record.entry_items(), None, 8) for pair in chunk]
+            assert [entry for _, entry in read] == entries
+            assert [e._p_oid for e in asked] == [e._p_oid for e in entries[12:]]
