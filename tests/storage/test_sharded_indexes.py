@@ -11,6 +11,10 @@ one tree failed the second; which records get shards, and which format they then
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import pytest
 import transaction
 import ZODB
@@ -141,6 +145,17 @@ def test_a_key_goes_to_a_shard_its_crc_or_its_block_names() -> None:
 # -- two connections putting at once ------------------------------------------------------
 
 
+@contextmanager
+def two_connections(db) -> Iterator[tuple[Any, Any]]:
+    """Two connections, each with a transaction manager of its own: two processes at once."""
+    conns = [db.open(transaction_manager=transaction.TransactionManager()) for _ in range(2)]
+    try:
+        yield conns[0], conns[1]
+    finally:
+        for conn in conns:
+            conn.close()
+
+
 def keys_of_shard(number: int, count: int) -> list[bytes]:
     found: list[bytes] = []
     n = 0
@@ -167,22 +182,17 @@ def test_inserts_into_two_shards_at_once_both_commit(db, sharded) -> None:
                 index[key] = number
     a_keys = keys_of_shard(0, 140)[40:]
     b_key = keys_of_shard(1, 41)[40]
-    tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
-    conn_a, conn_b = db.open(transaction_manager=tm_a), db.open(transaction_manager=tm_b)
-    try:
+    with two_connections(db) as (conn_a, conn_b):
         for key in a_keys:
             record_of(conn_a).key_index()[key] = 0
         record_of(conn_b).key_index()[b_key] = 1
-        tm_a.commit()
+        conn_a.transaction_manager.commit()
         if sharded:
-            tm_b.commit()
+            conn_b.transaction_manager.commit()
         else:
             with pytest.raises(ConflictError):
-                tm_b.commit()
-            tm_b.abort()
-    finally:
-        conn_a.close()
-        conn_b.close()
+                conn_b.transaction_manager.commit()
+            conn_b.transaction_manager.abort()
     with db.transaction() as conn:
         index = record_of(conn).key_index()
         assert all(key in index for key in a_keys)
@@ -198,17 +208,12 @@ def test_delayed_entries_of_two_blocks_at_once_both_commit(db) -> None:
         index = record_of(conn).delay_index()
         for key in range(0, 2000):
             index[key] = 1.0
-    tm_a, tm_b = transaction.TransactionManager(), transaction.TransactionManager()
-    conn_a, conn_b = db.open(transaction_manager=tm_a), db.open(transaction_manager=tm_b)
-    try:
+    with two_connections(db) as (conn_a, conn_b):
         for key in range(40 * block, 40 * block + block):
             record_of(conn_a).delay_index()[key] = 2.0
         record_of(conn_b).delay_index()[41 * block] = 3.0
-        tm_a.commit()
-        tm_b.commit()
-    finally:
-        conn_a.close()
-        conn_b.close()
+        conn_a.transaction_manager.commit()
+        conn_b.transaction_manager.commit()
     with db.transaction() as conn:
         index = record_of(conn).delay_index()
         assert index[41 * block] == 3.0 and index[40 * block + 5] == 2.0 and len(index) == 2065
