@@ -9,7 +9,7 @@ process) per item, one thread, on files in ``--dir`` (default ``/dev/shm``, a tm
 - persist-queue's ``SQLiteAckQueue`` (``multithreading=True``; its plain get is
   ``SQLiteQueue``'s);
 - the standard library's ``queue.Queue`` (no storage: the floor of the queue machinery);
-- five ZODB floors: a FileStorage commit of one new record at the storage API
+- six ZODB floors: a FileStorage commit of one new record at the storage API
   (``tpc_begin``/``store``/``tpc_vote``/``tpc_finish``); a Connection commit through the
   transaction manager of one small ``Persistent`` changed; ackqueue's stored shape of format 2
   without ackqueue ("ZODB tree shape": a put inserts a new ``Persistent`` into an ``LOBTree``
@@ -18,7 +18,9 @@ process) per item, one thread, on files in ``--dir`` (default ``/dev/shm``, a tm
   its bucket instead of a record of its own: ackqueue's format 3 for small items) and "ZODB
   segment shape" (issue 22's proposal: a put appends to a segment's blob, an ack sets a bit in the
   segment's marks), a commit each: what a queue stored that way could reach through ZODB's
-  Connection.
+  Connection; and "segment shape, own commits", the same with each commit made at the storage
+  API (records pickled as ZODB would): what it could reach committing its own records beside
+  the Connection.
 
 ``put``: N puts into an empty queue. ``get+ack``: N held gets each acked, of items put earlier
 (queue reopened first). ``get``: N plain gets of items put earlier (reopened). Each figure is the
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import os
+import pickle
 import pstats
 import queue
 import shutil
@@ -349,6 +352,73 @@ def run_segment_floor(base: str, n: int) -> Figures:
         return put_then_get_ack(n, conn, puts, get_acks)
 
 
+def zodb_record(cls: type, state: dict[str, Any]) -> bytes:
+    """A record as ZODB writes one (the class, then the state, each a pickle of protocol 3),
+    for a state that refers to no other record."""
+    return pickle.dumps(cls, 3) + pickle.dumps(state, 3)
+
+
+def run_segment_storage_floor(base: str, n: int) -> Figures:
+    """The segment shape above with each commit made at FileStorage's API instead of through a
+    Connection: what a queue that commits its own records beside ZODB's Connection could reach
+    (issue 22's "commit path"). A put stores its segment's record (the blob so far); a new
+    segment also rewrites the index record (once every ``SEGMENT`` puts); an ack stores its
+    segment's marks record. Records are pickled here, as ZODB would (:func:`zodb_record`)."""
+    items = [c.item(i) for i in range(n)]
+    with workdir(base) as d:
+        fs = FileStorage(os.path.join(d, "floor.fs"))
+        serials: dict[bytes, bytes] = {}
+        oids = iter(range(2, 4 * n + 8))
+        index_oid = p64(1)
+        segments: list[tuple[bytes, bytes, int]] = []  # (segment oid, marks oid, count)
+        blobs: dict[bytes, bytes] = {}
+
+        def commit(records: list[tuple[bytes, bytes]]) -> None:
+            t = TransactionMetaData()
+            fs.tpc_begin(t)
+            for oid, data in records:
+                fs.store(oid, serials.get(oid, z64), data, "", t)
+            fs.tpc_vote(t)
+            tid = fs.tpc_finish(t)
+            for oid, _ in records:
+                serials[oid] = tid
+
+        def puts() -> None:
+            blob, count, segment = b"", SEGMENT, b""
+            for x in items:
+                records = []
+                if count == SEGMENT:
+                    segment, marks = p64(next(oids)), p64(next(oids))
+                    blob, count = b"", 0
+                    segments.append((segment, marks, SEGMENT))
+                    listed = [(s, m) for s, m, _ in segments]
+                    records.append((index_oid, zodb_record(dict, {"segments": listed})))
+                blob += len(x).to_bytes(4, "little") + x
+                count += 1
+                blobs[segment] = blob
+                records.append((segment, zodb_record(Segment, {"data": blob, "count": count})))
+                commit(records)
+
+        def get_acks() -> None:
+            for segment, marks, _ in segments:
+                blob, at, done = blobs[segment], 0, 0
+                slot = 0
+                while at < len(blob):
+                    size = int.from_bytes(blob[at:at + 4], "little")
+                    assert blob[at + 4:at + 4 + size]
+                    at += 4 + size
+                    done |= 1 << slot
+                    slot += 1
+                    commit([(marks, zodb_record(Marks, {"done": done}))])
+
+        try:
+            out = {"put": cpu_us(n, puts)}
+            out["get+ack"] = cpu_us(n, get_acks)
+            return out
+        finally:
+            fs.close()
+
+
 IMPLEMENTATIONS: dict[str, Callable[[str, int], Figures]] = {
     "ackqueue": run_ackqueue,
     "ackqueue, autopack off": run_ackqueue_unpacked,
@@ -359,6 +429,7 @@ IMPLEMENTATIONS: dict[str, Callable[[str, int], Figures]] = {
     "ZODB tree shape": run_tree_floor,
     "ZODB inline shape": run_inline_floor,
     "ZODB segment shape": run_segment_floor,
+    "segment shape, own commits": run_segment_storage_floor,
 }
 OPERATIONS = ["put", "get+ack", "get"]
 
