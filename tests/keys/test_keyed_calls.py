@@ -105,6 +105,14 @@ def test_a_forget_in_a_block_happens_with_the_block_or_not_at_all(path) -> None:
             assert q.forget("k") is False
 
 
+def joins_at_once(q: ackqueue.AckQueue) -> None:
+    """``q.join()`` returns: no item is counted unfinished (a removed one is done)."""
+    joined = threading.Thread(target=q.join)
+    joined.start()
+    joined.join(5)
+    assert not joined.is_alive(), "join() waits for the removed item"
+
+
 def test_a_removal_makes_room_for_a_waiting_put_and_counts_its_item_done(path) -> None:
     with ackqueue.AckQueue(path, maxsize=1) as q:
         q.put("a", key="a")
@@ -117,10 +125,7 @@ def test_a_removal_makes_room_for_a_waiting_put_and_counts_its_item_done(path) -
         assert not waiting.is_alive()
         assert q.get_nowait() == "b"
         q.task_done()
-        joined = threading.Thread(target=q.join)
-        joined.start()
-        joined.join(5)
-        assert not joined.is_alive(), "join() waits for the removed item"
+        joins_at_once(q)
 
 
 def test_a_removal_in_a_committed_block_counts_the_item_done_and_makes_room(path) -> None:
@@ -131,10 +136,7 @@ def test_a_removal_in_a_committed_block_counts_the_item_done_and_makes_room(path
         q.put("b", key="b", block=False)  # its place is free
         assert q.get_nowait() == "b"
         q.task_done()
-        joined = threading.Thread(target=q.join)
-        joined.start()
-        joined.join(5)
-        assert not joined.is_alive(), "join() waits for the removed item"
+        joins_at_once(q)
 
 
 def test_a_removal_of_two_items_wakes_two_waiting_puts(path) -> None:
