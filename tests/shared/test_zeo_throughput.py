@@ -225,6 +225,16 @@ def ghosts(conn: ZODB.Connection.Connection, name: str, keys: list[int]) -> list
     return [entry is None or entry._p_changed is None for entry in found]
 
 
+def look_from_the_head(q: ackqueue.AckQueue, keys: list[int]) -> tuple[bool, list[bool]]:
+    """Send ``q``'s look for the next ready item back to the head, as another process's commit
+    does, under the mutex the watcher looks under (on the same reader connection); whether it
+    found a ready item, and whether each entry of ``keys`` stayed a ghost meanwhile."""
+    with q._signals.mutex:
+        index = q._supply.ready
+        index.refresh()
+        return len(index) > 0, ghosts(q._book._reader._conn, q.name, keys)
+
+
 def test_a_look_from_the_head_skips_the_entries_this_process_acked_without_loading_them(
     zeo_server: ZEOServer,  # noqa: F811
 ) -> None:
@@ -239,14 +249,11 @@ def test_a_look_from_the_head_skips_the_entries_this_process_acked_without_loadi
             item = c.get(timeout=10)
             acked.append(item)
             c.ack(item)
-        index = q._supply.ready
         keys = [key for key, _ in stored(q)[:20]]
         assert [done for _, done in stored(q)[:20]] == [True] * 20
-        with q._signals.mutex:  # the watcher looks too, on the same connection, under it
-            index.refresh()  # as after another process's commit: from the head again
-            assert len(index) > 0  # found the next ready one...
-            reader = q._book._reader._conn
-            assert all(ghosts(reader, q.name, keys)), "...without loading the acked entries"
+        found, unloaded = look_from_the_head(q, keys)
+        assert found  # the next ready one...
+        assert all(unloaded), "...without loading the acked entries"
         item = c.get(timeout=10)
         assert item == 20
         c.ack(item)
@@ -262,13 +269,10 @@ def test_a_look_from_the_head_passes_over_entries_not_yet_due_without_loading_th
     with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
         q.put_many(list(range(40)), delay=3600)
         q.put("due")
-        index = q._supply.ready
         keys = [key for key, _ in stored(q)[:40]]
-        with q._signals.mutex:  # the watcher looks too, on the same connection, under it
-            index.refresh()  # as after another process's commit: from the head again
-            assert len(index) > 0  # found the one that is due...
-            reader = q._book._reader._conn
-            assert all(ghosts(reader, q.name, keys)), "...without loading the delayed entries"
+        found, unloaded = look_from_the_head(q, keys)
+        assert found  # the one that is due...
+        assert all(unloaded), "...without loading the delayed entries"
         item = c.get(timeout=10)
         assert item == "due"
         c.ack(item)
