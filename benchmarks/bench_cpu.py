@@ -370,7 +370,7 @@ def run_segment_storage_floor(base: str, n: int) -> Figures:
         serials: dict[bytes, bytes] = {}
         oids = iter(range(2, 4 * n + 8))
         index_oid = p64(1)
-        segments: list[tuple[bytes, bytes, int]] = []  # (segment oid, marks oid, count)
+        segments: list[tuple[bytes, bytes]] = []  # (segment oid, marks oid)
         blobs: dict[bytes, bytes] = {}
 
         def commit(records: list[tuple[bytes, bytes]]) -> None:
@@ -390,9 +390,8 @@ def run_segment_storage_floor(base: str, n: int) -> Figures:
                 if count == SEGMENT:
                     segment, marks = p64(next(oids)), p64(next(oids))
                     blob, count = b"", 0
-                    segments.append((segment, marks, SEGMENT))
-                    listed = [(s, m) for s, m, _ in segments]
-                    records.append((index_oid, zodb_record(dict, {"segments": listed})))
+                    segments.append((segment, marks))
+                    records.append((index_oid, zodb_record(dict, {"segments": segments})))
                 blob += len(x).to_bytes(4, "little") + x
                 count += 1
                 blobs[segment] = blob
@@ -400,7 +399,7 @@ def run_segment_storage_floor(base: str, n: int) -> Figures:
                 commit(records)
 
         def get_acks() -> None:
-            for segment, marks, _ in segments:
+            for segment, marks in segments:
                 blob, at, done = blobs[segment], 0, 0
                 slot = 0
                 while at < len(blob):
