@@ -437,10 +437,26 @@ def new_db(storage: Any, where: str | None = None, **dbkw: Any) -> ZODB.DB:
         raise DamagedFileError(damaged_message(where, f"its root record 0x00 {why}")) from exc
 
 
+# Each connection's object cache is bounded by its pickled size, so that big items cannot make
+# many objects huge, and by count: ZODB's default, 400 objects, for a file one process opens
+# (its ready index is in memory). A database that processes share (db_on) keeps more: there
+# each look for the next ready item walks the stored trees from the head, past the entries no
+# process may take yet (items put ahead with a delay: their entries, shards and delay-index
+# buckets), and once those no longer fit in 400 objects every look, at every commit anywhere,
+# loaded them all again (8,000 items delayed: a put, get and ack of another item cost 35 times
+# the CPU it costs beside none).
+CACHE_BYTES = 32 * 1024 * 1024
+SHARED_CACHE_OBJECTS = 20_000
+
+
 def db_on(open_storage: Callable[[], Any], **dbkw: Any) -> ZODB.DB:
     """A database on the storage ``open_storage()`` returns, opened again if another process
     created the root of a new database at the same moment. Its records load through
-    :func:`~ackqueue.records.restricted_class_factory`."""
+    :func:`~ackqueue.records.restricted_class_factory`; its connections cache
+    :data:`SHARED_CACHE_OBJECTS` objects of at most :data:`CACHE_BYTES` in all, unless
+    ``dbkw`` (a URI's query) says otherwise."""
+    dbkw.setdefault("cache_size", SHARED_CACHE_OBJECTS)
+    dbkw.setdefault("cache_size_bytes", CACHE_BYTES)
     for attempt in range(OPEN_RETRIES):
         storage = open_storage()
         try:

@@ -146,6 +146,7 @@ from ackqueue.errors import (
 from ackqueue.storage import zeo
 from ackqueue.storage.commit import Syncer
 from ackqueue.storage.engine import (
+    CACHE_BYTES,
     Engine,
     Packer,
     WriteRepair,
@@ -158,9 +159,6 @@ log = logging.getLogger("ackqueue")
 T = TypeVar("T")
 
 DURABILITIES = ("strict", "relaxed")
-# Each connection's object cache is bounded by count (ZODB's default, 400 objects) and, so
-# that big items cannot make 400 objects huge, by their pickled size.
-CACHE_BYTES = 32 * 1024 * 1024
 DEFAULT_SYNC_INTERVAL = 1.0
 
 # Data record headers of recent commits kept in memory (see QueueFileStorage.store): the
@@ -1287,7 +1285,7 @@ class FileEngine(Engine):
     def open(self, where: str, durability: str) -> ZODB.DB:
         storage = open_file_storage(as_path(where), durability=durability)
         try:
-            return new_db(storage, cache_size_bytes=CACHE_BYTES)
+            return new_db(storage, cache_size_bytes=CACHE_BYTES)  # and ZODB's count, 400
         except Exception:
             storage.close()
             raise
