@@ -202,6 +202,11 @@ class ShardedEntries(Persistent):
     def __bool__(self) -> bool:
         return any(shard.tree for shard in self.shards.values())
 
+    def keys_between(self, lo: int, hi: int) -> Iterator[int]:
+        """The stored keys from ``lo`` through ``hi``, two keys of one block (one shard)."""
+        shard = self.shard_of(lo)
+        return iter(()) if shard is None else iter(edge_loaded(shard.tree).keys(min=lo, max=hi))
+
     def _shards_from(self, min: int | None) -> Iterator[EntryShard]:
         index = edge_loaded(self.shards)
         return iter(index.values() if min is None else index.values(min=min >> SHARD_BITS))
@@ -320,6 +325,10 @@ class ShardedIndex(Persistent):
             if default:
                 return default[0]
             raise KeyError(key) from None
+
+    def tree_of(self, key: Any) -> Any:
+        """The tree ``key`` belongs in, safe to search a range of (see :func:`edge_loaded`)."""
+        return edge_loaded(self._tree(key))
 
     def __len__(self) -> int:
         return sum(len(tree) for tree in self.shards)
@@ -603,6 +612,39 @@ class QueueRecord(Persistent):
         entries = edge_loaded(self.entries)
         keys = entries.keys() if after is None else entries.keys(min=after, excludemin=True)
         return self._walked(keys)
+
+    def waiting_through(self, key: Any, now: float) -> Any:
+        """How far from ``key`` (an entry not yet due at ``now``) the entries stored after it
+        in its block (the SHARD_SEQS entry keys that share all but their last SHARD_BITS bits)
+        wait too: the last key of that run, or None if it ends at ``key`` or if an entry of
+        the block is due (in the delay index, due by ``now``). Jobs put ahead come in runs: a
+        look for the next ready entry passes a block of them at a few range reads, not a
+        lookup a key."""
+        delayed = self.delayed
+        if delayed is None or not isinstance(key, int) or isinstance(key, bool):
+            return None
+        last = key | (SHARD_SEQS - 1)
+        # A block's keys are in one tree of a sharded index (see index_shard).
+        tree = delayed.tree_of(key) if isinstance(delayed, ShardedIndex) else edge_loaded(delayed)
+        # The C iterations of BTrees, not a Python step a key: this runs at every look.
+        if min(tree.values(min=key, max=last), default=now) <= now:
+            return None  # one of them is due: the look must find it
+        entries = edge_loaded(self.entries)
+        try:
+            stored = list(
+                entries.keys_between(key, last) if isinstance(entries, ShardedEntries)
+                else entries.keys(min=key, max=last)
+            )
+        except RuntimeError as exc:
+            self._broken_walk(exc)
+            raise
+        waiting = set(tree.keys(min=key, max=last))
+        if waiting.issuperset(stored):
+            return last
+        for at, stored_key in enumerate(stored):  # a run that ends inside the block
+            if stored_key not in waiting:
+                return stored[at - 1] if at > 1 else None
+        return None  # unreachable: not every stored key waits
 
     def entry_items(self, after: Any = None) -> Iterator[tuple[Any, StoredEntry]]:
         """``(key, entry)`` in delivery order, from the first or from just after ``after``."""

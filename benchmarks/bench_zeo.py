@@ -10,8 +10,10 @@ Each consumer thread does ``c.get()`` then ``c.ack()`` (and, in a second table, 
 and ``ack_many`` of ``--batch`` items). Items are put beforehand with ``put_many``; the clock
 runs from "go" to the last ack. With ``shared=True`` the first opener starts the queue file's
 private ZEO server (every commit fsynced, as in strict single-process mode); each run uses a
-fresh file. ``--zeo`` measures a ``runzeo`` server on 127.0.0.1 started by the script instead
-(the figures of 2026-11-21 were taken that way, with 4 threads a process).
+fresh file. ``--delayed N`` first puts N items an hour ahead, which every look for the next
+ready item passes over (a scheduler's jobs). ``--zeo`` measures a ``runzeo`` server on
+127.0.0.1 started by the script instead (the figures of 2026-11-21 were taken that way, with 4
+threads a process).
 """
 
 from __future__ import annotations
@@ -108,8 +110,13 @@ def open_queue(where: str, shared: bool) -> Any:
     return AckQueue(where, shared=True) if shared else AckQueue(where)
 
 
-def fill(where: str, items: int, shared: bool = False) -> None:
+def fill(where: str, items: int, shared: bool = False, delayed: int = 0) -> None:
+    """``delayed`` items due in an hour first (ahead of the others, as a scheduler's jobs put
+    earlier are), then ``items`` ready ones."""
     with open_queue(where, shared) as q:
+        for start in range(0, delayed, 500):
+            q.put_many([{"later": n} for n in range(start, min(delayed, start + 500))],
+                       delay=3600)
         for start in range(0, items, 500):
             q.put_many([{"n": n, "url": f"http://example.org/{n}"} for n in
                         range(start, min(items, start + 500))])
@@ -190,6 +197,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10, help="get_many/ack_many size, 2nd table")
     parser.add_argument("--rounds", type=int, default=1, help="repeat; medians are printed")
     parser.add_argument("--zeo", action="store_true", help="a runzeo server on 127.0.0.1")
+    parser.add_argument("--delayed", type=int, default=0,
+                        help="items put an hour ahead first, which every look passes over")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     counts = [int(n) for n in args.processes.split(",")]
@@ -203,14 +212,14 @@ def main() -> None:
         try:
             for round_ in range(args.rounds):
                 path = os.path.join(tmp, f"single{round_}.fs")
-                fill(path, args.items)
+                fill(path, args.items, delayed=args.delayed)
                 singles.append(consume(path, 1, args.threads, args.items)["items/s"])
                 print(f"FileStorage, 1 process x {args.threads} threads: {singles[-1]:8.0f} "
                       "items/s (get+ack; a get commits nothing)", flush=True)
                 for batch in (1, args.batch):
                     for n in counts:
                         where = uri if server else os.path.join(tmp, f"q{round_}-{batch}-{n}.fs")
-                        fill(where, args.items, shared=server is None)
+                        fill(where, args.items, shared=server is None, delayed=args.delayed)
                         r = consume(where, n, args.threads, args.items, batch, server is None)
                         table.setdefault((batch, n), []).append(r)
                         print(f"  {n} process(es) x {args.threads} threads, batch {batch}: "
@@ -224,7 +233,8 @@ def main() -> None:
                 server.terminate()
                 server.wait()
     kind = "runzeo on 127.0.0.1" if args.zeo else "shared=True"
-    print(f"\n{kind}, {args.threads} consumer thread(s) a process, {args.items} items, "
+    ahead = f" behind {args.delayed} delayed" if args.delayed else ""
+    print(f"\n{kind}, {args.threads} consumer thread(s) a process, {args.items} items{ahead}, "
           f"medians of {args.rounds} round(s); FileStorage 1 process: "
           f"{_common.median(singles):,.0f} items/s")
     print("| batch | " + " | ".join(f"{n} proc" for n in counts)

@@ -11,16 +11,22 @@ Two clients of one real ZEO server in one process stand for two processes.
 
 from __future__ import annotations
 
+import itertools
+import pathlib
+import time
+
 import pytest
 import transaction
 import ZEO
 import ZODB
 import ZODB.Connection
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from polling import bounded, wait_until
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
-from ackqueue.records import queues_of
+from ackqueue.records import ShardedIndex, queues_of
 from ackqueue.shared import riding
 from ackqueue.shared.sweeping import SWEEP_GAP, SWEEP_SCAN
 from ackqueue.storage.book import sweep_done
@@ -276,6 +282,96 @@ def test_a_look_from_the_head_passes_over_entries_not_yet_due_without_loading_th
         item = c.get(timeout=10)
         assert item == "due"
         c.ack(item)
+
+
+def test_a_look_from_the_head_passes_a_block_of_entries_not_yet_due_without_a_lookup_a_key(
+    zeo_server: ZEOServer,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jobs put ahead come in runs: a look passes a block of 64 entries that all wait at a
+    few range reads of the delay index, where a lookup a key was still most of a put's CPU
+    with 8,000 delayed (the look runs at every commit anywhere)."""
+    with ackqueue.AckQueue(zeo_server.uri) as q, q.connect() as c:
+        q.put_many(list(range(300)), delay=3600)
+        q.put("due")
+        lookups = []
+        looked_up = ShardedIndex.get
+
+        def get(index: ShardedIndex, key: object, default: object = None) -> object:
+            lookups.append(key)
+            return looked_up(index, key, default)
+
+        monkeypatch.setattr(ShardedIndex, "get", get)
+        found, _ = look_from_the_head(q, [])
+        monkeypatch.undo()
+        assert found
+        # One a block (each block's first key, then the range reads) and the one due.
+        assert len(lookups) <= 300 // 64 + 3, lookups
+        item = c.get(timeout=10)
+        assert item == "due"
+        c.ack(item)
+        assert q.delayed_count() == 300
+
+
+RUN_KINDS = ("ready", "later", "soon")  # put at once; an hour ahead; due before the gets
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(runs=st.lists(st.tuples(st.sampled_from(RUN_KINDS), st.integers(1, 140)),
+                     min_size=1, max_size=5))
+@example(runs=[("later", 10), ("ready", 5)])  # a block that waits, then does not
+@example(runs=[("later", 70), ("soon", 3), ("later", 40), ("ready", 2)])
+@example(runs=[("ready", 2), ("later", 130), ("ready", 1)])
+def test_gets_in_shared_mode_find_what_is_due_among_blocks_of_entries_that_wait(
+    zeo_server: ZEOServer,  # noqa: F811
+    runs: list[tuple[str, int]],
+) -> None:
+    """Whatever the mix of entries that wait, that fell due and that were never delayed (runs
+    across and within blocks of 64 keys), gets deliver exactly the due ones, in their order:
+    a block is passed over whole only when every entry of it waits."""
+    name = f"q{next(EXAMPLES)}"
+    with ackqueue.AckQueue(zeo_server.uri, name=name) as q, q.connect() as c:
+        expected = []
+        for number, (kind, size) in enumerate(runs):
+            items = [f"{number}-{kind}-{n}" for n in range(size)]
+            delay = {"ready": None, "later": 3600.0, "soon": 0.3}[kind]
+            q.put_many(items, delay=delay)
+            if kind != "later":
+                expected += items
+        time.sleep(0.4)  # the soon ones fall due
+        got = []
+        for _ in range(min(3, len(expected))):
+            got.append(c.get(timeout=10))
+            c.ack(got[-1])
+        assert got == expected[:3]
+        if len(expected) <= 3:
+            with pytest.raises(ackqueue.Empty):
+                c.get(timeout=0.3)
+
+
+EXAMPLES = itertools.count()
+
+
+def test_a_queue_made_by_one_process_passes_its_waiting_entries_in_shared_mode(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A queue made by a single process keeps one tree of entries and one delay index when
+    processes share it later; blocks of waiting entries are passed the same way there."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(["first-later"], delay=3600)  # its delay index: one tree
+    with ackqueue.AckQueue(path, shared=True) as q, q.connect() as c:
+        q.put_many([f"later-{n}" for n in range(150)], delay=3600)
+        q.put_many(["soon"], delay=0.3)
+        q.put_many([f"later-{n}" for n in range(150, 200)], delay=3600)
+        q.put("ready")
+        time.sleep(0.4)
+        assert c.get(timeout=10) == "soon"
+        assert c.get(timeout=10) == "ready"
+        with pytest.raises(ackqueue.Empty):
+            c.get(timeout=0.3)
+        assert q.delayed_count() == 201
 
 
 def test_a_sweep_looks_past_held_entries_but_only_a_little_past_the_consumers(
