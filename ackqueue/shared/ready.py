@@ -271,10 +271,12 @@ class SharedReadyIndex:
                         ):
                             continue
                         if delayed is not None and delayed.get(key, 0) > now:
-                            if mixed != key >> SHARD_BITS:
+                            # (A PriorityAckQueue's keys are tuples: no blocks there.)
+                            block = key >> SHARD_BITS if isinstance(key, int) else mixed
+                            if block != mixed:
                                 last = record.waiting_through(key, now)
                                 if last is None:
-                                    mixed = key >> SHARD_BITS  # key by key, this block
+                                    mixed = block  # key by key, this block
                                 else:
                                     after = last
                                     break
