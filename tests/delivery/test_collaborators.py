@@ -10,7 +10,7 @@ import pytest
 
 import ackqueue
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.conditions import Lifecycle, Signals, Tasks
+from ackqueue.delivery.conditions import Lifecycle, ReadyListeners, Signals, Tasks
 from ackqueue.delivery.groups import Grouping, GroupRules
 from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
@@ -158,3 +158,39 @@ def test_priority_ordering_compares_a_new_item_with_the_head_before_storing():
         order.check_priority(3)
     with pytest.raises(TypeError, match="must be an int"):
         Ordering().check_priority("high")
+
+
+def test_ready_listeners_wake_the_longest_waiting_first_one_an_item_and_all_at_a_change():
+    """Coroutines awaiting a get are woken in the order they began to wait, one an item (a
+    plain ``wake()``), every one at a change they must all look at (``wake(None)``); one that
+    stops waiting before it is woken says so, one woken first says it may owe a wake-up."""
+    listeners = ReadyListeners()
+    woken: list[str] = []
+    tokens = {name: listeners.add(lambda name=name: woken.append(name)) for name in "abcd"}
+    listeners.wake()
+    assert woken == ["a"]
+    listeners.wake(2)
+    assert woken == ["a", "b", "c"]
+    assert listeners.discard(tokens["b"]) is False  # woken already: it may owe a wake-up
+    assert listeners.discard(tokens["d"]) is True  # still waiting: now gone
+    listeners.wake()
+    assert woken == ["a", "b", "c"] and len(listeners) == 0
+    more = [listeners.add(lambda n=n: woken.append(f"e{n}")) for n in range(3)]
+    listeners.wake(None)
+    assert woken[3:] == ["e0", "e1", "e2"] and len(listeners) == 0
+    assert all(listeners.discard(token) is False for token in more)
+
+
+def test_the_errors_of_a_closed_or_shut_down_queue_name_it():
+    life = Lifecycle("jobs")
+    assert not (life.closed or life.shut_down or life.drained or life.paused)
+    life.check_open()
+    life.check_can_put()
+    life.shut_down = True
+    with pytest.raises(ackqueue.ShutDown, match="^queue 'jobs' was shut down$"):
+        life.check_can_put()
+    life.closed = True
+    with pytest.raises(ackqueue.QueueClosedError, match="^queue 'jobs' is closed$"):
+        life.check_can_put()
+    with pytest.raises(ackqueue.QueueClosedError, match="^queue 'jobs' is closed$"):
+        life.check_open()
