@@ -14,7 +14,7 @@ from ackqueue.delivery.conditions import Lifecycle, ReadyListeners, Signals, Tas
 from ackqueue.delivery.groups import Grouping, GroupRules
 from ackqueue.delivery.holds import Holds
 from ackqueue.delivery.local import LocalMode
-from ackqueue.delivery.ordering import LifoOrdering, Ordering, PriorityOrdering
+from ackqueue.delivery.ordering import PRIORITY_LIMIT, LifoOrdering, Ordering, PriorityOrdering
 from ackqueue.delivery.supply import Claim, Supply
 from ackqueue.shared.mode import SharedMode
 from ackqueue.storage.book import Book
@@ -194,3 +194,26 @@ def test_the_errors_of_a_closed_or_shut_down_queue_name_it():
         life.check_can_put()
     with pytest.raises(ackqueue.QueueClosedError, match="^queue 'jobs' is closed$"):
         life.check_open()
+
+
+def test_priorities_are_ints_within_their_limits_and_a_priority_queue_takes_none():
+    order, lifo = Ordering(), LifoOrdering()
+    for priority in (-PRIORITY_LIMIT, 0, PRIORITY_LIMIT - 1):
+        order.check_priority(priority)
+    low = order.make_key(5, -PRIORITY_LIMIT, None, lambda: None)
+    high = order.make_key(5, PRIORITY_LIMIT - 1, None, lambda: None)
+    assert low < order.make_key(0, 0, None, lambda: None) < high
+    assert lifo.make_key(5, -PRIORITY_LIMIT, None, lambda: None) < lifo.make_key(
+        9, 0, None, lambda: None)
+    assert [order.key_seq(low), order.key_seq(high)] == [5, 5]
+    for priority in (-PRIORITY_LIMIT - 1, PRIORITY_LIMIT):
+        with pytest.raises(ValueError, match=r"^priority must be in \[-4194304, 4194304\)$"):
+            order.check_priority(priority)
+    for wrong, named in (("1", "str '1'"), (True, "bool True"), (1.0, "float 1.0")):
+        with pytest.raises(TypeError, match=rf"^priority must be an int \(lower is delivered "
+                           rf"first\), not {named}$"):
+            order.check_priority(wrong)
+    PriorityOrdering().check_priority(0)
+    with pytest.raises(ValueError, match="^PriorityAckQueue orders by the items themselves; "
+                       "omit priority=$"):
+        PriorityOrdering().check_priority(3)
