@@ -25,6 +25,9 @@ from ackqueue.workers.stats import PoolStats
 AHEAD_SECONDS = 0.05
 MOST_PREFETCH = 1024
 RATE_WINDOW = 0.05  # seconds over which the rate is measured
+# How long past the last retry's due time a run waits for the queue to count it ready, while
+# any item is delayed (see Board.is_drained).
+RETRY_SETTLE_SECONDS = 1.0
 
 
 class Settler(Protocol):
@@ -116,6 +119,13 @@ class Board:
         returns) and no retry is being scheduled."""
         with self.lock:
             if self.busy or time.time() < self.retry_due:
+                return False
+            # A retry that fell due is counted ready only once the queue's timer has moved it
+            # (a moment after its time, longer on a busy machine): until then qsize() leaves it
+            # out, and the run ended with it still waiting (examples/retry_with_backoff.py
+            # under CI: its poison job never reached the dead letters).
+            if (self.retry_due and time.time() < self.retry_due + RETRY_SETTLE_SECONDS
+                    and self.queue.delayed_count()):
                 return False
             return bool(self.queue.qsize() == 0 and self.queue.unacked_count() == 0)
 

@@ -52,6 +52,32 @@ def test_a_failing_item_is_retried_until_its_handler_succeeds(qpath):
         assert q.qsize() == 0 and q.unacked_count() == 0
 
 
+def test_run_until_empty_waits_for_a_retry_the_queue_counts_ready_only_after_its_time(qpath):
+    """A retry falls due by the pool's reckoning a moment before the queue's timer moves it to
+    the ready items (longer on a busy machine): the run ended then, with the item still
+    waiting (CI: examples/retry_with_backoff.py's poison job never reached the dead letters).
+    Here the queue's clock is late by 0.5 s on purpose."""
+    clock = ackqueue.ManualClock()
+    calls = []
+
+    def handler(item):
+        calls.append(item)
+        if len(calls) == 1:
+            raise RuntimeError("flaky")
+
+    with ackqueue.AckQueue(qpath, clock=clock) as q:
+        q.put("flaky-job")
+        late = threading.Timer(0.5, clock.advance, args=(60,))
+        late.start()
+        try:
+            stats = WorkerPool(q, handler, threads=1, retry=FAST).run_until_empty()
+        finally:
+            late.join()
+        assert calls == ["flaky-job"] * 2
+        assert (stats.done, stats.failed) == (1, 1)
+        assert q.qsize() == 0 and q.unacked_count() == 0 and q.delayed_count() == 0
+
+
 def test_backoff_grows_exponentially_and_is_capped():
     retry = Retry(base=0.5, factor=3.0, max_delay=10.0, jitter=0.0)
     assert [retry.delay(n) for n in (1, 2, 3, 4)] == [0.5, 1.5, 4.5, 10.0]
