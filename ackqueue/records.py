@@ -639,12 +639,10 @@ class QueueRecord(Persistent):
             self._broken_walk(exc)
             raise
         waiting = set(tree.keys(min=key, max=last))
-        if waiting.issuperset(stored):
-            return last
         for at, stored_key in enumerate(stored):  # a run that ends inside the block
             if stored_key not in waiting:
                 return stored[at - 1] if at > 1 else None
-        return None  # unreachable: not every stored key waits
+        return last
 
     def entry_items(self, after: Any = None) -> Iterator[tuple[Any, StoredEntry]]:
         """``(key, entry)`` in delivery order, from the first or from just after ``after``."""
