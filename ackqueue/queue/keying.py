@@ -297,9 +297,13 @@ class _Landing:
             for revisit, ok in zip(self._revisits, self.revised, strict=True):
                 live = revisit.live
                 core.supply.land_locked(live.entry_key, revisit.due if ok else live.not_before)
-            # No cached pickle: a revisit, here or in another process, may rewrite it.
+            # The pickle is kept for the get (see delivery/itemcache.py) in one process,
+            # where a revisit withdraws the entry first, dropping it; in shared mode another
+            # process may revise the entry, so the get reads it.
             batch = [put.staged for put in self._news]
-            self._puts.landed_locked(batch, self._in_tx, self.stored, cache=False)
+            self._puts.landed_locked(
+                batch, self._in_tx, self.stored, cache=not core.mode.shared
+            )
 
     def undo(self) -> None:
         core = self._core

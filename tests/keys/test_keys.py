@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -241,3 +243,30 @@ def test_threads_racing_to_put_one_key_store_it_once_and_count_it_once(qpath):
                 with pytest.raises(ackqueue.Empty):
                     c.get_nowait()
             assert q.qsize() == 0
+
+
+@pytest.mark.parametrize("who", ["this process", "another process"])
+def test_a_payload_replaced_before_its_first_delivery_is_what_the_get_returns(path, who):
+    """A put by key keeps its pickle for the get that hands it out (delivery/itemcache.py);
+    a revisit that replaces the payload first, in this process or another sharing the file,
+    must not leave the old pickle to be handed out."""
+    shared = who == "another process"
+    with ackqueue.AckQueue(path, shared=shared) as q:
+        assert q.put("v1", key="k") is True
+        q.put("plain")
+        if shared:
+            replace = (
+                "import sys, ackqueue\n"
+                "with ackqueue.AckQueue(sys.argv[1], shared=True) as other:\n"
+                "    print(other.put('v2', key='k', replace=True))\n"
+            )
+            out = subprocess.run([sys.executable, "-c", replace, path], capture_output=True,
+                                 text=True, timeout=60, check=True)
+            assert out.stdout.strip() == "True"
+        else:
+            assert q.put("v2", key="k", replace=True) is True
+        with q.connect() as c:
+            got = c.get(timeout=10)
+            assert got == "v2"
+            c.ack(got)
+        assert drain(q) == ["plain"]
