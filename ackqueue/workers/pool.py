@@ -160,7 +160,9 @@ class WorkerPool(Generic[T]):
             raise
         finally:
             restore()
-        self.stats.stopped_by = self._board.stopped_by
+        # A signal the supervisor had not acted on yet when the run drained on its own still
+        # ends it as interrupted: the user asked to stop, and a script running it must.
+        self.stats.stopped_by = self._board.stopped_by or self._signalled
         self._log_progress(started, final=True)
         return self.stats
 

@@ -300,6 +300,24 @@ def test_run_until_empty_that_finishes_says_nobody_stopped_it(qpath):
     assert (stats.done, stats.stopped_by, stats.interrupted, stats.exit_code) == (1, None, False, 0)
 
 
+def test_a_signal_while_run_until_empty_finishes_on_its_own_is_still_reported(qpath):
+    """Ctrl-C reaches the pool while its last job is handled, and the queue is then drained
+    before the supervisor's next look: the run still reports the signal (exit code 130), so a
+    script that runs it stops as the user asked, as it would have a moment earlier."""
+
+    def handler(item):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the main thread runs the pool's signal handler meanwhile
+
+    with ackqueue.AckQueue(qpath) as q:
+        q.put("the last job")
+        # The supervisor looks every 5 s: the run drains long before that.
+        stats = WorkerPool(q, handler, threads=1, poll=5.0).run_until_empty()
+        assert q.qsize() == 0 and q.unacked_count() == 0
+    assert (stats.done, stats.stopped_by, stats.interrupted, stats.exit_code) == (
+        1, "SIGINT", True, 130)
+
+
 def test_stop_is_reported_as_what_ended_the_run(qpath):
     entered = threading.Event()
 
