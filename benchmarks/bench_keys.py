@@ -10,6 +10,10 @@
 3. ``put_many`` by key against ``put_many`` without a key, and single ``put`` by key against
    single ``put``, each on fresh files, alternated ``--runs`` times; the median ratio
    (target: a key costs at most 1.3x).
+4. A held ``get`` and its ``ack`` of items put earlier in the same session, by key
+   (``unique="forever"``: the ack moves the key to the seen-set) and without: CPU an item
+   (``time.process_time``), medians of the same runs. What a crawler's frontier does with the
+   requests it found.
 
 Every batch is one durable commit (fsync on). Step 1 runs first, in a fresh process, so the RSS
 is that of the keyed queue alone.
@@ -89,6 +93,22 @@ def single(tmp: str, keyed: bool) -> float:
         return SINGLE_PUTS / (time.perf_counter() - began)
 
 
+def taken(tmp: str, keyed: bool) -> float:
+    """CPU us of a held get and its ack, of SINGLE_PUTS items put just before."""
+    path = os.path.join(tmp, f"g{time.monotonic_ns()}.fs")
+    with AckQueue(path, unique="forever") as q, q.connect() as c:
+        keys = keys_in(0, SINGLE_PUTS)
+        for key in keys:
+            if keyed:
+                q.put(key, key=key)
+            else:
+                q.put(key)
+        began = time.process_time()
+        for _ in keys:
+            c.ack(c.get_nowait())
+        return (time.process_time() - began) / SINGLE_PUTS * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -112,7 +132,7 @@ def main() -> None:
     n3 = min(args.n, 100_000)
     ratios: dict[str, list[float]] = {"put_many": [], "put": []}
     rates: dict[str, list[float]] = {k: [] for k in ("many_plain", "many_key", "one_plain",
-                                                     "one_key")}
+                                                     "one_key", "get_plain", "get_key")}
     with _common.tmpdir() as tmp:
         for _ in range(args.runs):
             plain, keyed = batched(tmp, n3, args.batch, False), batched(tmp, n3, args.batch, True)
@@ -123,6 +143,8 @@ def main() -> None:
             rates["one_plain"].append(plain)
             rates["one_key"].append(keyed)
             ratios["put"].append(plain / keyed)
+            rates["get_plain"].append(taken(tmp, False))
+            rates["get_key"].append(taken(tmp, True))
     med = {k: _common.median(v) for k, v in rates.items()}
     print(f"3. put_many of {n3:,} in batches of {args.batch}: {med['many_plain']:,.0f}/s "
           f"without keys, {med['many_key']:,.0f}/s by key; cost ratio (median of "
@@ -130,6 +152,9 @@ def main() -> None:
     print(f"   single puts ({SINGLE_PUTS} each): {med['one_plain']:,.0f}/s without keys, "
           f"{med['one_key']:,.0f}/s by key; cost ratio {_common.median(ratios['put']):.2f}x "
           "(target <= 1.3x)")
+    print(f"4. get + ack of {SINGLE_PUTS} items put in the same session: "
+          f"{med['get_plain']:,.0f} us of CPU an item without keys, {med['get_key']:,.0f} by "
+          f"key ({med['get_key'] / med['get_plain']:.2f}x)")
 
 
 if __name__ == "__main__":
