@@ -38,6 +38,7 @@ from ackqueue.errors import (
     ShutDown,
     StorageUnreachableError,
 )
+from ackqueue.workers.board import RETRY_SETTLE_SECONDS
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
 
@@ -217,6 +218,7 @@ class AsyncWorkerPool:
             # never let _is_drained() see no get under way.
             waits = feeder is self._feeders[0]
             self._getting += share
+            shut = False
             try:
                 items = await consumer.get_many(share, timeout=self.poll if waits else 0)
                 self._unreachable = False
@@ -225,8 +227,10 @@ class AsyncWorkerPool:
             except QueueClosedError:
                 break  # closed under us: the feeder's end says so (see _feeder)
             except ShutDown:
-                self._stop(None)  # shut down and drained
-                break
+                # Shut down, with nothing ready now. What is buffered, running or being
+                # settled is still ours (and what a worker gives back unstarted is ready
+                # again): the run ends once none of it is left and a get still finds nothing.
+                items, shut = [], True
             except StorageUnreachableError as exc:
                 # The server could not be reached: the next get waits for the connection (as
                 # the thread pool's feeder does; see ackqueue.workers.feeder).
@@ -235,20 +239,36 @@ class AsyncWorkerPool:
                 continue
             finally:
                 self._getting -= share
+            if shut:
+                if self._is_idle(buffer):
+                    self._stop(None)  # shut down and drained
+                    break
+                await asyncio.sleep(self.poll)
+                continue
             if not items and not waits:
                 need_more.clear()
                 await need_more.wait()  # items are coming in, or the pool is stopping
+            got_at = time.monotonic()
             for item in items:
-                buffer.put_nowait((item, feeder))
+                buffer.put_nowait((item, feeder, got_at))
 
-    def _is_drained(self, buffer: asyncio.Queue[Any]) -> bool:
-        """Nothing ready, held, buffered, running, coming back or being got; no retry due.
+    def _is_idle(self, buffer: asyncio.Queue[Any]) -> bool:
+        """Nothing of the pool's buffered, running, coming back, being settled or being got.
         (A take under way has its item neither ready nor held: hence ``_getting``.)"""
         if buffer.qsize() or self._running or self._getting:
             return False
-        if any(f.results or f.settling for f in self._feeders):
+        return not any(f.results or f.settling for f in self._feeders)
+
+    def _is_drained(self, buffer: asyncio.Queue[Any]) -> bool:
+        """Nothing ready, held, buffered, running, coming back or being got; no retry due."""
+        if not self._is_idle(buffer):
             return False
         if time.time() < self._retry_due:
+            return False
+        # As the thread pool's Board.is_drained: a retry that fell due is counted ready only
+        # once the queue's timer has moved it, a moment after its time.
+        if (self._retry_due and time.time() < self._retry_due + RETRY_SETTLE_SECONDS
+                and self.queue.sync.delayed_count()):
             return False
         return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
 
@@ -256,7 +276,7 @@ class AsyncWorkerPool:
                          ) -> None:
         """Give back what is buffered; let running handlers finish, up to ``stop_timeout``."""
         while not buffer.empty():
-            item, feeder = buffer.get_nowait()
+            item, feeder, _ = buffer.get_nowait()
             feeder.hand_back(item, _UNSTARTED)
         for _ in workers:
             buffer.put_nowait(_STOP)
@@ -287,14 +307,24 @@ class AsyncWorkerPool:
 
     async def _work(self, buffer: asyncio.Queue[Any]) -> None:
         handler = self.handler
+        lease = self.queue.ack_timeout
+        may_be_void = self.queue.sync._may_be_void
         try:
             while True:
                 got = await buffer.get()
                 if got is _STOP:
                     return
-                item, feeder = got
+                item, feeder, got_at = got
                 if buffer.qsize() < self._refill_below() and self._need_more is not None:
                     self._need_more.set()
+                if (lease is not None and time.monotonic() - got_at >= lease) or may_be_void(
+                    got_at
+                ):
+                    # Taken back already (its lease ran out while it waited in the buffer, or
+                    # this process was stopped past its shared session's lease): another may
+                    # have it, or have acked it. As the thread pool's workers do.
+                    feeder.hand_back(item, _UNSTARTED)
+                    continue
                 self._running += 1
                 try:
                     await handler(item)

@@ -205,3 +205,85 @@ def test_a_prefetch_of_one_drains_the_queue(qpath, lease):
     stats = asyncio.run(main())
     assert (stats.done, stats.stopped_by, sorted(done)) == (10, None, list(range(10)))
     assert stored(qpath) == []
+
+
+def test_buffered_items_whose_lease_ran_out_are_not_handled_from_the_stale_buffer(qpath):
+    """As the thread pool's workers: an item that waited in the buffer past its
+    ``ack_timeout`` was taken back (and delivered again), so it is given back unstarted,
+    not handled from the stale copy as well."""
+    seen: list[int] = []
+
+    async def handler(item: int) -> None:
+        seen.append(item)
+        if len(seen) == 1:
+            await asyncio.sleep(0.45)  # a slow job: every lease of that first batch runs out
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath, ack_timeout=0.3) as q:
+            await q.put_many(range(4))
+            pool = AsyncWorkerPool(q, handler, concurrency=1, prefetch=4)
+            stats = await asyncio.wait_for(pool.run_until_empty(), 60)
+            assert q.qsize() == 0 and q.unacked_count() == 0
+            return stats
+
+    stats = asyncio.run(main())
+    assert stats.done == 4
+    first = seen[0]
+    # The slow one ran twice (its lease ran out under it); the others waited in the buffer
+    # past their leases and were given back unstarted, so each ran once, when got again.
+    assert seen.count(first) == 2
+    assert all(seen.count(n) == 1 for n in range(4) if n != first), seen
+
+
+def test_run_until_empty_waits_for_a_retry_the_queue_counts_ready_only_after_its_time(qpath):
+    """As the thread pool's: a retry falls due by the pool's reckoning a moment before the
+    queue's timer moves it to the ready items; the run must not end in that moment. Here the
+    queue's clock is late by 0.5 s on purpose."""
+    clock = ackqueue.ManualClock()
+    calls: list[str] = []
+
+    async def handler(item: str) -> None:
+        calls.append(item)
+        if len(calls) == 1:
+            raise RuntimeError("flaky")
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath, clock=clock) as q:
+            await q.put("flaky-job")
+            late = threading.Timer(0.5, clock.advance, args=(60,))
+            late.start()
+            try:
+                pool = AsyncWorkerPool(q, handler, concurrency=1,
+                                       retry=Retry(base=0.01, factor=2.0, jitter=0.0))
+                stats = await asyncio.wait_for(pool.run_until_empty(), 60)
+            finally:
+                late.join()
+            assert q.qsize() == 0 and q.unacked_count() == 0 and q.sync.delayed_count() == 0
+            return stats
+
+    stats = asyncio.run(main())
+    assert calls == ["flaky-job"] * 2
+    assert (stats.done, stats.failed) == (1, 1)
+
+
+def test_run_on_a_shut_down_queue_handles_what_it_holds_before_it_ends(qpath):
+    """After a graceful ``shutdown()`` a get raises ShutDown as soon as nothing is ready, while
+    the pool's buffer still holds items: the run handles them (and whatever comes back)
+    before it ends, as drained."""
+    handled: list[int] = []
+
+    async def handler(item: int) -> None:
+        await asyncio.sleep(0.005)  # the last gets find everything taken and buffered
+        handled.append(item)
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(range(200))
+            await q.shutdown()
+            stats = await asyncio.wait_for(AsyncWorkerPool(q, handler, concurrency=2).run(), 60)
+            assert q.qsize() == 0 and q.unacked_count() == 0
+            return stats
+
+    stats = asyncio.run(main())
+    assert sorted(handled) == list(range(200))
+    assert (stats.done, stats.stopped_by) == (200, None)
