@@ -298,6 +298,10 @@ class SharedMode:
                     record.vouch(claim.key, entry)
                 if entry is None or entry.done or holder(entry) is not None:
                     results.append(None)  # another process got it first
+                elif entry.not_before > now:
+                    # Given back with a delay since our look found it ready (another process
+                    # took it and nacked it so): not due, not ours to hand out.
+                    results.append("stopped")
                 elif not admit(entry):
                     results.append("stopped")  # a hold of another process, say
                 elif remove:

@@ -49,3 +49,49 @@ def run(q: ackqueue.AckQueue, other: ackqueue.AckQueue, late: str) -> None:
             o.get(timeout=0.5)  # still held by c, in the store too
         c.ack(item)  # raised LeaseExpiredError when the late ready gave the hold away
     assert q.qsize() == 0
+
+
+@pytest.mark.parametrize("how", ["get", "plain get"])
+def test_an_item_another_process_delays_between_the_look_and_the_take_is_not_handed_out(
+    zeo_server: ZEOServer, how: str  # noqa: F811
+) -> None:
+    """A get looks at its snapshot of the store (the item is ready), then commits its take in
+    a transaction of its own. If another process took the item and gave it back with a delay
+    in between, the take found it neither held nor done and took it: handed out an hour
+    early (a review's two processes: most of what one of them got, 3 runs of 3). The take
+    checks the due time too."""
+    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    try:
+        with (
+            ackqueue.AckQueue(zeo_server.uri) as q,
+            ackqueue.AckQueue(db=db) as other,
+            q.connect() as c,
+            other.connect() as o,
+        ):
+            q.put("job")
+            mode = q._mode
+            real = mode._take_change
+
+            def take_change(claims: list, remove: bool):
+                take = real(claims, remove)
+                meddled: list[bool] = []
+
+                def meddling_take():
+                    if not meddled:  # between this process's look and its take
+                        meddled.append(True)
+                        item = o.get(timeout=10)
+                        o.nack(item, delay=3600)
+                    return take()
+
+                return meddling_take
+
+            mode._take_change = take_change
+            with pytest.raises(ackqueue.Empty):
+                if how == "get":
+                    c.get(timeout=1)
+                else:
+                    q.get(timeout=1)
+            mode._take_change = real
+            assert q.unacked_count() == 0 and other.delayed_count() == 1
+    finally:
+        db.close()
