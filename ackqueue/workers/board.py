@@ -112,6 +112,12 @@ class Board:
             self.buffer or any(f.results for f in self.feeders) or any(self.running)
         )
 
+    def at_rest(self) -> bool:
+        """Whether nothing of the pool's is in flight and no feeder is in a get or a
+        settlement (under the lock, which keeps another from starting one meanwhile)."""
+        with self.lock:
+            return not self.busy and not self.in_flight()
+
     def is_drained(self) -> bool:
         """Whether nothing is left: asked by a feeder with nothing of ours in flight; the
         lock keeps the other feeders from starting a get or a settlement meanwhile, so no

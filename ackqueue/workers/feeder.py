@@ -115,7 +115,17 @@ class Feeder:
                 wake.wait(self.poll)
                 continue
             idle = not board.in_flight()
-            if idle and (ended or until_empty and board.is_drained()):
+            if idle and ended and board.at_rest():
+                # Shut down, and nothing of the pool's in flight, being got or settled: ended
+                # once a last get finds nothing (an item given back unstarted is ready again).
+                try:
+                    if self._refill(consumer, block=False):
+                        continue
+                except ENDED:
+                    pass
+                board.stop(None)
+                continue
+            if idle and until_empty and board.is_drained():
                 board.stop(None)
                 continue
             if not ended:
@@ -164,13 +174,15 @@ class Feeder:
             try:
                 items = consumer.get_many(min(step, want - got), timeout=self.poll,
                                           block=block and not got)
+                now = time.monotonic()
+                # In the buffer before the get counts as over: a feeder asking whether the
+                # pool is at rest (Board.at_rest) must not find the items in neither place.
+                board.buffer.extend([(item, now, self) for item in items])
             except Empty:
                 break
             finally:
                 board.leave()
             got += len(items)
-            now = time.monotonic()
-            board.buffer.extend([(item, now, self) for item in items])
             board.wake_one()
             if got < want:
                 time.sleep(0)  # let a handler back in between two gets (see SHORT_GETS)
