@@ -127,6 +127,10 @@ class LocalMode:
         return self._max_attempts is None  # else a delivery is counted durably first
 
     @property
+    def entries_stay_as_put(self) -> bool:
+        return True  # a revisit here withdraws the entry first, dropping its kept pickle
+
+    @property
     def stored_holds(self) -> HeldInMemory:
         return IN_MEMORY
 

@@ -158,6 +158,12 @@ class Mode(Protocol):
         ...
 
     @property
+    def entries_stay_as_put(self) -> bool:
+        """True when no other process may rewrite a waiting entry (a revisit by key): the
+        pickle of a put can then be kept for the get that hands it out (itemcache.py)."""
+        ...
+
+    @property
     def stored_holds(self) -> StoredHolds:
         """What this mode does with holds that other processes see (see StoredHolds)."""
         ...

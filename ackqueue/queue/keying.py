@@ -297,12 +297,12 @@ class _Landing:
             for revisit, ok in zip(self._revisits, self.revised, strict=True):
                 live = revisit.live
                 core.supply.land_locked(live.entry_key, revisit.due if ok else live.not_before)
-            # The pickle is kept for the get (see delivery/itemcache.py) in one process,
-            # where a revisit withdraws the entry first, dropping it; in shared mode another
-            # process may revise the entry, so the get reads it.
+            # The pickle is kept for the get (see delivery/itemcache.py) unless another
+            # process may revise the entry meanwhile (a revisit here withdraws it first,
+            # dropping the kept pickle).
             batch = [put.staged for put in self._news]
             self._puts.landed_locked(
-                batch, self._in_tx, self.stored, cache=not core.mode.shared
+                batch, self._in_tx, self.stored, cache=core.mode.entries_stay_as_put
             )
 
     def undo(self) -> None:

@@ -168,6 +168,10 @@ class SharedMode:
         return False  # a hold is stored, for every process to see
 
     @property
+    def entries_stay_as_put(self) -> bool:
+        return False  # another process may replace a waiting item's payload by key
+
+    @property
     def stored_holds(self) -> SharedMode:
         return self
 
