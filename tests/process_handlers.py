@@ -5,10 +5,14 @@ whole lines even with several processes writing)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 import threading
 import time
 from typing import Any
+
+import ackqueue
 
 WAIT = 60.0  # the longest a handler waits for the test (a bound, not a sleep)
 
@@ -61,3 +65,18 @@ def burn(item: dict[str, Any]) -> int:
     for i in range(item["work"]):
         total += i * i % 7
     return total
+
+
+class SigintWhileOpening(ackqueue.AckQueue):  # type: ignore[type-arg]
+    """A ``kind`` for ProcessPool: the first worker process to open the queue sends SIGINT to
+    the pool (whose pid and a flag file's path are in the environment) and is still opening
+    it when the pool passes the signal on, as after a Ctrl-C in a pool's first second."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        flag = os.environ["ACKQUEUE_TEST_FLAG"]
+        # (The pool opens the queue itself first, in the test's process: not there.)
+        if multiprocessing.parent_process() is not None and not os.path.exists(flag):
+            open(flag, "w").close()
+            os.kill(int(os.environ["ACKQUEUE_TEST_POOL_PID"]), signal.SIGINT)
+            time.sleep(2)
+        super().__init__(*args, **kwargs)

@@ -168,6 +168,9 @@ class ProcessPool:
                          "back from a lapsed session); starting the worker processes again")
         finally:
             restore()
+            # A signal that came after the supervisor's last look (the worker processes had
+            # ended on their own) still ends the run as interrupted, as WorkerPool's does.
+            self._pass_on_signals()
             self._end_all()
             queue_counts = (queue.qsize(), queue.unacked_count())
             queue.close()
@@ -230,9 +233,11 @@ class ProcessPool:
     def _on_exit(self, worker: _Worker) -> None:
         code = worker.process.exitcode
         ended = worker.counts[child.ENDED]
-        if not worker.counts[child.OPENED]:
+        if not worker.counts[child.OPENED] and self._stopped_by is None:
             # Killed by a signal while it started (SIGKILL, the OOM killer): a death like any
-            # other, unless it keeps happening to every new process before any opens.
+            # other, unless it keeps happening to every new process before any opens. (Once
+            # the pool is stopping, a process still starting may end on the signal the pool
+            # passed on before it had a handler: Ctrl-C's KeyboardInterrupt, exit code 1.)
             killed = code is not None and code < 0
             self._killed_unopened = self._killed_unopened + 1 if killed else 0
             if not killed or self._killed_unopened > MAX_KILLED_UNOPENED:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import process_handlers
@@ -197,3 +198,47 @@ def test_a_worker_process_killed_while_it_starts_is_replaced_not_an_error(tmp_pa
     assert (stats.done, stats.failed, stats.stopped_by) == (10, 0, None)
     with ackqueue.AckQueue(where, shared=True) as q:
         assert (q.qsize(), q.unacked_count()) == (0, 0)
+
+
+def test_a_signal_after_the_worker_processes_ended_on_their_own_is_still_reported(
+    tmp_path: Any,
+) -> None:
+    """The worker processes found the queue drained and ended; Ctrl-C reaches the pool while
+    it watches the queue settle, after the supervisor's last look (``poll`` is long here).
+    The run still reports the signal (exit code 130), as WorkerPool's does."""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    fill(where, directory, 3, processes=1)
+    pool = ackqueue.ProcessPool(where, process_handlers.together, processes=1, poll=2.0)
+    sent = threading.Event()
+
+    def interrupt_once_the_workers_are_gone() -> None:
+        wait_until(lambda: pool._workers, 60, "the worker process started")
+        wait_until(lambda: not pool._workers, 60, "the worker process ended")
+        time.sleep(0.3)  # into the settling's sleep: the supervisor looks again only after it
+        sent.set()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_once_the_workers_are_gone, daemon=True)
+    interrupter.start()
+    stats = pool.run_until_empty()
+    interrupter.join(10)
+    assert sent.is_set()
+    assert (stats.done, stats.stopped_by, stats.exit_code) == (3, "SIGINT", 130)
+
+
+def test_ctrl_c_while_a_worker_process_opens_the_queue_stops_the_pool_not_an_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool passes SIGINT on to a worker process that has no handler yet: it ends with
+    KeyboardInterrupt (exit code 1) before it opened the queue, which the pool took for a
+    broken setup (WorkerProcessError, "must be importable") instead of the stop asked for."""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    fill(where, directory, 5, processes=1)
+    monkeypatch.setenv("ACKQUEUE_TEST_FLAG", str(tmp_path / "flag"))
+    monkeypatch.setenv("ACKQUEUE_TEST_POOL_PID", str(os.getpid()))
+    pool = ackqueue.ProcessPool(where, process_handlers.together, processes=2,
+                                kind=process_handlers.SigintWhileOpening)
+    stats = pool.run()
+    assert (stats.stopped_by, stats.exit_code) == ("SIGINT", 130)
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        assert q.qsize() + stats.done == 5  # nothing lost; what was not done is still there
