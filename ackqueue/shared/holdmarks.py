@@ -37,6 +37,18 @@ def holder(entry: Any) -> HoldValue | None:
     return getattr(entry, "holder", None)
 
 
+def live_holder(entry: Any, sessions: Any) -> HoldValue | None:
+    """Who holds a stored entry, if that session is still listed in ``sessions`` (the stored
+    sessions tree; None: not made yet). A hold under a session no longer listed is void: a
+    session leaves the list only when it ends (its holds cleared first) or is reaped, and a
+    take that checked its session was live just before a reap committed its hold after it,
+    under a session no reap would ever look at again."""
+    value = holder(entry)
+    if value is None or sessions is None or value[0] in sessions:
+        return value
+    return None
+
+
 def set_hold(root: Any, name: str, key: Any, value: HoldValue, attempts: int) -> None:
     """Mark entry ``key`` held, its deliveries now ``attempts`` (inside a change), and list
     it under its session.

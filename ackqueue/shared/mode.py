@@ -65,7 +65,7 @@ from ackqueue.shared.holdmarks import (
     HoldValue,
     clear_hold,
     fencer,
-    holder,
+    live_holder,
     set_hold,
     unholder,
 )
@@ -296,11 +296,12 @@ class SharedMode:
             now = self._clock()
             results: list[TakeResult] = []
             admit = gate.admitter(record, root(), now)
+            sessions = root().get(SESSIONS_KEY)
             for claim in claims:
                 entry = record.entry(claim.key)
                 if entry is not None and not entry.done:
                     record.vouch(claim.key, entry)
-                if entry is None or entry.done or holder(entry) is not None:
+                if entry is None or entry.done or live_holder(entry, sessions) is not None:
                     results.append(None)  # another process got it first
                 elif entry.not_before > now:
                     # Given back with a delay since our look found it ready (another process

@@ -25,7 +25,7 @@ from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
 from ackqueue.records import SHARD_BITS, QueueRecord, loads
-from ackqueue.shared.holdmarks import holder
+from ackqueue.shared.holdmarks import live_holder
 from ackqueue.shared.sessions import SESSIONS_KEY
 from ackqueue.storage.book import Book, chunks
 
@@ -286,12 +286,13 @@ class SharedReadyIndex:
                         return
 
             found = None
+            sessions = self._book.read_root().get(SESSIONS_KEY)
             for chunk in chunks(candidates(), None, SCAN_PREFETCH):
                 for key, entry in chunk:
                     # A record that does not load (crafted) is left to the get that takes
                     # it: the get moves it to the dead letters.
                     if loads(entry) and (
-                        entry.done or holder(entry) is not None
+                        entry.done or live_holder(entry, sessions) is not None
                         or (stopped and entry.group in stopped)
                     ):
                         continue

@@ -8,6 +8,9 @@ while its taker still worked on it, and the taker's ack failed with LeaseExpired
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
 import ZEO
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
@@ -93,5 +96,56 @@ def test_an_item_another_process_delays_between_the_look_and_the_take_is_not_han
                     q.get(timeout=1)
             mode._take_change = real
             assert q.unacked_count() == 0 and other.delayed_count() == 1
+    finally:
+        db.close()
+
+
+def test_an_item_taken_by_a_session_reaped_meanwhile_comes_back(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """A take checks its session is live, then commits its hold. If another process reaped
+    the session in between (this one was stopped past its lease), neither commit writes what
+    the other read: the hold was stored under a session that no longer exists, which no reap
+    would ever clear, and no process could get the item again (a review: 4 runs of 7 with a
+    SIGSTOP in that window). A hold whose session is gone is void."""
+    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    try:
+        with (
+            ackqueue.AckQueue(zeo_server.uri) as q,
+            ackqueue.AckQueue(db=db) as other,
+            q.connect() as c,
+            other.connect() as o,
+        ):
+            # A take of this session's first marks it as one that takes items, a write that
+            # a reap racing it conflicts with: the race is with a later take.
+            q.put("first")
+            c.ack(c.get(timeout=10))
+            q.put("job")
+            mode = q._mode
+            real = mode._take_change
+
+            reaped: list[bool] = []
+
+            def take_change(claims: list, remove: bool):
+                take = real(claims, remove)
+
+                def reaped_meanwhile():
+                    if not reaped:
+                        # The other process finds this session lapsed (an hour from now) and
+                        # reaps it, after this take's transaction began.
+                        reaped.append(True)
+                        other._mode.session.reap(time.time() + 3600)
+                    return take()
+
+                return reaped_meanwhile
+
+            mode._take_change = take_change
+            try:
+                with contextlib.suppress(ackqueue.Empty):
+                    c.get(timeout=1)  # whatever it got, its hold is void
+            finally:
+                mode._take_change = real
+            mode.session.confirm()  # this process learns its session was reaped
+            assert o.get(timeout=10) == "job"
     finally:
         db.close()
