@@ -8,7 +8,8 @@ process drains the queue and the workers' logs are checked:
   still in the queue at the end);
 * every confirmed ack stays acked: never got again afterwards, never left in the queue;
 * an item got twice was first held by a process that was killed or stopped past its lease, or
-  was given back (nack, or an ack whose outcome was unknown because the server died under it).
+  was given back (nack, or an ack whose outcome was unknown because the server died under it);
+* an item given back with a delay (a retry's nack) was not got again before its time.
 
 With ``stops``, the campaign also SIGSTOPs a worker for longer than its session's lease (so
 another process reaps it, takes what it held and may ack it) and SIGCONTs it: an ack the
@@ -50,6 +51,7 @@ def note(*words):
 
 q = ackqueue.AckQueue(path, shared=True, session_timeout=float(sys.argv[4]))
 c = q.connect()
+DELAY = 0.5
 note("open", os.getpid())
 print("open", flush=True)
 n = 0
@@ -86,9 +88,13 @@ while not os.path.exists(stop):
                     c.ack(item)
                 note("acked", item)
                 note("put", new)
-            else:
+            elif roll < 0.92:
                 c.nack(item)
                 note("nacked", item)
+            else:  # a retry: nobody may get it again before its time
+                due = time.time() + DELAY
+                c.nack(item, delay=DELAY)
+                note("delayed", item, repr(due))
     except (ackqueue.LeaseExpiredError, ackqueue.StorageError) as exc:
         note("failed", repr(exc).replace(" ", "_")[:200])
         if item is not None:  # its ack failed or may not have committed: it may come again
@@ -247,6 +253,7 @@ def _check(logdir: str, drained: list[str], killed: set[int], result: Result) ->
     acks: dict[str, float] = {}
     gets: dict[str, list[tuple[float, int]]] = defaultdict(list)
     released: dict[int, set[str]] = defaultdict(set)  # per pid: items it gave back or lost
+    delayed: dict[str, list[tuple[float, float]]] = defaultdict(list)  # (nacked at, due)
     for name in os.listdir(logdir):
         if not name.startswith("log-"):
             continue
@@ -267,6 +274,9 @@ def _check(logdir: str, drained: list[str], killed: set[int], result: Result) ->
                     gets[items[0]].append((t, pid))
                 elif what in ("nacked", "released"):
                     released[pid].add(items[0])
+                elif what == "delayed":
+                    released[pid].add(items[0])
+                    delayed[items[0]].append((t, float(items[1])))
     result.confirmed_puts, result.confirmed_acks = len(puts), len(acks)
     drained_set = set(drained)
     result.drained = len(drained)
@@ -286,6 +296,12 @@ def _check(logdir: str, drained: list[str], killed: set[int], result: Result) ->
         later = [(t, pid) for t, pid in gets[item] if t > t_ack]
         if later:
             problems.append(f"{item} acked at {t_ack} was got again: {later}")
+    for item, retries in delayed.items():
+        for nacked_at, due in retries:
+            early = [(t, pid) for t, pid in gets[item] if nacked_at < t < due]
+            if early:
+                problems.append(f"{item} nacked with a delay at {nacked_at}, due {due}, was "
+                                f"got before its time: {early}")
     if len(drained) != len(drained_set):
         problems.append("the drain got an item twice")
     for item, seen in gets.items():
