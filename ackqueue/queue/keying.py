@@ -259,9 +259,12 @@ class Keys:
                 for live in lives:
                     core.supply.land_locked(live.entry_key, live.not_before)
 
+        def apply() -> None:
+            done[:] = edit()  # the last application counts: a conflict applies it again
+
         tx = current(self._store)
         if tx is not None:
-            tx.add(lambda: done.extend(edit()), after_commit=finish, undo=undo)
+            tx.add(apply, after_commit=finish, undo=undo)
             return len(lives)
         try:
             done.extend(self._store.run(edit))
