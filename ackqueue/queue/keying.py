@@ -96,12 +96,22 @@ class Keys:
         core, tx = self._core, current(self._store)
         result = [False] * len(items)
         first: dict[bytes, int] = {}
-        for i, key in enumerate(indexed):  # a key twice in one batch: later puts revisit
+        # A key twice in one batch: with replace, a later put revises the first one's item
+        # (and answers as the first does: True once that one is stored or revised).
+        revising: list[tuple[int, int]] = []
+        for i, key in enumerate(indexed):
             if key in first:
                 if replace:
-                    items[first[key]], result[i] = items[i], True
+                    items[first[key]] = items[i]
+                    revising.append((i, first[key]))
             else:
                 first[key] = i
+
+        def answered() -> list[bool]:
+            for i, j in revising:
+                result[i] = result[j]
+            return result
+
         pending = self._pending.setdefault(tx, set()) if tx is not None else set()
         with core.signals.mutex:
             core.life.check_can_put()
@@ -127,7 +137,7 @@ class Keys:
                         if core.supply.withdraw_locked(r.live.entry_key)]
         news = [NewPut(s, indexed[i], remember) for s, i in zip(staged, new, strict=True)]
         if not news and not revisits:
-            return result  # every key live or seen: nothing to commit
+            return answered()  # every key live or seen: nothing to commit
         now = core.clock()
         edit = self._book.admitter(news, [r for _, r in revisits], now)
         landing = _Landing(core, self._puts, news, [r for _, r in revisits], tx is not None)
@@ -157,7 +167,7 @@ class Keys:
                 result[i] = True
             for i, r in revisits:
                 result[i] = r.data is not None
-            return result
+            return answered()
         try:
             landing.note(self._store.run(edit))
         except BaseException:
@@ -168,7 +178,7 @@ class Keys:
             result[i] = ok
         for (i, r), ok in zip(revisits, landing.revised, strict=True):
             result[i] = ok and r.data is not None
-        return result
+        return answered()
 
     @staticmethod
     def _revisit(

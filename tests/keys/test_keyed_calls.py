@@ -169,3 +169,23 @@ def test_a_failed_block_gives_back_what_its_puts_by_key_took(path) -> None:
         assert [q.get_nowait(), q.get_nowait()] == ["x", "y"]
         clock.advance(101)
         assert q.get_nowait() == "waiting"
+
+
+def test_a_key_twice_in_a_batch_with_replace_answers_as_its_first_put(path) -> None:
+    """With ``replace=True`` a later put of a key in the same batch revises the first one's
+    item; it answered True even when the first was not stored at all (its key seen, or its
+    item held), so the caller counted an item that was never stored."""
+    with ackqueue.AckQueue(path, unique="forever") as q, q.connect() as c:
+        assert q.put("a", key="seen") is True
+        c.ack(c.get_nowait())
+        assert q.put("h0", key="held") is True
+        held = c.get_nowait()
+        assert q.put_many(["b1", "b2"], keys=["seen", "seen"], replace=True) == [False, False]
+        assert q.put_many(["h1", "h2"], keys=["held", "held"], replace=True) == [False, False]
+        assert q.put_many(["n1", "n2"], keys=["new", "new"], replace=True) == [True, True]
+        c.ack(held)
+        assert q.qsize() == 1 and q.get_nowait() == "n2"
+        with q.transaction():
+            assert q.put_many(["s1", "s2"], keys=["seen", "seen"], replace=True) == [False] * 2
+            assert q.put_many(["m1", "m2"], keys=["more", "more"], replace=True) == [True] * 2
+        assert q.qsize() == 1 and q.get_nowait() == "m2"
