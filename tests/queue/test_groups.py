@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -332,3 +333,127 @@ def test_get_many_respects_the_cap_of_each_group(qpath: str) -> None:
         q.put_many(["b0", "b1", "b2"], group="b")
         got = c.get_many(10)
         assert got == [0, "b0", 1, "b1"]
+
+
+def test_an_item_given_back_by_a_closed_consumer_frees_its_groups_place(qpath: str) -> None:
+    """Closing a consumer gives back what it held without settling it: the item is ready
+    again and out no longer, so its group, at ``max_held_per_group``, delivers again."""
+    with AckQueue(qpath, max_held_per_group=1) as q:
+        q.put_many(["a0", "a1"], group="a")
+        with q.connect() as first:
+            assert first.get_nowait() == "a0"
+        with q.connect() as second:
+            again = second.get_nowait()
+            assert again == "a0"
+            second.ack(again)
+            assert second.get_nowait() == "a1"
+
+
+def test_a_paused_group_delivers_again_once_its_pause_runs_out() -> None:
+    clock = ManualClock(1000.0)
+    with AckQueue(None, clock=clock) as q, q.connect() as c:
+        q.put("a0", group="a")
+        q.pause_group("a", 60)
+        assert drain_held(c) == []
+        clock.advance(60)  # no resume: the pause ends by itself
+        assert drain_held(c) == ["a0"]
+
+
+def test_the_interval_of_items_without_a_group_outlasts_another_groups_interval() -> None:
+    """Each group's interval runs on its own clock: group "a"'s interval ending must not end
+    the interval of the items put without a group, which began later."""
+    clock = ManualClock(1000.0)
+    with AckQueue(None, clock=clock, group_interval=10) as q, q.connect() as c:
+        q.put_many(["a0", "a1"], group="a")
+        assert drain_held(c) == ["a0"]
+        clock.advance(5)
+        q.put_many(["n0", "n1"])
+        assert drain_held(c) == ["n0"]
+        clock.advance(5)  # "a" may deliver again; the ungrouped items wait until 1015
+        q.put("n2")
+        assert drain_held(c) == ["a1"]
+        clock.advance(5)
+        assert drain_held(c) == ["n1"]
+
+
+def test_groups_whose_intervals_end_at_once_both_deliver_again() -> None:
+    clock = ManualClock(1000.0)
+    with AckQueue(None, clock=clock, group_interval=10) as q, q.connect() as c:
+        q.put_many(["n0", "n1"])
+        q.put_many(["a0", "a1"], group="a")
+        assert drain_held(c) == ["n0", "a0"]
+        clock.advance(10)
+        assert drain_held(c) == ["n1", "a1"]
+
+
+def test_maxsize_frees_the_place_of_a_grouped_item_removed_by_key(qpath: str) -> None:
+    with AckQueue(qpath, maxsize=3) as q:
+        for n in range(3):
+            q.put(f"a{n}", key=f"a{n}", group="a")
+        q.remove("a1")
+        q.put_nowait("b0", group="b")
+        with pytest.raises(ackqueue.Full):
+            q.put_nowait("b1", group="b")
+
+
+def test_maxsize_frees_the_places_of_a_removed_group_and_only_those(qpath: str) -> None:
+    with AckQueue(qpath, maxsize=3) as q:
+        q.put_many(["a0", "a1"], group="a")
+        q.put("b0", group="b")
+        assert q.remove_group("a") == 2
+        q.put_nowait("c0", group="c")
+        q.put_nowait("c1", group="c")
+        with pytest.raises(ackqueue.Full):
+            q.put_nowait("c2", group="c")
+
+
+def test_a_long_ungrouped_backlog_beside_a_group_is_delivered_once_and_in_order(
+    qpath: str,
+) -> None:
+    """At open the items without a group stay in a lazy backlog, read a page at a time
+    (more than one here) past the grouped entries; each page goes on after the last."""
+    with AckQueue(qpath) as q:
+        q.put("a0", group="a")
+        q.put_many(range(150))
+    with AckQueue(qpath) as q, q.connect() as c:
+        assert drain_held(c) == [0, "a0", *range(1, 150)]
+
+
+def test_an_immediate_shutdown_leaves_nothing_ready_in_any_group(qpath: str) -> None:
+    with AckQueue(qpath, max_held_per_group=1) as q, q.connect() as c:
+        q.put_many(["a0", "a1"], group="a")
+        q.put("n0")
+        assert c.get_nowait() == "a0"
+        q.shutdown(immediate=True)
+        assert q.qsize() == 0 and q.empty()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"max_held_per_group": 1.5}, TypeError,
+         "max_held_per_group must be a positive int or None, not float 1.5"),
+        ({"max_held_per_group": 0}, ValueError,
+         "max_held_per_group must be at least 1 (or None for no cap), not 0"),
+        ({"group_interval": "1"}, TypeError,
+         "group_interval must be a number of seconds, not str '1'"),
+        ({"group_interval": -1}, ValueError,
+         "group_interval must be a finite number of seconds >= 0, not -1"),
+    ],
+)
+def test_bad_group_options_are_refused_with_a_message_naming_what_was_given(
+    qpath: str, options: dict[str, object], error: type, message: str
+) -> None:
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        AckQueue(qpath, **options)  # type: ignore[arg-type]
+
+
+def test_a_bad_group_name_is_refused_with_a_message_naming_what_was_given(qpath: str) -> None:
+    with AckQueue(qpath) as q:
+        with pytest.raises(TypeError, match="^" + re.escape(
+            "group must be a str (a host name, say) or None, not int 3; convert it with str() "
+            "if that is what you mean") + "$"):
+            q.put("x", group=3)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="^" + re.escape(
+            "name the group as the str given to put(group=), not bytes b'a'") + "$"):
+            q.pause_group(b"a", 1)  # type: ignore[arg-type]
