@@ -13,6 +13,7 @@ conflict; anything a caller does in memory happens after ``run`` returns.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import random
 import threading
@@ -198,9 +199,13 @@ class GroupCommitter:
         describe_failure: Callable[[BaseException], BaseException],
         syncer: Syncer | None = None,
         hooks: CommitHooks | None = None,
+        last_commit: Callable[[], object] | None = None,
     ) -> None:
+        """``last_commit``: the database's latest commit (``DB.lastTransaction``), which says
+        whether a change that failed ran on a view that has moved on since."""
         self._tm = transaction_manager
         self._hooks = hooks
+        self._last_commit = last_commit
         self._describe_failure = describe_failure
         self._syncer = syncer
         self._lock = threading.Lock()
@@ -354,17 +359,27 @@ class GroupCommitter:
             return None
 
     def _apply_and_commit(self, batch: list[_Change]) -> int | None:
-        self._tm.begin()
-        hooks = self._hooks
-        if hooks is not None:
-            hooks.begin()
-        for change in batch:
-            try:
-                change.result = change.apply()
-            except (ConflictError, POSStorageError):  # the storage's fault (a ZEO server away)
-                raise
-            except Exception as exc:  # the change's own fault: it fails alone
-                change.error = exc
+        hooks, last_commit = self._hooks, self._last_commit
+        for tries in itertools.count(1):
+            self._tm.begin()
+            if hooks is not None:
+                hooks.begin()
+            seen = last_commit() if last_commit is not None else None
+            if self._apply_all(batch):
+                break
+            # A change failed after editing part of what it edits: those edits are in this
+            # transaction. Start again without it (a change can be applied again, as after a
+            # conflict), so that it changes nothing and the others commit whole. If another
+            # commit came in meanwhile, the failure may be the stale view's (as a conflict
+            # would say at the commit): every change gets a try on the new one.
+            self._tm.abort()
+            if (last_commit is not None and last_commit() != seen
+                    and tries < MAX_CONFLICT_RETRIES):
+                for change in batch:
+                    change.error = None
+        if all(change.error is not None for change in batch):
+            self._tm.abort()  # nothing left to commit
+            return None
         if hooks is not None:
             hooks.before_commit()
         if self._syncer is None:
@@ -377,6 +392,21 @@ class GroupCommitter:
         if hooks is not None:
             hooks.committed()
         return mark
+
+    @staticmethod
+    def _apply_all(batch: list[_Change]) -> bool:
+        """Apply each change not failed yet; False as soon as one fails (its error set)."""
+        for change in batch:
+            if change.error is not None:
+                continue
+            try:
+                change.result = change.apply()
+            except (ConflictError, POSStorageError):  # the storage's fault (a ZEO server away)
+                raise
+            except Exception as exc:  # the change's own fault: it fails alone
+                change.error = exc
+                return False
+        return True
 
     def _finish(self) -> None:
         """Commit the transaction; a commit the storage made and then reported failed (see

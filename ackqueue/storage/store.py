@@ -139,7 +139,8 @@ class Store:
             self.counts = counting.LogCounts(storage, self.writer, self._tm)
             counting.attach(self.writer, self.counts)
         self._committer = GroupCommitter(
-            self._tm, self._describe_failure, self.engine.syncer(storage), hooks=self.counts
+            self._tm, self._describe_failure, self.engine.syncer(storage), hooks=self.counts,
+            last_commit=self.db.lastTransaction,
         )
         self._repair = self.engine.write_repair(storage, where)
         self.file_path: str | None = self.engine.file(storage)

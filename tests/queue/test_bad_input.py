@@ -314,3 +314,29 @@ def test_tilde_is_expanded_and_bytes_and_pathlike_paths_name_the_same_file(tmp_p
         q.put("by bytes")
     with ackqueue.AckQueue(tmp_path / "jobs.fs") as q:
         assert [q.get_nowait(), q.get_nowait()] == ["by tilde", "by bytes"]
+
+
+def test_a_batch_or_block_that_fails_inside_its_commit_stores_none_of_its_items(tmp_path):
+    """A priority queue's items must compare: an empty one finds out inside the commit, after
+    the first items of a batch were written. Those were committed anyway, though the call
+    raised (and after a reopen the queue held them; a key put so stayed taken for good)."""
+    path = str(tmp_path / "q.fs")
+
+    def block(q: ackqueue.PriorityAckQueue) -> None:
+        with q.transaction():
+            q.put(5, key="a")
+            q.put("x")
+
+    for attempt in (
+        lambda q: q.put_many([5, "x"]),
+        lambda q: q.put_many([5, "x"], keys=["a", "b"]),
+        block,
+    ):
+        with ackqueue.PriorityAckQueue(path) as q:
+            with pytest.raises(TypeError):
+                attempt(q)
+            assert q.qsize() == 0
+        with ackqueue.PriorityAckQueue(path) as q:
+            assert q.qsize() == 0  # nothing of it was stored
+            assert q.put(6, key="a") is True  # its key is free
+            assert q.get_nowait() == 6

@@ -146,8 +146,8 @@ def writer(tmp_path):
 
 
 def committer_of(writer, syncer=None) -> GroupCommitter:
-    storage, _db, conn, tm = writer
-    committer = GroupCommitter(tm, Described, syncer)
+    storage, db, conn, tm = writer
+    committer = GroupCommitter(tm, Described, syncer, last_commit=db.lastTransaction)
     committer.run(lambda: conn.root().__setitem__("n", 0))
     return committer
 
@@ -465,3 +465,41 @@ def test_the_commit_hooks_run_around_each_attempt_and_committed_only_after_succe
     hooks.calls.clear()
     committer.run(bump)
     assert hooks.calls == ["begin", "before_commit", "begin", "before_commit", "committed"]
+
+
+def test_a_change_that_fails_partway_changes_nothing_and_the_rest_of_its_group_commits(writer):
+    """A change that raises after it edited part of what it edits fails alone, and nothing of
+    it is committed: its earlier edits went in with the rest of its group (a review: a batch
+    put on a priority queue whose items do not compare raised, and its first items were
+    stored anyway, one of them holding its key for good)."""
+    _storage, db, conn, _tm = writer
+    committer = committer_of(writer)
+    applying, release = threading.Event(), threading.Event()
+
+    def slow() -> None:  # holds the committer while the two changes below queue up
+        applying.set()
+        assert release.wait(10)
+
+    def half_then_fail() -> None:
+        conn.root()["half"] = "written before the failure"
+        raise ValueError("the change's own fault")
+
+    def whole() -> str:
+        conn.root()["whole"] = "written"
+        return "done"
+
+    leader, _ = in_thread(lambda: committer.run(slow))
+    assert applying.wait(5)
+    failing, failed = in_thread(lambda: committer.run(half_then_fail))
+    passing, passed = in_thread(lambda: committer.run(whole))
+    wait_until(lambda: len(committer._pending) == 2, 10, "both changes waiting: one group")
+    release.set()
+    for thread in (leader, failing, passing):
+        thread.join(10)
+    assert isinstance(failed[0], ValueError) and passed == ["done"]
+    check = db.open()
+    try:
+        assert check.root().get("whole") == "written"
+        assert "half" not in check.root()
+    finally:
+        check.close()
