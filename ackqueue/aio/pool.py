@@ -38,7 +38,7 @@ from ackqueue.errors import (
     ShutDown,
     StorageUnreachableError,
 )
-from ackqueue.workers.board import RETRY_SETTLE_SECONDS
+from ackqueue.workers.board import RETRY_SETTLE_SECONDS, lease_ran_out
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
 
@@ -182,6 +182,7 @@ class AsyncWorkerPool:
         assert self._workers_done is not None
         # Backlog reads on a thread: the workers and settlers run on meanwhile.
         async with self.queue.connect(takes_on_threads=True) as consumer:
+            feeder.consumer = consumer
             settlers = [
                 asyncio.create_task(self._settle_loop(feeder, consumer)) for _ in range(SETTLERS)
             ]
@@ -317,12 +318,15 @@ class AsyncWorkerPool:
                 item, feeder, got_at = got
                 if buffer.qsize() < self._refill_below() and self._need_more is not None:
                     self._need_more.set()
-                if (lease is not None and time.monotonic() - got_at >= lease) or may_be_void(
-                    got_at
-                ):
-                    # Taken back already (its lease ran out while it waited in the buffer, or
-                    # this process was stopped past its shared session's lease): another may
-                    # have it, or have acked it. As the thread pool's workers do.
+                if lease is not None and time.monotonic() - got_at >= lease:
+                    # Its lease ran out while it waited in the buffer (as the thread pool's
+                    # workers): nothing to give back once the queue took it back.
+                    if not lease_ran_out(feeder.consumer, item, got_at, lease):
+                        feeder.hand_back(item, _UNSTARTED)
+                    continue
+                if may_be_void(got_at):
+                    # This process was stopped past its shared session's lease: another may
+                    # have it, or have acked it; a nack, fenced, gives back only what is ours.
                     feeder.hand_back(item, _UNSTARTED)
                     continue
                 self._running += 1
@@ -493,6 +497,7 @@ class Feeder:
     """One feeder's own state: what the workers hand back to it, to settle on its consumer."""
 
     def __init__(self) -> None:
+        self.consumer: AsyncConsumer[Any] | None = None
         self.results: collections.deque[tuple[Any, object]] = collections.deque()
         self.ready = asyncio.Event()  # results are waiting, or the pool is closing
         self.settling = 0

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ackqueue.errors import NotHeldError
 from ackqueue.workers.stats import PoolStats
 
 # Without a prefetch given, a pool holds about this many seconds of work ahead of its workers,
@@ -35,6 +36,7 @@ class Settler(Protocol):
 
     results: collections.deque[tuple[Any, object]]
     wake: threading.Event
+    consumer: Any  # what it holds its items on (see lease_ran_out)
 
     def hand_back(self, item: Any, outcome: object) -> None: ...
 
@@ -174,3 +176,16 @@ class Board:
 # What a worker hands back to a feeder for one item: None for success, the exception for a
 # failure, UNSTARTED for an item it gives back without running the handler.
 UNSTARTED = object()
+
+
+def lease_ran_out(consumer: Any, item: Any, got_at: float, lease: float) -> bool:
+    """Whether the hold on ``item`` that a pool got at ``got_at`` (``time.monotonic()``, after
+    the get returned) is gone: taken back by the queue once its lease ran out. A hold the
+    consumer finds for an equal item (a small int: the same object) that was got later is
+    another delivery, not this one: giving that back would undo the redelivery."""
+    got_wall = time.time() - (time.monotonic() - got_at)
+    try:
+        # A redelivery comes a whole lease after the first one: half of it tells them apart.
+        return bool(consumer.delivery(item).got_at > got_wall + lease / 2)
+    except NotHeldError:
+        return True

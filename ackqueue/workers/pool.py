@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any, Generic, TypeVar
 
 from ackqueue.queue.queues import AckQueue
-from ackqueue.workers.board import MOST_PREFETCH, UNSTARTED, Board
+from ackqueue.workers.board import MOST_PREFETCH, UNSTARTED, Board, lease_ran_out
 from ackqueue.workers.feeder import Feeder
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.retry import Retry
@@ -239,11 +239,17 @@ class WorkerPool(Generic[T]):
                     continue
                 if buffer and board.waiting:
                     board.wake_one()  # more is left: pass the wake-up on
-                expired = lease is not None and time.monotonic() - got_at >= lease
-                if expired or may_be_void(got_at):
-                    # Taken back already (its lease ran out, or this process was stopped past
-                    # its shared session's lease): another may have it, or have acked it.
+                if lease is not None and time.monotonic() - got_at >= lease:
+                    # Its lease ran out while it waited in the buffer. Taken back by the queue
+                    # (and maybe delivered again, to us too): nothing of it to give back. Not
+                    # yet (the queue's timer is late, or its clock a manual one): given back.
+                    if lease_ran_out(feeder.consumer, item, got_at, lease):
+                        continue
                     outcome: object = UNSTARTED
+                elif may_be_void(got_at):
+                    # This process was stopped past its shared session's lease: another may
+                    # have it, or have acked it; a nack, fenced, gives back only what is ours.
+                    outcome = UNSTARTED
                 else:
                     running[index] = True
                     try:

@@ -219,6 +219,8 @@ def test_buffered_items_whose_lease_ran_out_are_not_handled_from_the_stale_buffe
             await asyncio.sleep(0.45)  # a slow job: every lease of that first batch runs out
 
     async def main() -> ackqueue.PoolStats:
+        # The items are small ints: a redelivery of one is the same object as its stale copy
+        # in the buffer, and giving the copy back gave back the redelivery (run twice).
         async with AsyncAckQueue(qpath, ack_timeout=0.3) as q:
             await q.put_many(range(4))
             pool = AsyncWorkerPool(q, handler, concurrency=1, prefetch=4)
