@@ -75,7 +75,7 @@ class Supply:
             for key in self.delays.due_at_open:
                 self.ready.offer(key)
             for key, when in self.delays.pending.values():
-                timers.at_wall(when, self._fall_due_callback(key))
+                timers.at_wall(when, self._fall_due_callback(key, when))
             # Under the mutex: in shared mode the session's watcher reads through the same
             # book as soon as the index exists.
             tasks.unfinished = self.ready_total() + len(self.delays)
@@ -139,7 +139,7 @@ class Supply:
         """A stored ``key`` is ready now, or once ``due`` has passed."""
         if due and due > self._clock() and not self._life.drained:
             self.delays.add(key, due)
-            self._timers.at_wall(due, self._fall_due_callback(key))
+            self._timers.at_wall(due, self._fall_due_callback(key, due))
             # A delayed key takes no place under maxsize, and may have held one until now (a
             # put landing, a waiting item given a later time): a put waiting for room goes on.
             notify_waiting(self._signals.not_full)
@@ -235,9 +235,12 @@ class Supply:
             self._withdrawn.add(self._order.key_id(key))
         return True
 
-    def _fall_due_callback(self, key: Any) -> Callable[[], None]:
+    def _fall_due_callback(self, key: Any, due: float | None = None) -> Callable[[], None]:
+        """What the timer of ``key``'s delay until ``due`` does (a timer is never cancelled:
+        one whose delay was since replaced, by a later time, finds another due there)."""
+
         def fall_due() -> None:
-            if self.delays.fall_due(key):
+            if self.delays.fall_due(key, due):
                 self.offer_locked(key)
 
         return fall_due
@@ -345,6 +348,12 @@ class Delays:
     def add(self, key: Any, due: float) -> None:
         self.pending[self._key_id(key)] = (key, due)
 
-    def fall_due(self, key: Any) -> bool:
-        """Take ``key`` out of the delayed ones; False if it was not there (any more)."""
-        return self.pending.pop(self._key_id(key), None) is not None
+    def fall_due(self, key: Any, due: float | None = None) -> bool:
+        """Take ``key`` out of the delayed ones; False if it was not there (any more), or, given
+        ``due``, is there until another time (its delay was replaced since)."""
+        key_id = self._key_id(key)
+        found = self.pending.get(key_id)
+        if found is None or (due is not None and found[1] != due):
+            return False
+        del self.pending[key_id]
+        return True

@@ -270,3 +270,27 @@ def test_a_payload_replaced_before_its_first_delivery_is_what_the_get_returns(pa
             assert got == "v2"
             c.ack(got)
         assert drain(q) == ["plain"]
+
+
+def test_a_payload_replaced_with_a_later_due_time_waits_for_it(path):
+    """The first put's timer still ran when its time came, and took the item (due later now)
+    out of the delayed ones: handed out at the old time (a review: got after 1 s, due at 4),
+    though a reopen would have kept it waiting. The same for an item given back with a
+    longer delay than the one it had."""
+    clock = ManualClock()
+    with ackqueue.AckQueue(path, clock=clock) as q:
+        assert q.put("v1", key="k", delay=10) is True
+        assert q.put("v2", key="k", replace=True, delay=40) is True
+        clock.advance(11)
+        assert q.qsize() == 0 and q.delayed_count() == 1
+        clock.advance(30)
+        assert q.qsize() == 1 and q.get_nowait() == "v2"
+        assert q.put("job", key="j", delay=10) is True
+        assert q.put("job", key="j") is False  # due at once: its timer is still set for 10 s
+        with q.connect() as c:
+            job = c.get_nowait()
+            c.nack(job, delay=30)
+            clock.advance(11)
+            assert q.qsize() == 0 and q.delayed_count() == 1
+            clock.advance(20)
+            assert c.get_nowait() == "job"
