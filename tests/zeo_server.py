@@ -6,6 +6,7 @@ back, which is what ZEO's reconnection is for.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -100,3 +102,24 @@ def zeo_server(tmp_path) -> Iterator[ZEOServer]:
         yield server
     finally:
         server.close()
+
+
+@contextlib.contextmanager
+def two_clients(server: ZEOServer) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """The default queue on ``server`` twice, the second through a client of its own (as if
+    another process), with a consumer each: ``(q, other, c, o)``."""
+    import ZEO
+
+    import ackqueue
+
+    db = ZEO.DB(server.addr)
+    try:
+        with (
+            ackqueue.AckQueue(server.uri) as q,
+            ackqueue.AckQueue(db=db) as other,
+            q.connect() as c,
+            other.connect() as o,
+        ):
+            yield q, other, c, o
+    finally:
+        db.close()

@@ -1,19 +1,23 @@
-"""Interleavings of threads in one process sharing a queue over ZEO, replayed step by step.
+"""Interleavings of threads and processes sharing a queue over ZEO, replayed step by step.
 
 In shared mode a thread may find a new item in the store (the watcher refreshed the view after
 the put's commit) and take it before the thread that put it has made it ready in memory. That
 late "ready" must not give the taker's hold away: once it did, the item went to another process
-while its taker still worked on it, and the taker's ack failed with LeaseExpiredError.
+while its taker still worked on it, and the taker's ack failed with LeaseExpiredError. And
+another process may act between a get's look at the store and the commit of its take: delay
+the item, or reap this process's session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import ZEO
-from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+from zeo_server import ZEOServer, two_clients, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
 
@@ -63,41 +67,18 @@ def test_an_item_another_process_delays_between_the_look_and_the_take_is_not_han
     in between, the take found it neither held nor done and took it: handed out an hour
     early (a review's two processes: most of what one of them got, 3 runs of 3). The take
     checks the due time too."""
-    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
-    try:
-        with (
-            ackqueue.AckQueue(zeo_server.uri) as q,
-            ackqueue.AckQueue(db=db) as other,
-            q.connect() as c,
-            other.connect() as o,
-        ):
-            q.put("job")
-            mode = q._mode
-            real = mode._take_change
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put("job")
 
-            def take_change(claims: list, remove: bool):
-                take = real(claims, remove)
-                meddled: list[bool] = []
+        def delay_it() -> None:
+            o.nack(o.get(timeout=10), delay=3600)
 
-                def meddling_take():
-                    if not meddled:  # between this process's look and its take
-                        meddled.append(True)
-                        item = o.get(timeout=10)
-                        o.nack(item, delay=3600)
-                    return take()
-
-                return meddling_take
-
-            mode._take_change = take_change
-            with pytest.raises(ackqueue.Empty):
-                if how == "get":
-                    c.get(timeout=1)
-                else:
-                    q.get(timeout=1)
-            mode._take_change = real
-            assert q.unacked_count() == 0 and other.delayed_count() == 1
-    finally:
-        db.close()
+        with pytest.raises(ackqueue.Empty), before_the_first_take(q, delay_it):
+            if how == "get":
+                c.get(timeout=1)
+            else:
+                q.get(timeout=1)
+        assert q.unacked_count() == 0 and other.delayed_count() == 1
 
 
 def test_an_item_taken_by_a_session_reaped_meanwhile_comes_back(
@@ -108,44 +89,43 @@ def test_an_item_taken_by_a_session_reaped_meanwhile_comes_back(
     the other read: the hold was stored under a session that no longer exists, which no reap
     would ever clear, and no process could get the item again (a review: 4 runs of 7 with a
     SIGSTOP in that window). A hold whose session is gone is void."""
-    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    with two_clients(zeo_server) as (q, other, c, o):
+        # A take of this session's first marks it as one that takes items, a write that a
+        # reap racing it conflicts with: the race is with a later take.
+        q.put("first")
+        c.ack(c.get(timeout=10))
+        q.put("job")
+
+        def reap_it() -> None:  # the other process finds this session lapsed, an hour on
+            other._mode.session.reap(time.time() + 3600)
+
+        with contextlib.suppress(ackqueue.Empty), before_the_first_take(q, reap_it):
+            c.get(timeout=1)  # whatever it got, its hold is void
+        q._mode.session.confirm()  # this process learns its session was reaped
+        assert o.get(timeout=10) == "job"
+
+
+@contextlib.contextmanager
+def before_the_first_take(q: ackqueue.AckQueue, meddle: Callable[[], None]) -> Iterator[None]:
+    """Run ``meddle`` (another process's doing) once, inside the next take's transaction:
+    after this process's look found the item ready, before its take is committed."""
+    mode = q._mode
+    real = mode._take_change
+    meddled: list[bool] = []
+
+    def take_change(claims: list[Any], remove: bool) -> Callable[[], Any]:
+        take = real(claims, remove)
+
+        def meddling_take() -> Any:
+            if not meddled:
+                meddled.append(True)
+                meddle()
+            return take()
+
+        return meddling_take
+
+    mode._take_change = take_change
     try:
-        with (
-            ackqueue.AckQueue(zeo_server.uri) as q,
-            ackqueue.AckQueue(db=db) as other,
-            q.connect() as c,
-            other.connect() as o,
-        ):
-            # A take of this session's first marks it as one that takes items, a write that
-            # a reap racing it conflicts with: the race is with a later take.
-            q.put("first")
-            c.ack(c.get(timeout=10))
-            q.put("job")
-            mode = q._mode
-            real = mode._take_change
-
-            reaped: list[bool] = []
-
-            def take_change(claims: list, remove: bool):
-                take = real(claims, remove)
-
-                def reaped_meanwhile():
-                    if not reaped:
-                        # The other process finds this session lapsed (an hour from now) and
-                        # reaps it, after this take's transaction began.
-                        reaped.append(True)
-                        other._mode.session.reap(time.time() + 3600)
-                    return take()
-
-                return reaped_meanwhile
-
-            mode._take_change = take_change
-            try:
-                with contextlib.suppress(ackqueue.Empty):
-                    c.get(timeout=1)  # whatever it got, its hold is void
-            finally:
-                mode._take_change = real
-            mode.session.confirm()  # this process learns its session was reaped
-            assert o.get(timeout=10) == "job"
+        yield
     finally:
-        db.close()
+        mode._take_change = real

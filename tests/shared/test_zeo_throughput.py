@@ -23,7 +23,7 @@ import ZODB.Connection
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from polling import bounded, wait_until
-from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
+from zeo_server import ZEOServer, two_clients, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
 from ackqueue.records import ShardedIndex, queues_of
@@ -87,32 +87,23 @@ def test_a_plain_open_deletes_entries_left_done_and_never_delivers_them(tmp_path
 def test_two_consuming_sessions_take_from_stripes_of_their_own(
     zeo_server: ZEOServer,  # noqa: F811
 ) -> None:
-    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
-    try:
-        with (
-            ackqueue.AckQueue(zeo_server.uri) as q,
-            ackqueue.AckQueue(db=db) as other,
-            q.connect() as c,
-            other.connect() as o,
-        ):
-            q.put_many(list(range(40)))
-            for consumer in (c, o):  # both are consuming sessions now
-                consumer.nack(consumer.get(timeout=10))
-            for queue in (q, other):
-                index = queue._supply.ready
-                wait_until(lambda index=index: index._stripes == 2 or index.refresh(), 10,
-                           "both sessions to see two consuming sessions")
-            mine = [c.get(timeout=10) for _ in range(8)]
-            theirs = [o.get(timeout=10) for _ in range(8)]
-            assert len({n % 2 for n in mine}) == 1, mine
-            assert len({n % 2 for n in theirs}) == 1, theirs
-            assert {n % 2 for n in mine} != {n % 2 for n in theirs}
-            for item in mine:
-                c.ack(item)
-            for item in theirs:
-                o.ack(item)
-    finally:
-        db.close()
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put_many(list(range(40)))
+        for consumer in (c, o):  # both are consuming sessions now
+            consumer.nack(consumer.get(timeout=10))
+        for queue in (q, other):
+            index = queue._supply.ready
+            wait_until(lambda index=index: index._stripes == 2 or index.refresh(), 10,
+                       "both sessions to see two consuming sessions")
+        mine = [c.get(timeout=10) for _ in range(8)]
+        theirs = [o.get(timeout=10) for _ in range(8)]
+        assert len({n % 2 for n in mine}) == 1, mine
+        assert len({n % 2 for n in theirs}) == 1, theirs
+        assert {n % 2 for n in mine} != {n % 2 for n in theirs}
+        for item in mine:
+            c.ack(item)
+        for item in theirs:
+            o.ack(item)
 
 
 def test_a_consumer_beside_an_idle_consuming_session_still_gets_every_item(
