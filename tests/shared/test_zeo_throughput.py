@@ -112,30 +112,21 @@ def test_a_consumer_beside_an_idle_consuming_session_still_gets_every_item(
     """Stripes must not hide items: a consumer whose stripe is done steals from the head, so
     beside another consuming session that takes nothing (idle, or dead and not yet reaped)
     it still gets everything, not only its own stripe (found by the async kill test)."""
-    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
-    try:
-        with (
-            ackqueue.AckQueue(zeo_server.uri) as q,
-            ackqueue.AckQueue(db=db) as other,
-            q.connect() as c,
-            other.connect() as o,
-        ):
-            q.put_many(list(range(40)))
-            o.nack(o.get(timeout=10))  # a consuming session, which then takes nothing
-            c.nack(c.get(timeout=10))
-            index = q._supply.ready
-            wait_until(lambda: index._stripes == 2 or index.refresh(), 10,
-                       "this session to see two consuming sessions")
-            got = []
-            for _ in bounded(100_000, "draining the queue"):
-                try:
-                    got.append(c.get_nowait())
-                except ackqueue.Empty:
-                    break
-            assert sorted(got) == list(range(40))
-            c.ack_many(got)
-    finally:
-        db.close()
+    with two_clients(zeo_server) as (q, _other, c, o):
+        q.put_many(list(range(40)))
+        o.nack(o.get(timeout=10))  # a consuming session, which then takes nothing
+        c.nack(c.get(timeout=10))
+        index = q._supply.ready
+        wait_until(lambda: index._stripes == 2 or index.refresh(), 10,
+                   "this session to see two consuming sessions")
+        got = []
+        for _ in bounded(100_000, "draining the queue"):
+            try:
+                got.append(c.get_nowait())
+            except ackqueue.Empty:
+                break
+        assert sorted(got) == list(range(40))
+        c.ack_many(got)
 
 
 def test_a_consumer_in_a_loop_gets_its_next_item_without_a_commit(
