@@ -38,7 +38,7 @@ from ackqueue.errors import (
     ShutDown,
     StorageUnreachableError,
 )
-from ackqueue.workers.board import RETRY_SETTLE_SECONDS, lease_ran_out
+from ackqueue.workers.board import RETRY_SETTLE_SECONDS, buffered_fate
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
 
@@ -318,16 +318,10 @@ class AsyncWorkerPool:
                 item, feeder, got_at = got
                 if buffer.qsize() < self._refill_below() and self._need_more is not None:
                     self._need_more.set()
-                if lease is not None and time.monotonic() - got_at >= lease:
-                    # Its lease ran out while it waited in the buffer (as the thread pool's
-                    # workers): nothing to give back once the queue took it back.
-                    if not lease_ran_out(feeder.consumer, item, got_at, lease):
+                fate = buffered_fate(feeder.consumer, item, got_at, lease, may_be_void)
+                if fate != "handle":
+                    if fate == "give back":
                         feeder.hand_back(item, _UNSTARTED)
-                    continue
-                if may_be_void(got_at):
-                    # This process was stopped past its shared session's lease: another may
-                    # have it, or have acked it; a nack, fenced, gives back only what is ours.
-                    feeder.hand_back(item, _UNSTARTED)
                     continue
                 self._running += 1
                 try:

@@ -303,12 +303,10 @@ class SharedMode:
                     record.vouch(claim.key, entry)
                 if entry is None or entry.done or live_holder(entry, sessions) is not None:
                     results.append(None)  # another process got it first
-                elif entry.not_before > now:
+                elif entry.not_before > now or not admit(entry):
                     # Given back with a delay since our look found it ready (another process
-                    # took it and nacked it so): not due, not ours to hand out.
+                    # took it and nacked it so), or its group may not deliver now.
                     results.append("stopped")
-                elif not admit(entry):
-                    results.append("stopped")  # a hold of another process, say
                 elif remove:
                     self._book.retire_entry(claim.key)  # writes the entry: a racing take conflicts
                     results.append((entry.attempts, None))

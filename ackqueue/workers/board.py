@@ -7,7 +7,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ackqueue.errors import NotHeldError
 from ackqueue.workers.stats import PoolStats
@@ -36,7 +36,7 @@ class Settler(Protocol):
 
     results: collections.deque[tuple[Any, object]]
     wake: threading.Event
-    consumer: Any  # what it holds its items on (see lease_ran_out)
+    consumer: Any  # what it holds its items on (see buffered_fate)
 
     def hand_back(self, item: Any, outcome: object) -> None: ...
 
@@ -178,11 +178,31 @@ class Board:
 UNSTARTED = object()
 
 
-def lease_ran_out(consumer: Any, item: Any, got_at: float, lease: float) -> bool:
-    """Whether the hold on ``item`` that a pool got at ``got_at`` (``time.monotonic()``, after
-    the get returned) is gone: taken back by the queue once its lease ran out. A hold the
-    consumer finds for an equal item (a small int: the same object) that was got later is
-    another delivery, not this one: giving that back would undo the redelivery."""
+Fate = Literal["handle", "give back", "drop"]
+
+
+def buffered_fate(
+    consumer: Any, item: Any, got_at: float, lease: float | None,
+    may_be_void: Callable[[float], bool],
+) -> Fate:
+    """What a pool's worker does with ``item``, got at ``got_at`` (``time.monotonic()``, after
+    the get returned) and taken from the buffer now: handle it; give it back unstarted; or
+    drop it, when its lease ran out meanwhile and the queue took it back (and may have
+    delivered it again, to us too: a nack of this copy would find the new delivery of an
+    equal item, a small int say, and give that back)."""
+    if lease is not None and time.monotonic() - got_at >= lease:
+        # Not taken back yet (the queue's timer is late, or its clock a manual one): ours.
+        return "drop" if _lease_ran_out(consumer, item, got_at, lease) else "give back"
+    if may_be_void(got_at):
+        # This process was stopped past its shared session's lease: another may have it, or
+        # have acked it; a nack, fenced, gives back only what is ours.
+        return "give back"
+    return "handle"
+
+
+def _lease_ran_out(consumer: Any, item: Any, got_at: float, lease: float) -> bool:
+    """Whether the hold on ``item`` got at ``got_at`` is gone: a hold the consumer finds for
+    an equal item that was got later is another delivery, not this one."""
     got_wall = time.time() - (time.monotonic() - got_at)
     try:
         # A redelivery comes a whole lease after the first one: half of it tells them apart.

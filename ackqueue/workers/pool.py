@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any, Generic, TypeVar
 
 from ackqueue.queue.queues import AckQueue
-from ackqueue.workers.board import MOST_PREFETCH, UNSTARTED, Board, lease_ran_out
+from ackqueue.workers.board import MOST_PREFETCH, UNSTARTED, Board, buffered_fate
 from ackqueue.workers.feeder import Feeder
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.retry import Retry
@@ -239,17 +239,11 @@ class WorkerPool(Generic[T]):
                     continue
                 if buffer and board.waiting:
                     board.wake_one()  # more is left: pass the wake-up on
-                if lease is not None and time.monotonic() - got_at >= lease:
-                    # Its lease ran out while it waited in the buffer. Taken back by the queue
-                    # (and maybe delivered again, to us too): nothing of it to give back. Not
-                    # yet (the queue's timer is late, or its clock a manual one): given back.
-                    if lease_ran_out(feeder.consumer, item, got_at, lease):
-                        continue
+                fate = buffered_fate(feeder.consumer, item, got_at, lease, may_be_void)
+                if fate == "drop":
+                    continue
+                if fate == "give back":
                     outcome: object = UNSTARTED
-                elif may_be_void(got_at):
-                    # This process was stopped past its shared session's lease: another may
-                    # have it, or have acked it; a nack, fenced, gives back only what is ours.
-                    outcome = UNSTARTED
                 else:
                     running[index] = True
                     try:
