@@ -129,3 +129,35 @@ def before_the_first_take(q: ackqueue.AckQueue, meddle: Callable[[], None]) -> I
         yield
     finally:
         mode._take_change = real
+
+
+@pytest.mark.parametrize("action", ["remove", "put replace"])
+def test_a_keyed_item_under_a_void_hold_can_be_removed_or_replaced_by_key(
+    zeo_server: ZEOServer, action: str  # noqa: F811
+) -> None:
+    """The void hold of the test above no longer blocked a get; it still blocked a remove by
+    key (KeyHeldError) and a put by key with ``replace=True`` (answered False: "held"), until
+    some process got the item and settled it."""
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put("first")
+        c.ack(c.get(timeout=10))
+        q.put("job", key="k")
+
+        def reap_it() -> None:
+            other._mode.session.reap(time.time() + 3600)
+
+        with contextlib.suppress(ackqueue.Empty), before_the_first_take(q, reap_it):
+            c.get(timeout=1)
+        q._mode.session.confirm()
+        if action == "remove":
+            other.remove("k")
+            with pytest.raises(ackqueue.Empty):
+                o.get(timeout=0.5)
+            # Each process's count follows once its view has the removal.
+            deadline = time.monotonic() + 10
+            while (other.qsize(), q.qsize()) != (0, 0) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert (other.qsize(), q.qsize()) == (0, 0)
+        else:
+            assert other.put("new job", key="k", replace=True) is True
+            assert o.get(timeout=10) == "new job"
