@@ -97,15 +97,18 @@ class LogCounts:
         self._fold.add(record._p_oid)  # anchors the Length at this commit: a short replay
 
     def stop(self, record: Any) -> None:
-        """Fold ``record``'s count and keep it in the Length again (inside a change)."""
+        """Fold ``record``'s count and keep it in the Length again (inside a change).
+
+        Memory changes only once the commit is in (:meth:`committed`): a change may be
+        applied again (a conflict, or another change of its group failing partway), and the
+        second application must find what the first one did."""
         oid = record._p_oid
         record.length.change(self._pending.get(oid, 0) + self._txn.pop(oid, 0))
         record.counted_in_log = False
         self._fold.discard(oid)
-        name = self._names.pop(oid, None)
+        name = self._names.get(oid)
         if name is not None:
             self._stopped[oid] = name
-        self._pending.pop(oid, None)
 
     # -- the group committer's hooks -------------------------------------------------------
 
@@ -128,6 +131,7 @@ class LogCounts:
         fold = self._fold
         if self._fold_all or self._since_fold >= FOLD_EVERY:
             fold.update(names)
+            fold.difference_update(self._stopped)  # folded by stop() already
         get = self._writer.get
         # The count each queue has once this commit is in: a folded Length holds it all.
         totals: dict[str, int] = {}
@@ -145,6 +149,9 @@ class LogCounts:
 
     def committed(self) -> None:
         folded, names, pending = self._fold, self._names, self._pending
+        for oid in self._stopped:  # no longer deferred: the Length holds it all
+            del names[oid]
+            pending.pop(oid, None)
         for oid, n in self._txn.items():
             if oid not in folded and oid in names:
                 pending[oid] = pending.get(oid, 0) + n

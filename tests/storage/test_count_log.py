@@ -12,9 +12,11 @@ import logging
 import shutil
 import time
 
+import pytest
 import ZODB
 from conftest import stored_counts
 from ZODB import BaseStorage
+from ZODB.POSException import ConflictError
 
 import ackqueue
 from ackqueue.records import ROOT_KEY
@@ -107,6 +109,52 @@ def test_a_queue_closed_and_reopened_while_its_file_stays_open_keeps_its_count(t
     db = ZODB.DB(QueueFileStorage(path, read_only=True))
     try:
         assert db.open().root()[ROOT_KEY]["default"].length() == 4
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("fold_due", [False, True])
+def test_a_close_whose_fold_is_applied_again_still_folds_the_count(
+    tmp_path, monkeypatch, fold_due: bool
+):
+    """A change may be applied twice (a conflict at its commit, or another change of its group
+    failing partway: storage/commit.py). The close's fold took the queue off the deferred list
+    while it was applied, so a second application found nothing to fold: the close left the
+    count to the log, and the queue reopened on the same open file lost the changes folded
+    before (kept in memory only). With ``fold_due``, the commit also folds every deferred
+    count (one was due): the closing queue's, folded by the close, must not be added twice."""
+    monkeypatch.setattr(counts, "FOLD_EVERY", 1000)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, name="other"):  # keeps the file's store open throughout
+        q = ackqueue.AckQueue(path)
+        q.put_many(range(3))
+        q.put(3)
+        log_counts = q._book.store.counts
+        real_stop = log_counts.stop
+        conflicts: list[bool] = []
+
+        def stop_then_conflict(record: object) -> None:
+            if fold_due:
+                log_counts._since_fold = counts.FOLD_EVERY
+            real_stop(record)
+            if not conflicts:  # the first application's commit meets a conflict
+                conflicts.append(True)
+                raise ConflictError("a conflict after the fold's edit")
+
+        monkeypatch.setattr(log_counts, "stop", stop_then_conflict)
+        q.close()
+        monkeypatch.undo()
+        assert conflicts
+        with ackqueue.AckQueue(path) as again:
+            assert again.qsize() == 4
+            again.put(4)
+            assert again.qsize() == 5
+            again._book.store.counts.fold_all(again._book.store.run)
+    assert stored_counts(path)["default"] == (5, 5)
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        record = db.open().root()[ROOT_KEY]["default"]
+        assert not record.counted_in_log and record.length() == 5
     finally:
         db.close()
 
