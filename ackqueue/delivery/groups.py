@@ -75,7 +75,7 @@ class GroupedReadyIndex:
         self._group_of: dict[Any, str] = group_of if group_of is not None else {}
         self._out: dict[Any, Group] = {}  # key id -> group, for keys popped and not back
         self._held: dict[Group, int] = {}
-        self._last_at: dict[Group, float] = {}  # the last delivery, while its interval runs
+        self._last_at: dict[Group, float] = {}  # the last delivery of groups with an interval
         self._paused: dict[Group, float] = {
             g: self._monotonic_end(until) for g, until in (pauses or {}).items()
         }
@@ -268,7 +268,8 @@ class GroupedReadyIndex:
         spaced = 0.0 if last is None else last + self.rules.limits(group)[1]
         due = max(spaced, self._paused.get(group, 0.0))
         if due and due <= now:
-            self._last_at.pop(group, None)
+            # The last delivery is kept: an interval lengthened later is measured from it,
+            # as shared mode measures from the stored one (one float per group).
             self._paused.pop(group, None)
             return 0.0
         return due

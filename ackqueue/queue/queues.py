@@ -439,9 +439,9 @@ class AckQueue(queue.Queue[T], Generic[T]):
         """Give ``group`` its own ``max_held`` (its ``max_held_per_group``) and ``interval``
         (its ``group_interval``) while the queue runs; None for either is the queue's option
         (so ``set_group(g)`` returns ``g`` to the queue's options). Stored, so it holds in every
-        process and after a reopen; the next delivery of the group follows it (a running
-        interval is measured with the new one). A crawler turns a host's delay up when it
-        answers slowly, say."""
+        process and after a reopen; the next delivery of the group follows it (the interval
+        is measured from the group's last delivery, also one it had run out after). A
+        crawler turns a host's delay up when it answers slowly, say."""
         self._groups.set(group, max_held, interval)
 
     # -- dead letters --------------------------------------------------------------------------

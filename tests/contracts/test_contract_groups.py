@@ -9,6 +9,8 @@ item whose group may deliver now, so the tests check only what both modes promis
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import drain
 from contracts.implementations import GIVE_BACK_TIMEOUT
@@ -107,6 +109,28 @@ def test_set_group_interval_spaces_one_group_and_not_the_others(queues) -> None:
         clock.advance(61)
         got.append(c.get(timeout=GIVE_BACK_TIMEOUT))
         assert got[-1] == "a2"
+        c.ack_many(got)
+
+
+def test_an_interval_lengthened_after_it_ran_out_spaces_the_next_delivery(queues) -> None:
+    """The interval is measured from the group's last delivery, whenever it is changed: one
+    process forgot that delivery once the interval had run out, so lengthening it then let
+    the next item go at once (shared mode measured from the stored last delivery)."""
+    clock = ackqueue.ManualClock(1_000_000.0)
+    q = queues(clock=clock)
+    q.put_many(["a1", "a2"], group="a")
+    q.set_group("a", interval=60)
+    with q.connect() as c:
+        got = drain(c)
+        assert got == ["a1"]
+        clock.advance(61)  # a2 may go now...
+        time.sleep(0.1)  # (a watcher or a timer may look at the group meanwhile)
+        q.set_group("a", interval=600)  # ...until the interval grows: 600 s after a1
+        with pytest.raises(ackqueue.Empty):
+            c.get_nowait()
+        clock.advance(540)
+        got.append(c.get(timeout=GIVE_BACK_TIMEOUT))
+        assert got == ["a1", "a2"]
         c.ack_many(got)
 
 
