@@ -90,7 +90,7 @@ class AsyncConsumer(Generic[T]):
         return await take_when_ready(self._listeners, lambda: self._take(take), timeout)
 
     async def _take(self, take: Callable[[], list[T]]) -> list[T]:
-        if self._take_on_loop and current_lane.get() is None:
+        if self._take_on_loop and current_lane() is None:
             return take()  # memory only: no await between the take and the hand-over
         queue = self._queue
         if not queue.qsize() and not queue.closed and not queue.is_shutdown:
@@ -99,7 +99,7 @@ class AsyncConsumer(Generic[T]):
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            if current_lane.get() is None:
+            if current_lane() is None:
                 future.add_done_callback(self._give_back_taken)
             else:  # inside a transaction, whose rollback gives the take back
                 future.add_done_callback(_forget)

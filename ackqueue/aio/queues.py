@@ -80,9 +80,9 @@ class AsyncAckQueue(Generic[T]):
         ``AckQueue.put`` (``priority``, ``delay``, ``group``, ``key`` ...).
 
         Cancelled while it waits for room (``maxsize``), it stores nothing. Once its commit
-        has started it finishes: the put returns, and the cancellation is delivered at the
-        task's next await. So a put that returned is stored, and one that raised
-        ``CancelledError`` is not.
+        has started it finishes: the put returns, and the cancellation is delivered when the
+        task next waits (a timeout that fell meanwhile returns the put's result). So a put
+        that returned is stored, and one that raised ``CancelledError`` or a timeout is not.
         """
         result: bool | None = await self._put(self.sync.put, item, **options)
         return result
@@ -110,7 +110,7 @@ class AsyncAckQueue(Generic[T]):
         def put() -> Any:
             return _put_unless_abandoned(method, args, options, abandoned)
 
-        if current_lane.get() is None:
+        if current_lane() is None:
             # Not on one of the queue's own threads, which the acks that make room need.
             waiting = asyncio.get_running_loop().run_in_executor(None, put)
         else:
@@ -128,7 +128,9 @@ class AsyncAckQueue(Generic[T]):
 
         Cancelled while it waits, it takes nothing. Once the removal is committing it cannot
         be undone: the get then finishes and returns the item, and the cancellation is
-        delivered at the task's next await (an at-most-once item is never dropped unseen).
+        delivered when the task next waits (an at-most-once item is never dropped unseen): a
+        task whose last step this get was ends with the item as its result, and a timeout
+        (``asyncio.wait_for``, ``asyncio.timeout``) that fell meanwhile returns the item.
         """
         running_loop("get()")
         sync = self.sync
@@ -328,8 +330,28 @@ async def _finish_despite_cancel(
     if cancelled:
         task = asyncio.current_task()
         if task is not None:
-            task.cancel()  # delivered at the task's next await
+            _cancel_later(task)
     return result
+
+
+def _cancel_later(task: asyncio.Task[Any]) -> None:
+    """Hand a cancellation that arrived while a get or put committed back to ``task`` when it
+    next waits: not at once, since a task whose coroutine ends now would end cancelled and
+    throw away its result (the item, or the put's answer: ``create_task(q.get())``, ``gather``,
+    ``wait_for`` on Python 3.11); not if the task has ended by then, nor if the canceller took
+    its request back (a timeout that expired, ``asyncio.timeout`` or ``wait_for`` on 3.12,
+    sees the result and returns it)."""
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+, as uncancel
+    uncancel = getattr(task, "uncancel", None)
+
+    def deliver() -> None:
+        if task.done() or (cancelling is not None and not cancelling()):
+            return
+        if uncancel is not None:
+            uncancel()  # the request stands once, as it was made
+        task.cancel()
+
+    asyncio.get_running_loop().call_soon(deliver)
 
 
 class _Abandoned(Exception):

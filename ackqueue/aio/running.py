@@ -25,8 +25,11 @@ from ackqueue.errors import QueueClosedError
 
 T = TypeVar("T")
 
-# The lane of the transaction the current task is inside, if any (see transactions.py).
-current_lane: contextvars.ContextVar[Lane | None] = contextvars.ContextVar(
+# The transaction the current task is inside, if any (see transactions.py): its lane while
+# it is open. Tasks started inside a block inherit it (a gather of puts joins the block); the
+# block's end closes it for them too, since its lane then goes back to the runner, to be lent
+# to the next transaction: a task still running afterwards must not join that one.
+_inside: contextvars.ContextVar[LaneLoan | None] = contextvars.ContextVar(
     "ackqueue_lane", default=None
 )
 
@@ -36,6 +39,36 @@ class Lane:
 
     def __init__(self, name: str) -> None:
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+
+
+class LaneLoan:
+    """A lane lent to one transaction, until the transaction ends."""
+
+    __slots__ = ("lane",)
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane: Lane | None = lane
+
+    def end(self) -> None:
+        self.lane = None
+
+
+def current_lane() -> Lane | None:
+    """The lane of the open transaction the current task is inside, or None."""
+    loan = _inside.get()
+    return None if loan is None else loan.lane
+
+
+def enter_lane(lane: Lane) -> tuple[LaneLoan, contextvars.Token[LaneLoan | None]]:
+    """Mark the current task (and the tasks it starts) as inside a transaction on ``lane``."""
+    loan = LaneLoan(lane)
+    return loan, _inside.set(loan)
+
+
+def leave_lane(loan: LaneLoan, token: contextvars.Token[LaneLoan | None]) -> None:
+    """The transaction ended: for this task, and for every task that inherited it."""
+    loan.end()
+    _inside.reset(token)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -64,7 +97,7 @@ class Runner:
     def start(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Start ``fn(*args, **kwargs)`` on a thread (the current transaction's lane if the
         task is inside one); the future is this loop's."""
-        lane = current_lane.get()
+        lane = current_lane()
         executor = self._pool if lane is None else lane.executor
         loop = asyncio.get_running_loop()
         try:

@@ -19,7 +19,15 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from ackqueue.aio.binding import plain_with_refused
-from ackqueue.aio.running import Lane, Runner, current_lane, shielded
+from ackqueue.aio.running import (
+    Lane,
+    LaneLoan,
+    Runner,
+    current_lane,
+    enter_lane,
+    leave_lane,
+    shielded,
+)
 from ackqueue.storage.transactions import Transaction, TransactionError
 
 OpenTransaction = Callable[[], AbstractContextManager[Transaction]]
@@ -31,10 +39,11 @@ class AsyncTransaction:
         self._runner = runner
         self._lane: Lane | None = None
         self._context: AbstractContextManager[Transaction] | None = None
+        self._loan: LaneLoan | None = None
         self._token: Any = None
 
     async def __aenter__(self) -> Transaction:
-        if current_lane.get() is not None:
+        if current_lane() is not None:
             raise TransactionError("this task is already inside a transaction; they do not nest")
         runner = self._runner
         lane = await runner.borrow_lane()
@@ -55,7 +64,7 @@ class AsyncTransaction:
             future.add_done_callback(close_and_give_back)
             raise
         self._lane, self._context = lane, context
-        self._token = current_lane.set(lane)
+        self._loan, self._token = enter_lane(lane)
         return tx
 
     def __enter__(self) -> NoReturn:
@@ -71,8 +80,8 @@ class AsyncTransaction:
         tb: TracebackType | None,
     ) -> bool:
         lane, context = self._lane, self._context
-        assert lane is not None and context is not None
-        current_lane.reset(self._token)
+        assert lane is not None and context is not None and self._loan is not None
+        leave_lane(self._loan, self._token)
         self._lane = self._context = None
         runner = self._runner
         def leave() -> bool:

@@ -146,6 +146,39 @@ def test_transaction_commits_together_or_rolls_back(qpath):
     assert stored(qpath) == ["link1", "link2"]
 
 
+def test_a_task_started_inside_a_transaction_leaves_it_when_the_block_ends(qpath):
+    """A task started inside a block inherits it (a gather of puts joins the block), and kept
+    it after the block ended: its later put ran on the block's lane, by then lent to another
+    task's transaction, and vanished when that one rolled back, though the put had returned
+    (a review: 10 runs of 10). Once the block ends, such a task is in no transaction."""
+
+    async def main() -> None:
+        async with AsyncAckQueue(qpath, threads=1) as q:  # one lane: the next block gets it
+            go = asyncio.Event()
+
+            async def background() -> None:
+                await go.wait()
+                await q.put("from the background")
+                async with q.transaction():  # and it may open a block of its own
+                    await q.put("a block of its own")
+
+            async with q.transaction():
+                await asyncio.gather(q.put("in the block"), q.put("gathered in the block"))
+                task = asyncio.create_task(background())
+            with pytest.raises(RuntimeError):
+                async with q.transaction():
+                    await q.put("rolled back")
+                    go.set()
+                    await asyncio.sleep(0.2)  # the background put runs meanwhile
+                    raise RuntimeError("this block fails")
+            await task
+
+    asyncio.run(main())
+    assert sorted(stored(qpath)) == sorted(
+        ["in the block", "gathered in the block", "from the background", "a block of its own"]
+    )
+
+
 def test_a_put_wakes_one_waiter_and_shutdown_wakes_all(qpath):
     async def main() -> None:
         async with AsyncAckQueue(qpath) as q:

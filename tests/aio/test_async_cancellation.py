@@ -318,3 +318,101 @@ def test_a_transaction_cancelled_while_its_put_waits_for_room_rolls_back(tmp_pat
     run_ends(main, 30, "the cancelled transaction never finished")
     assert outcome == ["rolled back"]
     assert stored(path) == ["first"]
+
+
+def whole_task_cancelled(path: str, steps: int, what: str, options: dict[str, Any]) -> None:
+    """The get or put is the task's whole body (``create_task(q.get())``, ``gather``): a
+    cancellation that arrives while it commits has no later await to arrive at."""
+    outcome: list[Any] = []
+
+    async def main() -> None:
+        async with AsyncAckQueue(path, **options) as q:
+            if what == "get":
+                await q.put("item")
+                task = asyncio.create_task(q.get())
+            else:
+                task = asyncio.create_task(q.put("item"))
+            for _ in range(steps):
+                if task.done():
+                    break
+                await asyncio.sleep(0)
+            task.cancel()
+            [result] = await asyncio.gather(task, return_exceptions=True)
+            outcome.append(result)
+
+    asyncio.run(main())
+    [result] = outcome
+    left = stored(path, bool(options.get("shared")))
+    if what == "get":
+        # Handed over (the task's result), or still in the file: never removed unseen.
+        assert left == ([] if result == "item" else ["item"]), result
+    else:
+        # Stored only if the put returned (a cancelled put is put again by its caller).
+        assert left == (["item"] if result is None else []), result
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=STEPS, what=st.sampled_from(["get", "put"]), how=st.sampled_from(sorted(OPTIONS)))
+def test_a_get_or_put_cancelled_as_its_tasks_last_step_keeps_its_outcome(steps, what, how):
+    with tempfile.TemporaryDirectory() as d:
+        whole_task_cancelled(os.path.join(d, "q.fs"), steps, what, OPTIONS[how])
+
+
+def timed_out(path: str, seconds: float, what: str) -> None:
+    """``asyncio.wait_for(q.get(), t)`` and ``wait_for(q.put(x), t)``, whose timeout falls
+    while the removal or the put commits."""
+    outcome: list[Any] = []
+
+    async def main() -> None:
+        async with AsyncAckQueue(path) as q:
+            if what == "get":
+                await q.put("item")
+            try:
+                call = q.get() if what == "get" else q.put("item")
+                outcome.append(await asyncio.wait_for(call, seconds))
+            except asyncio.TimeoutError:
+                outcome.append("timeout")
+            await asyncio.sleep(0.05)  # a cancellation delivered late would arrive here
+
+    asyncio.run(main())
+    [result] = outcome
+    left = stored(path)
+    if what == "get":
+        assert left == ([] if result == "item" else ["item"]), result
+    else:
+        assert left == (["item"] if result is None else []), result
+
+
+@pytest.mark.parametrize("what", ["get", "put"])
+def test_a_get_or_put_whose_timeout_falls_while_it_commits_keeps_its_outcome(tmp_path, what):
+    for i in range(40):
+        timed_out(str(tmp_path / f"q{i}.fs"), i * 0.0002, what)
+
+
+def test_a_loop_cancelled_while_its_get_commits_still_stops(tmp_path):
+    """The other side: a task that goes on after the get (a worker's loop) still receives
+    the cancellation, at its next await, with the item handed over first."""
+
+    async def main() -> None:
+        async with AsyncAckQueue(str(tmp_path / "q.fs")) as q:
+            for steps in range(30):
+                await q.put(steps)
+                got: list[int] = []
+
+                async def worker(got: list[int]) -> None:
+                    while True:
+                        got.append(await q.get())
+                        await asyncio.sleep(0.01)
+
+                task = asyncio.create_task(worker(got))
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+                task.cancel()
+                [failure] = await asyncio.gather(task, return_exceptions=True)
+                assert isinstance(failure, asyncio.CancelledError), failure
+                while not got and q.qsize():  # not taken: take it here
+                    got.append(await q.get())
+                assert got == [steps]
+                assert q.qsize() == 0
+
+    asyncio.run(main())
