@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, NoReturn, TypeVar
 
 from ackqueue.aio.binding import Binding, plain_with_refused
-from ackqueue.aio.running import Runner, current_lane
+from ackqueue.aio.running import Lane, Runner, current_lane
 from ackqueue.aio.transactions import AsyncTransaction
 from ackqueue.aio.waiting import take_when_ready
 from ackqueue.delivery.conditions import ReadyListeners
@@ -95,14 +96,43 @@ class AsyncConsumer(Generic[T]):
         queue = self._queue
         if not queue.qsize() and not queue.closed and not queue.is_shutdown:
             raise Empty  # nothing ready: no thread needed to learn that
+        lane = current_lane()
+        if lane is not None:
+            return await self._take_in_transaction(take, lane)
         future = self._runner.start(take)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            if current_lane() is None:
-                future.add_done_callback(self._give_back_taken)
-            else:  # inside a transaction, whose rollback gives the take back
-                future.add_done_callback(_forget)
+            future.add_done_callback(self._give_back_taken)
+            raise
+
+    async def _take_in_transaction(self, take: Callable[[], list[T]], lane: Lane) -> list[T]:
+        """A take on the transaction's lane. Cancelled, it is given back there, inside the
+        transaction, before anything the block does next: the block need not roll back (a
+        ``wait_for`` timeout is caught and the block goes on to commit)."""
+        lock = threading.Lock()
+        taken: list[list[T]] = []  # what the take got, while its task may still want it
+        abandoned: list[bool] = []
+
+        def take_unless_abandoned() -> list[T]:
+            items = take()
+            with lock:
+                if not abandoned:
+                    taken.append(items)
+                    return items
+            self._nack_quietly(items)  # its task was cancelled while it ran
+            return []
+
+        future = self._runner.start(take_unless_abandoned)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with lock:
+                abandoned.append(True)
+                items = taken[0] if taken else []
+            if items:  # taken, not handed over yet: back, on the lane, before what follows
+                lane.executor.submit(self._nack_quietly, items)
+            future.add_done_callback(_forget)
             raise
 
     def _give_back_taken(self, future: asyncio.Future[list[T]]) -> None:

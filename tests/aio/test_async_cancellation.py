@@ -11,6 +11,7 @@ and shared mode (a stored hold).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 from typing import Any
@@ -416,3 +417,31 @@ def test_a_loop_cancelled_while_its_get_commits_still_stops(tmp_path):
                 assert q.qsize() == 0
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("how", sorted(OPTIONS))
+def test_a_take_in_a_transaction_that_times_out_is_given_back_though_the_block_commits(
+    tmp_path, how
+):
+    """Inside a block, a cancelled take was left for the block's rollback to give back; but a
+    ``wait_for`` timeout is caught and the block goes on to commit: the item stayed held by
+    the consumer, never seen by the caller (a review: 8 runs of 40)."""
+
+    async def once(path: str, seconds: float) -> None:
+        async with AsyncAckQueue(path, **OPTIONS[how]) as q:
+            await q.put("item")
+            async with q.connect() as c:
+                seen = None
+                async with c.transaction():
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        seen = await asyncio.wait_for(c.get(), seconds)
+                    await q.put("the block's other work")
+                held = [d.item for d in c.deliveries()]
+                if seen is None:
+                    assert held == [] and q.qsize() == 2, (held, q.qsize())
+                else:
+                    assert held == ["item"] and q.qsize() == 1, (held, q.qsize())
+                    await c.ack(seen)
+
+    for i in range(50):
+        asyncio.run(once(str(tmp_path / f"q{i}.fs"), i * 0.00005))
