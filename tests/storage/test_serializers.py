@@ -359,3 +359,116 @@ def test_a_priority_item_a_serializer_decodes_to_an_object_is_refused_at_put(qpa
         with pytest.raises(TypeError, match="orders by the item as it decodes"):
             q.put(datetime.date(2026, 11, 5))
         assert q.qsize() == 0
+
+
+class Widget:
+    """A class of this module: items of it load wherever the tests' modules import."""
+
+
+def test_an_error_at_put_names_the_items_type_and_the_serializers_words(qpath) -> None:
+    """What a user needs to fix a bad put: which item, and why (mutation testing found no
+    test that read these messages)."""
+
+    class Stringly(Nameless):
+        def dumps(self, obj: Any) -> Any:
+            return repr(obj)
+
+    encodes = r"of type Widget: serializer 'upper-v1' cannot encode it \(TypeError: only str"
+    with ackqueue.AckQueue(qpath, serializer=Upper()) as q, pytest.raises(TypeError,
+                                                                          match=encodes):
+        q.put(Widget())
+    returns = r"item of type Widget: serializer .*Stringly' returned str, not bytes"
+    with ackqueue.AckQueue(qpath, name="text", serializer=Stringly()) as q, pytest.raises(
+        TypeError, match=returns
+    ):
+        q.put(Widget())
+    pickles = "an item of type function: it cannot be pickled"
+    with ackqueue.AckQueue(qpath, name="pickled") as q, pytest.raises(TypeError, match=pickles):
+        q.put(lambda: None)
+
+
+def test_an_error_at_get_names_the_serializers_words(qpath) -> None:
+    class Writes(Upper):
+        def dumps(self, obj: Any) -> bytes:
+            return obj.encode() if obj.startswith("!") else super().dumps(obj)
+
+    with ackqueue.AckQueue(qpath, serializer=Writes()) as q:
+        q.put("!garbled")
+    decodes = r"cannot decode its 8 bytes \(ValueError: a record this"
+    with ackqueue.AckQueue(qpath, serializer=Upper()) as q, q.connect() as c, pytest.raises(
+        ackqueue.ItemLoadError, match=decodes
+    ):
+        c.get_nowait()
+    with ackqueue.PriorityAckQueue(qpath, name="p", serializer=Writes()) as q, pytest.raises(
+        ackqueue.ItemLoadError, match=r"^cannot load the item: serializer"
+    ):
+        q.put("!garbled")  # the item as the tree keys it: decoded from its bytes
+
+
+@pytest.mark.parametrize("missing, found", [
+    (("tests_gone_module", "Thing"), "ModuleNotFoundError"),
+    ((__name__, "NoSuchClass"), "AttributeError"),
+    (("__main__", "NoSuchClass"), "AttributeError"),
+])
+def test_an_item_whose_class_is_gone_names_that_class(qpath, missing, found) -> None:
+    """A stored pickle naming a class that cannot be found: the message names it (not a class
+    the same pickle found first) and the error Python gave."""
+    module, name = missing
+    # (Widget(), missing()) as protocol 2 writes it: this module's Widget, then the missing
+    # class (a crafted record: no class of that name exists to pickle).
+    crafted = (b"\x80\x02c" + Widget.__module__.encode() + b"\nWidget\n)\x81"
+               + b"c" + module.encode() + b"\n" + name.encode() + b"\n)\x81\x86.")
+    with pytest.raises(ackqueue.ItemLoadError) as raised:
+        ackqueue.storage.items.unpickle_item(crafted, "the item")
+    message = str(raised.value)
+    if module == "__main__":  # with what to do about it
+        assert f"class __main__.{name} cannot be found: it was defined in the script" in message
+        assert f"which this program is not ({found}: " in message, message
+    else:
+        assert f"class {module}.{name} cannot be found ({found}: " in message, message
+
+
+def test_damaged_pickle_bytes_are_named_damaged(qpath) -> None:
+    import pickle
+
+    data = pickle.dumps({"a": [1, 2, 3]}, protocol=pickle.HIGHEST_PROTOCOL)
+    with pytest.raises(ackqueue.ItemLoadError, match="its stored bytes are damaged"):
+        ackqueue.storage.items.unpickle_item(data[:-4], "the item")
+
+
+def test_a_serializer_needs_both_dumps_and_loads(qpath) -> None:
+    class OnlyDumps:
+        def dumps(self, obj: Any) -> bytes:
+            return b""
+
+    class OnlyLoads:
+        def loads(self, data: bytes) -> Any:
+            return data
+
+    for half in (OnlyDumps(), OnlyLoads()):
+        with pytest.raises(TypeError, match="an object with dumps"):
+            ackqueue.AckQueue(qpath, serializer=half)
+    assert not os.path.exists(qpath)
+
+
+def test_a_serializer_named_by_an_empty_or_non_str_name_is_named_by_its_class(qpath) -> None:
+    for odd in ("", 42):
+        class Odd(Nameless):
+            name = odd
+
+        with ackqueue.AckQueue(qpath, name=f"q{odd!r}", serializer=Odd()) as q:
+            assert q._book.record.serializer.endswith("Odd"), q._book.record.serializer
+
+
+def test_a_priority_item_that_decodes_to_a_list_holding_an_object_is_refused(qpath) -> None:
+    class Listing(Nameless):
+        def loads(self, data: bytes) -> Any:
+            return [1, {2}]  # a set inside: names a class in the tree
+
+        def dumps(self, obj: Any) -> bytes:
+            return b"x"
+
+    with ackqueue.PriorityAckQueue(qpath, serializer=Listing()) as q:
+        with pytest.raises(TypeError, match=r"orders by the item as it decodes.*not list \[1"):
+            q.put([1, {2}])
+        assert q.qsize() == 0
