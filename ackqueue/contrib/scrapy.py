@@ -24,14 +24,21 @@ How a request lives (one queue file, two named queues: ``requests`` and ``items`
   child requests, the items (into the ``items`` queue) and the ack. Only then are the items
   passed on to the item pipelines. A kill at any moment leaves each page's outcome committed
   once; only the requests Scrapy had in flight are fetched again.
-- A retry or a redirect (a downloader middleware hands the engine a new request made from a
-  held one, whose ``meta`` it copies) gives the held request back as the new one in one commit
-  (``nack(replace=)``): it keeps its key, and the retry's ``meta``. A redirect to another host
-  is put in that host's group under its own key, in one commit with the ack of the held one.
-- A request that fails for good (the download raised past every downloader middleware) is
-  acked; with an errback, in one commit with what the errback returned (its requests and
-  items), as a callback's output is. A request that Scrapy dropped in a way no interface
-  reports is acked when Scrapy is idle (see :meth:`Scheduler.has_pending_requests`).
+- A retry (a downloader middleware hands the engine the held request again, ``meta`` copied)
+  gives the held request back as the retry in one commit (``nack(replace=)``): it keeps its
+  key, and the retry's ``meta``. A redirect (a request for another URL) is put in its host's
+  group under its own key (dropped if seen, as Scrapy's duplicate filter drops it), in one
+  commit with the ack of the held one.
+- A request that fails for good (the download raised past every downloader middleware, or a
+  downloader middleware's process_response raised, as RedirectMiddleware's IgnoreRequest) is
+  acked when its errback is called (every held request gets one: :class:`SettlingErrback`);
+  with the spider's errback, in one commit with what it returned (its requests and items), as
+  a callback's output is. A request that Scrapy dropped in a way no interface reports is
+  acked when Scrapy is idle (see :meth:`Scheduler.has_pending_requests`).
+- What cannot be stored (a child request or an item that cannot be pickled, a callback that
+  is no method of the spider) is dropped with an error naming it; the rest of the page is
+  committed. A stored request that cannot be loaded (its callback gone from the spider) is
+  moved to the dead letters of ``requests`` with an error naming it; the crawl goes on.
 
 Settings: ``ACKQUEUE_PATH`` (default ``JOBDIR/frontier.fs``), ``ACKQUEUE_SHARED`` (several
 Scrapy processes on one frontier: ``shared=True``), ``ACKQUEUE_DURABILITY`` (``"strict"``, the
@@ -67,6 +74,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 import ackqueue
+from ackqueue.storage.items import pickle_item
 
 log = logging.getLogger("ackqueue")
 
@@ -123,6 +131,10 @@ class Frontier:
             raise
         self.consumer = self.requests.connect()
         self.held: dict[int, dict[str, Any]] = {}
+        # The held requests whose response came out of the downloader middlewares: a failure
+        # of theirs reaches the errback through the spider middlewares (see SettlingErrback).
+        self.answered: set[int] = set()
+        crawler.signals.connect(self.answer, signal=signals.response_received)
         self._tokens = itertools.count(1)
         self.path = path
         # How soon to look again when nothing may go out: a fraction of the host's interval.
@@ -138,14 +150,23 @@ class Frontier:
 
     def entry(self, request: Request) -> dict[str, Any]:
         """``request`` as stored (without this process's hold mark)."""
+        if isinstance(request.errback, SettlingErrback):
+            # Copied from a held request (a retry, a redirect): stored with the spider's own.
+            request = request.replace(errback=request.errback.original)
         try:
             data: dict[str, Any] = request.to_dict(spider=self.spider)
+            data["meta"] = {k: v for k, v in (data.get("meta") or {}).items() if k != HOLD}
+            # Pickled here too, in the reactor's thread, though the commit pickles it again: a
+            # request that fails there fails its whole page's commit, out of reach of Scrapy.
+            pickle_item(data)
         except Exception as exc:
+            why: object = exc
+            if isinstance(exc, ackqueue.UnpicklableItemError) and exc.__cause__ is not None:
+                why = f"it cannot be pickled ({exc.__cause__})"  # not "an item of type dict"
             raise UnserializableRequestError(
-                f"ackqueue cannot store {request!r}: {exc} (a request's callback and errback "
+                f"ackqueue cannot store {request!r}: {why} (a request's callback and errback "
                 "must be methods of the spider, and its meta and cb_kwargs picklable)"
             ) from exc
-        data["meta"] = {k: v for k, v in (data.get("meta") or {}).items() if k != HOLD}
         return data
 
     def key(self, request: Request) -> str | None:
@@ -173,67 +194,101 @@ class Frontier:
     # -- holding and settling -----------------------------------------------------------------
 
     def next_request(self) -> Request | None:
-        try:
-            data = self.consumer.get_nowait()
-        except ackqueue.Empty:
-            return None
-        request = request_from_dict(data, spider=self.spider)
+        while True:
+            try:
+                data = self.consumer.get_nowait()
+            except ackqueue.Empty:
+                return None
+            try:
+                request = request_from_dict(data, spider=self.spider)
+                break
+            except Exception as exc:
+                self.bury(data, exc)
         token = next(self._tokens)
         request.meta[HOLD] = token
+        request.errback = SettlingErrback(self.crawler, request.errback)
         self.held[token] = data
         self.count("dequeued")
         return request
 
     def redo(self, request: Request) -> bool:
         """``request`` was made from one we hold (a retry, a redirect): give the held one back
-        as ``request``, keeping its key. False if it is not made from a held one."""
-        data = self.held.pop(request.meta.get(HOLD, 0), None)
+        as ``request`` (a retry), or ack it with ``request`` put under its own key (a
+        redirect). False if it is not made from a held one."""
+        token = request.meta.get(HOLD, 0)
+        data = self.release(token)
         if data is None:
             return False
-        entry = self.storable(request)
+        entry = self.storable(request)  # None: an error naming the request is logged
         if entry is None:  # the retry cannot be stored: the held request is done
-            self.consumer.ack(data)
+            self.abandon(token, data)
             return True
+        try:
+            self._redo(request, data, entry)
+        except Exception:
+            # Raised here, the error reaches only Scrapy's INFO log, and the held request,
+            # out of ``held``, would keep the crawl from ever ending.
+            log.exception("ackqueue cannot store %r, made from a held request: dropped", request)
+            self.abandon(token, data)
+        return True
+
+    def _redo(self, request: Request, data: dict[str, Any], entry: dict[str, Any]) -> None:
         if "download_slot" not in data["meta"]:
             # Scrapy's downloader wrote the held request's slot into its meta, and a redirect
             # copies it: the slot of the new request is its own host's, as if put anew.
             entry["meta"].pop("download_slot", None)
         group = stored_slot(entry)
-        if group != stored_slot(data):
-            # A redirect to another host: into that host's group, under its own key (a URL
-            # already seen is dropped, as Scrapy's duplicate filter drops a redirect to it),
-            # in one commit with the ack of the held request.
-            for attempt in itertools.count(1):
-                try:
-                    with self.consumer.transaction():
-                        self.consumer.ack(data)
-                        stored = self.requests.put(
-                            entry, key=self.key(request), group=group,
-                            priority=priority_of(request),
-                        )
-                    break
-                except ackqueue.KeyTakenError:
-                    # A page committed in the committer's thread put the same URL first:
-                    # nothing was stored; again, the put sees it (a duplicate).
-                    if attempt == 3:
-                        raise
-            self.count("redone" if stored is not False else "duplicates")
-            return True
-        self.consumer.nack(data, replace=entry)
-        self.count("redone")
-        return True
+        fingerprint = self.crawler.request_fingerprinter.fingerprint
+        same = fingerprint(request) == fingerprint(request_from_dict(data, spider=self.spider))
+        if same and group == stored_slot(data):
+            # A retry: the same request again, under the held one's key, with the retry's meta.
+            self.consumer.nack(data, replace=entry)
+            self.count("redone")
+            return
+        # A redirect (to this host or another): into its host's group, under its own key (a
+        # URL already seen is dropped, as Scrapy's duplicate filter drops a redirect to it),
+        # in one commit with the ack of the held request. The held one's key is not the new
+        # URL's: kept, it would let the new URL be fetched again when linked or redirected to.
+        key = None if same else self.key(request)  # same: its key is the held one's, acked
+        for attempt in itertools.count(1):
+            try:
+                with self.consumer.transaction():
+                    self.consumer.ack(data)
+                    stored = self.requests.put(
+                        entry, key=key, group=group, priority=priority_of(request)
+                    )
+                break
+            except ackqueue.KeyTakenError:
+                # A page committed in the committer's thread put the same URL first:
+                # nothing was stored; again, the put sees it (a duplicate).
+                if attempt == 3:
+                    raise
+        self.count("redone" if stored is not False else "duplicates")
 
     def settle(self, request: Request | None, children: list[Request], items: list[Any]) -> Job:
         """What Scrapy made of ``request`` (its child requests and items) and its ack, ready
         for the :class:`Committer`. ``request`` None or not held (an errback's output, a
         request made elsewhere): the children and items alone."""
-        data = None if request is None else self.held.pop(request.meta.get(HOLD, 0), None)
+        data = None if request is None else self.release(request.meta.get(HOLD, 0))
         entries = []
         for child in children:
             stored = self.storable(child)
             if stored is not None:
                 entries.append((stored, self.key(child), slot_of(child), priority_of(child)))
-        return Job(entries, items, data)
+        kept = []
+        for item in items:
+            # Pickled here too, as a child request is (see entry): one that cannot be would
+            # fail the page's commit in the committer's thread.
+            try:
+                pickle_item(item)
+            except ackqueue.UnpicklableItemError as exc:
+                log.error("ackqueue cannot store an item (%s) of %r: it cannot be pickled (%s);"
+                          " dropped, the rest of the page stored",
+                          type(item).__qualname__, request, exc.__cause__ or exc)
+                self.count("unserializable")
+            else:
+                kept.append(item)
+        return Job(entries, kept, data)
 
     def storable(self, request: Request) -> dict[str, Any] | None:
         """``request`` as stored, or None with the error logged (naming the request) and the
@@ -286,13 +341,53 @@ class Frontier:
             self.count("items", items)
             self.count("acked", acked)
 
+    def abandon(self, token: int, data: dict[str, Any]) -> None:
+        """What Scrapy made of the held ``data`` could not be stored (the error logged): ack it
+        alone, so that the crawl can end; if even the ack fails, hold it again (token
+        ``token``), for :meth:`settle_orphans` to ack once Scrapy is idle."""
+        try:
+            self.consumer.ack(data)
+        except ackqueue.NotHeldError:
+            return  # settled already
+        except Exception:
+            log.exception("ackqueue cannot ack a request (%s)", data.get("url"))
+            self.held[token] = data
+            return
+        self.count("failed")
+
+    def bury(self, data: dict[str, Any], exc: Exception) -> None:
+        """A stored request that cannot be made a request again (its callback is gone from the
+        spider, say): to the dead letters, kept for a requeue once the spider can take it.
+        Left held, it would be in no one's hands and keep the crawl from ending."""
+        reason = f"cannot load the stored request: {exc}"
+        log.error(
+            "ackqueue cannot load the stored request <%s %s> (callback %r, errback %r): %s; "
+            "moved to the dead letters (once the spider can take it: python -m ackqueue "
+            "requeue --name requests --dead --yes %s)",
+            data.get("method", "GET"), data.get("url"), data.get("callback"),
+            data.get("errback"), exc, self.path,
+        )
+        self.consumer.reject(data, reason=reason)
+        self.count("dead")
+
     def holds(self, request: Request) -> bool:
         """Whether ``request`` is one this process holds (not yet settled)."""
         return request.meta.get(HOLD, 0) in self.held
 
+    def release(self, token: int) -> dict[str, Any] | None:
+        """The held request ``token``, no longer held (None: not held)."""
+        self.answered.discard(token)
+        return self.held.pop(token, None)
+
+    def answer(self, response: Any, request: Request, **_: Any) -> None:
+        """``response_received``: ``request``'s response leaves the downloader middlewares."""
+        token = request.meta.get(HOLD, 0)
+        if token in self.held:
+            self.answered.add(token)
+
     def drop(self, request: Request) -> None:
         """Scrapy is done with ``request`` and made nothing of it (a failure)."""
-        data = self.held.pop(request.meta.get(HOLD, 0), None)
+        data = self.release(request.meta.get(HOLD, 0))
         if data is not None:
             self.consumer.ack(data)
             self.count("failed")
@@ -300,10 +395,12 @@ class Frontier:
     def settle_orphans(self) -> None:
         """Ack every request still held while Scrapy has none in flight: Scrapy dropped it in a
         way that no interface reports (an IgnoreRequest from a downloader middleware's
-        process_response goes straight to the errback, say), and it made what it made of it."""
+        process_response goes straight to the errback, say), and it made what it made of it.
+        A last resort: every held request's errback settles it (see SettlingErrback)."""
         for token in list(self.held):
             self.consumer.ack(self.held.pop(token))
             self.count("settled_when_idle")
+        self.answered.clear()
 
     # -- AutoThrottle -------------------------------------------------------------------------
 
@@ -349,6 +446,7 @@ class Frontier:
         self.stats.set_value("ackqueue/items/stored", self.items.qsize())
 
     def close(self) -> None:
+        self.crawler.signals.disconnect(self.answer, signal=signals.response_received)
         if self.throttled:
             self.crawler.signals.disconnect(self.follow_throttle, signal=signals.response_received)
         try:
@@ -602,8 +700,9 @@ def scrapy_busy(crawler: Any) -> bool:
 
 async def settle(
     crawler: Any, request: Request | None, children: list[Request], items: list[Any]
-) -> None:
-    """Commit what Scrapy made of ``request`` (held, or None) with its ack."""
+) -> list[Any]:
+    """Commit what Scrapy made of ``request`` (held, or None) with its ack; return the items
+    committed (those that could be stored), to pass on."""
     frontier = frontier_of(crawler)
     if frontier is None:
         raise RuntimeError(
@@ -613,11 +712,20 @@ async def settle(
     job = frontier.settle(request, children, items)
     try:
         await maybe_deferred_to_future(frontier.committer.submit(job))
+    except Exception:
+        if job.data is not None and request is not None:
+            # Settled though nothing of its outcome was stored: left out of ``held`` and
+            # unacked, it would keep the crawl from ever ending.
+            log.error("ackqueue cannot commit what %r made: its request is acked alone",
+                      request)
+            frontier.abandon(request.meta.get(HOLD, 0), job.data)
+        raise
     finally:
         frontier.account()
     # The children went to the queue, not through engine.crawl, and the ack made room in the
     # page's group: ask for the next request now.
     ask_engine(crawler)
+    return job.items
 
 
 async def settled_output(
@@ -633,8 +741,7 @@ async def settled_output(
     except Exception:
         await settle(crawler, request, children, items)  # what it yielded before it raised
         raise
-    await settle(crawler, request, children, items)
-    for item in items:
+    for item in await settle(crawler, request, children, items):
         yield item
 
 
@@ -691,13 +798,14 @@ class FrontierMiddleware:
         except Exception:
             await self._settle(response, children, items)  # what it yielded before it raised
             raise
-        await self._settle(response, children, items)
-        for item in items:
+        for item in await self._settle(response, children, items):
             yield item
 
-    async def _settle(self, response: Any, children: list[Request], items: list[Any]) -> None:
+    async def _settle(
+        self, response: Any, children: list[Request], items: list[Any]
+    ) -> list[Any]:
         request = None if response is None else response.request
-        await settle(self.crawler, request, children, items)
+        return await settle(self.crawler, request, children, items)
 
     def _spider_error(self, failure: Any, response: Any, **_: Any) -> None:
         """A response whose processing raised before any output (a spider middleware's
@@ -705,6 +813,42 @@ class FrontierMiddleware:
         frontier = frontier_of(self.crawler)
         if frontier is not None and response is not None and response.request is not None:
             frontier.drop(response.request)
+
+
+class SettlingErrback:
+    """The errback of every request this process holds, in place of the spider's own
+    (``original``, None if none). A failure that Scrapy hands it outside the spider middlewares
+    (a download error past every retry; an IgnoreRequest from a downloader middleware's
+    process_response, which nothing else reports) settles the request at once, in one commit
+    with what the spider's errback returned: left held, the request would keep a place of its
+    host's ``max_held_per_group`` until Scrapy is idle, and the errback's output would not be
+    committed. A failure of a response that reached the spider middlewares (an HttpError, say)
+    is the spider's own errback's alone: its output goes through the FrontierMiddleware."""
+
+    def __init__(self, crawler: Any, original: Any) -> None:
+        self.crawler, self.original = crawler, original
+
+    def __call__(self, failure: Failure) -> Any:
+        request = getattr(failure, "request", None)  # Scrapy sets it before it calls errbacks
+        frontier = frontier_of(self.crawler)
+        if (
+            frontier is None or request is None or not frontier.holds(request)
+            or request.meta.get(HOLD, 0) in frontier.answered
+        ):
+            return failure if self.original is None else self.original(failure)
+        if self.original is None:
+            frontier.drop(request)
+            return failure  # not silenced: Scrapy goes on as with no errback
+        try:
+            output = self.original(failure)
+        except BaseException:
+            frontier.drop(request)
+            raise
+        if output is None or isinstance(output, Failure):  # nothing, or not silenced
+            frontier.drop(request)
+            return output
+        frontier.count("failed")
+        return settled_output(self.crawler, request, output)
 
 
 class FailureMiddleware:
@@ -722,11 +866,15 @@ class FailureMiddleware:
         self, request: Request, exception: Exception, *_: Any, **__: Any
     ) -> None:
         """Ack the request now; with an errback, once the errback's output is committed with
-        it (that output reaches no spider middleware, so it is collected here)."""
+        it (that output reaches no spider middleware, so it is collected here). A held
+        request's own :class:`SettlingErrback` does it, when Scrapy calls it: here only a
+        request whose errback a middleware replaced."""
         frontier = frontier_of(self.crawler)
         if frontier is None:
             return
         errback = request.errback
+        if isinstance(errback, SettlingErrback):
+            return  # it settles the request when Scrapy calls it
         if errback is None or not frontier.holds(request):
             frontier.drop(request)
             return
