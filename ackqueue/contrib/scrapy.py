@@ -51,6 +51,7 @@ import inspect
 import itertools
 import logging
 import os
+import pickle
 import threading
 import time
 from collections import deque
@@ -74,7 +75,6 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 import ackqueue
-from ackqueue.storage.items import pickle_item
 
 log = logging.getLogger("ackqueue")
 
@@ -156,17 +156,20 @@ class Frontier:
         try:
             data: dict[str, Any] = request.to_dict(spider=self.spider)
             data["meta"] = {k: v for k, v in (data.get("meta") or {}).items() if k != HOLD}
-            # Pickled here too, in the reactor's thread, though the commit pickles it again: a
-            # request that fails there fails its whole page's commit, out of reach of Scrapy.
-            pickle_item(data)
         except Exception as exc:
-            why: object = exc
-            if isinstance(exc, ackqueue.UnpicklableItemError) and exc.__cause__ is not None:
-                why = f"it cannot be pickled ({exc.__cause__})"  # not "an item of type dict"
             raise UnserializableRequestError(
-                f"ackqueue cannot store {request!r}: {why} (a request's callback and errback "
+                f"ackqueue cannot store {request!r}: {exc} (a request's callback and errback "
                 "must be methods of the spider, and its meta and cb_kwargs picklable)"
             ) from exc
+        # Pickled here too, in the reactor's thread, though the commit pickles it again: a
+        # request that fails there fails its whole page's commit, out of reach of Scrapy.
+        failure = unpicklable(data)
+        if failure is not None:
+            raise UnserializableRequestError(
+                f"ackqueue cannot store {request!r}: it cannot be pickled ({failure}) (a "
+                "request's callback and errback must be methods of the spider, and its meta "
+                "and cb_kwargs picklable)"
+            ) from failure
         return data
 
     def key(self, request: Request) -> str | None:
@@ -279,12 +282,11 @@ class Frontier:
         for item in items:
             # Pickled here too, as a child request is (see entry): one that cannot be would
             # fail the page's commit in the committer's thread.
-            try:
-                pickle_item(item)
-            except ackqueue.UnpicklableItemError as exc:
+            failure = unpicklable(item)
+            if failure is not None:
                 log.error("ackqueue cannot store an item (%s) of %r: it cannot be pickled (%s);"
                           " dropped, the rest of the page stored",
-                          type(item).__qualname__, request, exc.__cause__ or exc)
+                          type(item).__qualname__, request, failure)
                 self.count("unserializable")
             else:
                 kept.append(item)
@@ -815,6 +817,33 @@ class FrontierMiddleware:
             frontier.drop(response.request)
 
 
+def unpicklable(value: Any) -> Exception | None:
+    """Why ``value`` cannot be pickled as the queue will pickle it, or None if it can."""
+    try:
+        pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        return exc
+    return None
+
+
+def settle_errback_output(
+    crawler: Any, frontier: Frontier, request: Request, errback: Any, failure: Failure
+) -> Any:
+    """Call the spider's ``errback`` for the held ``request``; settle the request with what
+    it returned (one commit with its requests and items), or alone if it returned nothing,
+    did not silence the failure, or raised."""
+    try:
+        output = errback(failure)
+    except BaseException:
+        frontier.drop(request)
+        raise
+    if output is None or isinstance(output, Failure):  # nothing, or not silenced
+        frontier.drop(request)
+        return output
+    frontier.count("failed")
+    return settled_output(crawler, request, output)
+
+
 class SettlingErrback:
     """The errback of every request this process holds, in place of the spider's own
     (``original``, None if none). A failure that Scrapy hands it outside the spider middlewares
@@ -839,16 +868,7 @@ class SettlingErrback:
         if self.original is None:
             frontier.drop(request)
             return failure  # not silenced: Scrapy goes on as with no errback
-        try:
-            output = self.original(failure)
-        except BaseException:
-            frontier.drop(request)
-            raise
-        if output is None or isinstance(output, Failure):  # nothing, or not silenced
-            frontier.drop(request)
-            return output
-        frontier.count("failed")
-        return settled_output(self.crawler, request, output)
+        return settle_errback_output(self.crawler, frontier, request, self.original, failure)
 
 
 class FailureMiddleware:
@@ -882,15 +902,6 @@ class FailureMiddleware:
 
         def settle_errback(failure: Failure) -> Any:
             # Scrapy reads request.errback when it calls it, after this middleware.
-            try:
-                output = errback(failure)
-            except BaseException:
-                frontier.drop(request)
-                raise
-            if output is None or isinstance(output, Failure):  # nothing, or not silenced
-                frontier.drop(request)
-                return output
-            frontier.count("failed")
-            return settled_output(crawler, request, output)
+            return settle_errback_output(crawler, frontier, request, errback, failure)
 
         request.errback = settle_errback

@@ -195,6 +195,19 @@ class PrintPipeline:
         return item
 
 
+def stored_items(path: str, shared: bool = False) -> list[dict[str, object]]:
+    """The items a crawl committed to the frontier file ``path`` (read without taking them)."""
+    import ackqueue
+
+    with ackqueue.AckQueue(path, name="items", shared=shared) as q, q.connect() as c:
+        got = []
+        while True:
+            try:
+                got.append(c.get_nowait())
+            except ackqueue.Empty:
+                return got
+
+
 def settings_for(frontier: str, directory: str, concurrency: int) -> dict[str, object]:
     settings: dict[str, object] = {
         "LOG_LEVEL": "ERROR",

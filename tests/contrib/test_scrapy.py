@@ -29,7 +29,7 @@ import ackqueue  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from scrapy_crawler import LEAF, Site  # noqa: E402
+from scrapy_crawler import LEAF, Site, stored_items  # noqa: E402
 
 PAGES, KILLS, CONCURRENCY = 250, 10, 8
 
@@ -41,17 +41,6 @@ def start_crawl(site: Site, directory: str, *extra: str) -> subprocess.Popen[str
         env=child_env(PYTHONPATH=os.pathsep.join([REPO_ROOT, HERE])),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-
-
-def stored_items(path: str, shared: bool = False) -> list[dict[str, object]]:
-    """The items the crawl committed (read without taking them)."""
-    with ackqueue.AckQueue(path, name="items", shared=shared) as q, q.connect() as c:
-        got = []
-        while True:
-            try:
-                got.append(c.get_nowait())
-            except ackqueue.Empty:
-                return got
 
 
 def test_a_crawl_killed_at_random_moments_fetches_every_page_and_commits_each_once(tmp_path):

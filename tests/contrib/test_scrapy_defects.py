@@ -23,6 +23,7 @@ import ackqueue  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from scrapy_cases import Answer, RouteSite, page  # noqa: E402
+from scrapy_crawler import stored_items  # noqa: E402
 
 # A crawl here takes a few seconds; one left hanging (the defects these tests pin) is killed.
 HANG = 60
@@ -43,16 +44,9 @@ def crawl(site: RouteSite, directory: str, spider: str, **settings: object) -> t
     return done.stdout, done.stderr
 
 
-def stored(directory: str) -> list[dict[str, str]]:
-    """The items the crawl committed (read without taking them)."""
-    path = os.path.join(directory, "frontier.fs")
-    with ackqueue.AckQueue(path, name="items") as q, q.connect() as c:
-        got = []
-        while True:
-            try:
-                got.append(c.get_nowait())
-            except ackqueue.Empty:
-                return got
+def stored(directory: str) -> list[dict[str, object]]:
+    """The items the crawl in ``directory`` committed (read without taking them)."""
+    return stored_items(os.path.join(directory, "frontier.fs"))
 
 
 def passed_on(out: str) -> list[dict[str, str]]:
