@@ -322,6 +322,9 @@ class Claim:
     # time.monotonic() when it was claimed, before its hold was stored: a hold is only as
     # sound as this process's session since then (StoredHolds.may_be_void)
     taken_at: float = field(default_factory=time.monotonic)
+    # The stored bytes it was loaded from, where another process may rewrite them before the
+    # take commits (shared mode: a put by key with replace=True); None where none can.
+    data: bytes | None = None
 
 
 class Delays:

@@ -142,7 +142,7 @@ class Claimer:
             self._book.check_entries()
             raise
         try:
-            item, attempts = self._load(key)
+            item, attempts, data = self._load(key)
         except ItemLoadError as exc:
             calls.unloadable = (key, exc)
             raise
@@ -151,14 +151,17 @@ class Claimer:
             if isinstance(exc, KeyError):  # a key the index read at open, which a lookup misses
                 self._book.check_entries()
             raise
-        calls.claim = Claim(key, item, attempts)
+        calls.claim = Claim(key, item, attempts, data=data)
         if calls.getter is None:
             self._meter.got_locked()  # a plain get: it leaves the queue for good
         return item
 
-    def _load(self, key: Any) -> tuple[Any, int]:
+    def _load(self, key: Any) -> tuple[Any, int, bytes | None]:
+        """The item, its attempts, and the bytes it came from if the take must check that
+        they are still the stored ones (see :attr:`Claim.data`)."""
         data, attempts = self._mode.load(key, self._supply.load)
-        return self._book.codec.decode(data, _EntryName(key, self._book.name)), attempts
+        item = self._book.codec.decode(data, _EntryName(key, self._book.name))
+        return item, attempts, None if self._mode.entries_stay_as_put else data
 
     def claim_ready(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` items that are ready now, without waiting."""
@@ -172,14 +175,14 @@ class Claimer:
                     break
                 key = supply.pop()
                 try:
-                    item, attempts = self._load(key)
+                    item, attempts, data = self._load(key)
                 except ItemLoadError as load_error:
                     unloadable.append((key, load_error))
                     continue
                 except BaseException:
                     supply.ready.push(key)
                     break
-                claims.append(Claim(key, item, attempts))
+                claims.append(Claim(key, item, attempts, data=data))
             if claims:
                 self._signals.not_full.notify(len(claims))
         try:

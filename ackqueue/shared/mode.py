@@ -303,9 +303,12 @@ class SharedMode:
                     record.vouch(claim.key, entry)
                 if entry is None or entry.done or live_holder(entry, sessions) is not None:
                     results.append(None)  # another process got it first
-                elif entry.not_before > now or not admit(entry):
+                elif (entry.not_before > now or not admit(entry)
+                      or (claim.data is not None and entry.data != claim.data)):
                     # Given back with a delay since our look found it ready (another process
-                    # took it and nacked it so), or its group may not deliver now.
+                    # took it and nacked it so), or its group may not deliver now, or its
+                    # payload was replaced since we loaded it (a put by key, replace=True):
+                    # handed out, the stale one would be acked in place of the new.
                     results.append("stopped")
                 elif remove:
                     self._book.retire_entry(claim.key)  # writes the entry: a racing take conflicts

@@ -335,6 +335,9 @@ class KeyBook:
                         raise KeyHeldError(_held_message(name, key))
                     removed.append(False)
                     continue
+                # Written, so that a take racing this (another process's get) conflicts:
+                # the take writes only the entry, this only the tree and the key index.
+                record.fence_entry(entry_key)
                 book.remove_entry(entry_key, done=False)
                 removed.append(True)
             return removed

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import ZEO
+from polling import wait_until
 from zeo_server import ZEOServer, two_clients, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
@@ -161,3 +162,38 @@ def test_a_keyed_item_under_a_void_hold_can_be_removed_or_replaced_by_key(
         else:
             assert other.put("new job", key="k", replace=True) is True
             assert o.get(timeout=10) == "new job"
+
+
+def test_an_item_removed_by_key_between_the_look_and_the_take_is_not_handed_out(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """A remove by key wrote the tree and the key index, a take only the entry: neither
+    conflicted, and the item was both removed and delivered, its ack failing as 'acked
+    already' (a review: 24-31 of 200 keys in 3 runs of 3)."""
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put("job", key="k")
+        wait_until(lambda: other.qsize() == 1, 10, "the other client's view of the put")
+        with pytest.raises(ackqueue.Empty), before_the_first_take(q, lambda: other.remove("k")):
+            c.get(timeout=1)
+        assert c.deliveries() == [] and q.unacked_count() == 0
+
+
+def test_an_item_replaced_by_key_between_the_look_and_the_take_is_handed_out_new(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """A get loads the payload, then commits its hold: a put by key with ``replace=True`` in
+    between answered True, and the get handed out the old payload, whose ack then deleted the
+    new one (a review: 11-20 of 300 keys in 3 runs of 3)."""
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put("old", key="k")
+        wait_until(lambda: other.qsize() == 1, 10, "the other client's view of the put")
+
+        def replace_it() -> None:
+            assert other.put("new", key="k", replace=True) is True
+
+        with before_the_first_take(q, replace_it):
+            got = c.get(timeout=10)
+        assert got == "new"
+        c.ack(got)
+        wait_until(lambda: other.qsize() == 0, 10, "the other client's view of the ack")
+        assert q.qsize() == 0 and q.unacked_count() == 0
