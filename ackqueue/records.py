@@ -527,6 +527,9 @@ class QueueRecord(Persistent):
     grouped = False  # True once an entry was put with a group: the ready index must know them
     group_pauses: Any = None  # OOBTree: group -> paused until (epoch seconds), q.pause_group()
     group_turns: Any = None  # OOBTree: group -> last delivery (shared mode with group rules)
+    # The last delivery of the items put without a group, which form one group of their own
+    # under the same rules (None: none yet); not in ``group_turns``, whose keys are str.
+    ungrouped_turn: float | None = None
     # OOBTree: group -> (max_held, interval), None for the queue's option; q.set_group()
     group_settings: Any = None
     keyed: Any = None  # OOBTree: indexed key -> entry key, for every live item put by key
@@ -852,6 +855,22 @@ class QueueRecord(Persistent):
         if self.group_turns is None:
             self.group_turns = OOBTree()
         return self.group_turns
+
+    def turn(self, group: str | None) -> float:
+        """The last delivery of ``group`` (None: the items put without one), or -inf."""
+        if group is None:
+            last = self.ungrouped_turn
+        else:
+            last = self.group_turns.get(group) if self.group_turns is not None else None
+        return float("-inf") if last is None else float(last)
+
+    def set_turn(self, group: str | None, now: float) -> None:
+        """Record a delivery of ``group`` at ``now`` (inside a take's change): takes of one
+        group at once write one value, and conflict."""
+        if group is None:
+            self.ungrouped_turn = now
+        else:
+            self.group_turn_index()[group] = now
 
     def key_index(self) -> Any:
         if self.keyed is None:

@@ -20,16 +20,16 @@ from ackqueue.records import QueueRecord, edge_loaded
 from ackqueue.shared.holdmarks import HOLDS_KEY, entry_of
 
 
-def held_by_group(root: Any, name: str) -> Counter[str]:
-    """How many entries of each group of queue ``name`` are held, in every process."""
-    held: Counter[str] = Counter()
+def held_by_group(root: Any, name: str) -> Counter[str | None]:
+    """How many entries of each group of queue ``name`` are held, in every process (None:
+    those put without a group)."""
+    held: Counter[str | None] = Counter()
     holds = root.get(HOLDS_KEY, {})
     mines = edge_loaded(holds).values() if holds else ()
     for key in {key for mine in mines for qname, key in edge_loaded(mine) if qname == name}:
         entry = entry_of(root, name, key)
-        group = getattr(entry, "group", None) if entry is not None else None
-        if group is not None:
-            held[group] += 1
+        if entry is not None:
+            held[getattr(entry, "group", None)] += 1
     return held
 
 
@@ -40,11 +40,13 @@ class GroupGate:
         self.rules = rules
         self._name = name
 
-    def stopped(self, record: QueueRecord, root: Any, now: float) -> set[str]:
-        """The groups that may not deliver now (paused, in their interval, or at the cap)."""
-        if not record.grouped:
+    def stopped(self, record: QueueRecord, root: Any, now: float) -> set[str | None]:
+        """The groups that may not deliver now (paused, in their interval, or at the cap;
+        None: the items put without a group, which form one group under the same rules)."""
+        rules = self.rules
+        if not record.grouped and rules.max_held is None and not rules.interval:
             return set()
-        stopped = {
+        stopped: set[str | None] = {
             g for g, until in edge_loaded(record.group_pauses or {}).items() if until > now
         }
         settings = record.group_settings or {}
@@ -52,6 +54,8 @@ class GroupGate:
         stopped.update(
             g for g, last in turns.items() if now < last + self.rules.limits(g, settings)[1]
         )
+        if rules.interval and now < record.turn(None) + rules.interval:
+            stopped.add(None)
         if self.rules.max_held is not None or settings:
             held = held_by_group(root, self._name)
             stopped.update(
@@ -63,7 +67,7 @@ class GroupGate:
     def admitter(self, record: QueueRecord, root: Any, now: float) -> Callable[[Any], bool]:
         """For one take's commit: ``admit(entry)``, whether ``entry`` may be delivered now
         (entries admitted earlier in the commit count as held)."""
-        taking: Counter[str] = Counter()
+        taking: Counter[str | None] = Counter()
 
         def admit(entry: Any) -> bool:
             return self._admit(record, root, entry, now, taking)
@@ -71,27 +75,26 @@ class GroupGate:
         return admit
 
     def _admit(
-        self, record: QueueRecord, root: Any, entry: Any, now: float, taking: Counter[str]
+        self, record: QueueRecord, root: Any, entry: Any, now: float,
+        taking: Counter[str | None],
     ) -> bool:
         """Whether ``entry`` may be delivered now; if so its group's turn is written (see the
-        module docstring)."""
+        module docstring). Items put without a group are one group (None) under the same
+        rules: only the queue's options, as no call names that group."""
         group = getattr(entry, "group", None)
-        if group is None:
-            return True
         pauses = record.group_pauses
-        if pauses is not None and pauses.get(group, 0.0) > now:
+        if group is not None and pauses is not None and pauses.get(group, 0.0) > now:
             return False
         # Another process's set_group is read here, inside the take's commit.
         max_held, interval = self.rules.limits(group, record.group_settings or {})
         if max_held is None and not interval:
             return True
-        turns = record.group_turn_index()
-        if interval and now < turns.get(group, float("-inf")) + interval:
+        if interval and now < record.turn(group) + interval:
             return False
         if max_held is not None:
             held = held_by_group(root, self._name)[group] + taking[group]
             if held >= max_held:
                 return False
-        turns[group] = now
+        record.set_turn(group, now)
         taking[group] += 1
         return True

@@ -56,7 +56,7 @@ def reading(where: str) -> Iterator[None]:
         raise StorageError(f"cannot read queue storage {where}: {exc!r}") from exc
 
 
-StoppedGroups = Callable[[QueueRecord, Any, float], set[str]]
+StoppedGroups = Callable[[QueueRecord, Any, float], set[str | None]]
 
 
 class Holder(Protocol):

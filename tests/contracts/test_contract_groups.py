@@ -33,6 +33,27 @@ def test_max_held_per_group_caps_what_one_group_has_out(queues) -> None:
         c.ack_many([a2, b1])
 
 
+def test_items_put_without_a_group_are_one_group_under_the_same_rules(queues) -> None:
+    """docs/howto/crawler.rst: items put without a group form one group of their own. Shared
+    mode let them all out whatever the cap (a review: 5 held at once with a cap of 1)."""
+    clock = ackqueue.ManualClock(1_000_000.0)
+    q = queues(max_held_per_group=1, group_interval=60, clock=clock)
+    q.put_many(["u1", "u2", "u3"])
+    q.put("g1", group="g")
+    with q.connect() as c:
+        got = drain(c)
+        assert sorted(got) == ["g1", "u1"]  # one of the ungrouped: the cap
+        c.ack_many(got)
+        with pytest.raises(ackqueue.Empty):
+            c.get_nowait()  # nothing out, but the interval runs
+        clock.advance(61)
+        got = [c.get(timeout=GIVE_BACK_TIMEOUT)]
+        assert got == ["u2"]
+        with pytest.raises(ackqueue.Empty):
+            c.get_nowait()
+        c.ack_many(got)
+
+
 def test_a_paused_group_delivers_nothing_until_it_is_resumed(queues) -> None:
     q = queues()
     q.put("a1", group="a")
