@@ -72,7 +72,13 @@ from ackqueue.shared.holdmarks import (
 from ackqueue.shared.ready import SharedReadyIndex, reading
 from ackqueue.shared.riding import AckRides
 from ackqueue.shared.sessions import SESSIONS_KEY, SessionLost
-from ackqueue.storage.book import Book, Keeping, group_remover
+from ackqueue.storage.book import (
+    Book,
+    Keeping,
+    group_pause_raiser,
+    group_pause_restorer,
+    group_remover,
+)
 from ackqueue.storage.counts import count_change, settle
 from ackqueue.storage.keys import release
 from ackqueue.storage.transactions import current
@@ -81,6 +87,9 @@ log = logging.getLogger("ackqueue")
 
 # The outcome of taking one claim: None (another process got it first), "stopped" (its group may
 # not deliver now), or the attempts so far (None: buried) with its stored hold (None: removed).
+# How long a shared remove_group pauses its group at most (see SharedMode.remove_group).
+REMOVAL_PAUSE = 60.0
+
 TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped"] | None
 
 
@@ -192,8 +201,22 @@ class SharedMode:
         return None  # the stored tree says each entry's group: nothing to learn in memory
 
     def remove_group(self, group: str, supply: Supply) -> int:
-        """Remove what no process holds, in the stored tree the ready index reads."""
-        return int(self._store.run(group_remover(self._book, group)))
+        """Remove what no process holds, in the stored tree the ready index reads.
+
+        The removal writes every waiting entry of the group, so that a take racing it
+        conflicts; with consumers taking from a big group, such a commit conflicted again and
+        again until it gave up (a review: 2 runs of 3 with 1,000 items). So the group is
+        paused first, in a small commit of its own (no take starts on it then), and its pause
+        put back as it was after (unless another process paused it meanwhile); a process
+        killed in between leaves it paused for :data:`REMOVAL_PAUSE` seconds at most."""
+        store, book = self._store, self._book
+        until = self._clock() + REMOVAL_PAUSE
+        found = store.run(group_pause_raiser(book, group, until))
+        try:
+            return int(store.run(group_remover(book, group)))
+        finally:
+            if found is None or found < until:  # paused here: as it was
+                store.run(group_pause_restorer(book, group, until, found))
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         try:

@@ -644,6 +644,39 @@ def group_pauser(book: Book, group: str, until: float) -> Callable[[], None]:
     return set_pause
 
 
+def group_pause_raiser(book: Book, group: str, until: float) -> Callable[[], float | None]:
+    """The edit pausing ``group`` until ``until`` at least (a longer pause stays); it returns
+    the pause it found (None: not paused)."""
+    record = book.record
+
+    def pause() -> float | None:
+        pauses = record.group_pause_index()
+        found = pauses.get(group)
+        if found is None or found < until:
+            pauses[group] = until
+        return None if found is None else float(found)
+
+    return pause
+
+
+def group_pause_restorer(book: Book, group: str, set_to: float, back_to: float | None
+                         ) -> Callable[[], None]:
+    """The edit putting ``group``'s pause back to ``back_to`` (None: not paused), if it is
+    still ``set_to`` (another process may have paused it since)."""
+    record = book.record
+
+    def restore() -> None:
+        pauses = record.group_pause_index()
+        if pauses.get(group) != set_to:
+            return
+        if back_to is None:
+            del pauses[group]
+        else:
+            pauses[group] = back_to
+
+    return restore
+
+
 def group_settings(book: Book) -> dict[str, tuple[int | None, float | None]]:
     """Every group's own settings (``q.set_group``): ``(max_held, interval)``."""
 
