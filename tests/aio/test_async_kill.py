@@ -51,6 +51,7 @@ def kill_after_gets(path: str, log: str, gets: int, shared: bool) -> None:
         child.stderr.close()
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("shared", [False, True], ids=["one-process", "shared"])
 def test_sigkill_of_async_consumers_loses_nothing(tmp_path, shared):
     rng = random.Random(seed_for(13))

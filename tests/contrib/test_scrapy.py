@@ -43,6 +43,7 @@ def start_crawl(site: Site, directory: str, *extra: str) -> subprocess.Popen[str
     )
 
 
+@pytest.mark.campaign
 def test_a_crawl_killed_at_random_moments_fetches_every_page_and_commits_each_once(tmp_path):
     rng = random.Random(seed_for(23))
     site = Site(PAGES)
@@ -176,6 +177,7 @@ def test_a_crawl_without_jobdir_or_ackqueue_path_says_to_set_one(tmp_path):
     assert not site.fetched()
 
 
+@pytest.mark.campaign
 def test_two_crawls_share_one_frontier_and_a_killed_one_loses_nothing(tmp_path):
     """Two crawls with ``ACKQUEUE_SHARED``; the one that passes 20 items first is SIGKILLed.
     The per-host cap (``CONCURRENT_REQUESTS_PER_DOMAIN``) counts the holds of both."""

@@ -15,6 +15,7 @@ from conftest import REPO_ROOT
 KILLS = int(os.environ.get("ACKQUEUE_KEY_KILLS", "20"))
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("shared", [False, True], ids=["one-process", "shared"])
 def test_kills_never_admit_a_key_twice_nor_lose_anything_confirmed(tmp_path, monkeypatch, shared):
     monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "2")
@@ -25,6 +26,7 @@ def test_kills_never_admit_a_key_twice_nor_lose_anything_confirmed(tmp_path, mon
     assert result.confirmed_admissions > 0 and result.confirmed_acks > 0 and result.refused > 0
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize(
     ("shared", "processes"), [(False, 1), (True, 2)], ids=["one-process", "shared"]
 )

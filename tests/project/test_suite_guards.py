@@ -3,11 +3,12 @@ test (see tests/failure_guard.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 
-from conftest import TESTS_DIR, child_env
+from conftest import REPO_ROOT, TESTS_DIR, child_env
 
 FAILING_GIVEN = """
 import relstorage.adapters.sqlite.adapter  # what the contract and shared tests import
@@ -98,3 +99,23 @@ def test_a_test_failing_while_finalizers_parse_source_fails_alone(tmp_path):
     assert done.returncode == 1, done.stdout[-3000:]
     assert "1 failed, 1 passed" in done.stdout, done.stdout[-3000:]
     assert "assert 1 == 2" in done.stdout, done.stdout[-3000:]
+
+
+def test_the_campaigns_left_out_of_the_main_suite_run_in_ci():
+    """README's test command leaves the long campaigns out (pyproject.toml's addopts), so that it
+    stays under 10 minutes on 2 cores; CI must then run them itself, or they would never run."""
+    with open(os.path.join(REPO_ROOT, "pyproject.toml")) as f:
+        pyproject = f.read()  # (tomllib is Python 3.11's)
+    assert re.search(r"""^addopts = ".*-m 'not campaign'.*"$""", pyproject, re.M), pyproject
+    assert re.search(r'^    "campaign: ', pyproject, re.M), pyproject
+    with open(os.path.join(REPO_ROOT, ".ci", "run")) as f:
+        ci = f.read()
+    readme_command = ci.index("python3 -m pytest)")
+    assert re.search(r"^\s*python3 -m pytest -q -n 2 -m campaign\b", ci[readme_command:], re.M), ci
+    # The sets CI runs again (tmpfs, other Pythons) keep their campaigns too.
+    assert ci.count('-m ""') == 2, ci
+    # The marker is on the campaigns (a sample), and a misspelt one fails the run.
+    assert "--strict-markers" in pyproject
+    with open(os.path.join(TESTS_DIR, "queue", "test_crash.py")) as f:
+        crash = f.read()
+    assert "@pytest.mark.campaign\ndef test_sigkill_at_random_moments" in crash

@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import pytest
 from conftest import TESTS_DIR, child_env, seed_for
 
 import ackqueue
@@ -106,6 +107,7 @@ def parse(log: str) -> tuple[list[Run], list[tuple[str, int, int]]]:
     return runs, events
 
 
+@pytest.mark.campaign
 def test_sigkill_at_random_moments_loses_no_put_and_bounds_duplicates(tmp_path):
     seed = seed_for(2026)
     rng = random.Random(seed)

@@ -28,6 +28,7 @@ CHILD = os.path.join(TESTS_DIR, "fault_child.py")
 stress = load_stress()
 
 
+@pytest.mark.campaign
 def test_random_sigkills_of_a_mixed_workload_lose_no_committed_item(tmp_path):
     result = stress.run_stress(str(tmp_path), kills=30, seed=2024, max_delay=0.4, env=child_env())
     assert result["ok"], result["errors"]
@@ -35,6 +36,7 @@ def test_random_sigkills_of_a_mixed_workload_lose_no_committed_item(tmp_path):
     assert result["nacks"] > 0 and result["plain_gets"] > 0, result
 
 
+@pytest.mark.campaign
 def test_random_sigkills_with_packs_in_line_every_few_dozen_commits_lose_nothing(tmp_path):
     # A small file is packed by the put or ack whose commit made the pack due, in that thread:
     # with a 32 KB floor the children pack every few dozen commits, so kills land before,

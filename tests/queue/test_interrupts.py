@@ -37,6 +37,7 @@ def stored_items(path: str) -> tuple[list[object], list[object]]:
                 return items, [letter.item for letter in q.dead_letters()]
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_ctrl_c_inside_operations_leaves_queue_consistent_and_usable(tmp_path, seed):
     path = str(tmp_path / "q.fs")

@@ -95,6 +95,7 @@ def test_the_item_of_a_sigkilled_holder_comes_back_after_its_lease(postgres_uri:
     assert came_back >= LEASE / 2, "given back before the lease of a silent session lapsed"
 
 
+@pytest.mark.campaign
 def test_random_kills_of_clients_lose_nothing_confirmed(postgres_uri: str, tmp_path) -> None:
     """The campaign of ``shared_campaign.py`` on PostgreSQL: clients SIGKILLed in puts, gets,
     acks and transactions (the server is PostgreSQL's to keep; it is not killed here)."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import shared_campaign
 from conftest import REPO_ROOT
 
 KILLS = int(os.environ.get("ACKQUEUE_SHARED_KILLS", "6"))
 
 
+@pytest.mark.campaign
 def test_random_kills_of_workers_and_server_lose_nothing_confirmed(tmp_path, monkeypatch):
     monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "2")
     logs = tmp_path / "logs"

@@ -31,6 +31,7 @@ def kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.campaign
 def test_an_open_survives_its_server_being_killed(tmp_path: Path) -> None:
     path = str(tmp_path / "q.fs")
     sock = os.path.join(sharedserver.private_dir(path), sharedserver.SOCKET)

@@ -19,6 +19,7 @@ def quick_idle_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "1")
 
 
+@pytest.mark.campaign
 def test_a_churning_shared_queue_stays_small_without_anyone_packing(tmp_path: Path) -> None:
     path = str(tmp_path / "q.fs")
     started = time.monotonic()

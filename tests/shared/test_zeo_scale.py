@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+import pytest
 from conftest import TESTS_DIR, child_env
 from polling import bounded
 from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
@@ -143,6 +144,7 @@ def test_killed_consumer_process_items_are_taken_over_and_nothing_else_repeats(
     run_with_a_killed_consumer(zeo_server, tmp_path, restart_server=False)
 
 
+@pytest.mark.campaign
 def test_server_restart_mid_run_loses_nothing_committed(
     zeo_server: ZEOServer, tmp_path  # noqa: F811
 ) -> None:

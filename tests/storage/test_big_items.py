@@ -98,6 +98,7 @@ def test_ten_megabyte_items_round_trip_without_a_large_record_warning(qpath):
             assert q.qsize() == 0
 
 
+@pytest.mark.campaign
 def test_a_hundred_thousand_items_are_kept_in_order_across_reopen(qpath):
     with ackqueue.AckQueue(qpath) as q:
         n = 100_000

@@ -41,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TRIALS = 500  # per file: about 12 s each on a quiet 2-core machine
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("stop", ["closed", "killed"])
 def test_random_one_byte_corruptions_give_the_data_or_a_clear_error(tmp_path, stop):
     result = corruption_campaign.run(

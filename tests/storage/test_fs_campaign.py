@@ -15,6 +15,7 @@ from conftest import REPO_ROOT, seed_for
 TRIES = 3
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("shared", [False, True], ids=["one-process", "shared"])
 @pytest.mark.parametrize("move", ["full", "vanish"])
 def test_a_full_or_vanishing_filesystem_loses_nothing_confirmed_and_never_hangs(

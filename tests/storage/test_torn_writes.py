@@ -45,6 +45,7 @@ def build(path: str, last: str) -> tuple[int, int, list[object], list[object]]:
     return start, stop, before, after
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("last", ["put", "ack", "get"])
 def test_every_cut_inside_the_last_transaction_opens_at_the_previous_commit(tmp_path, last):
     source = str(tmp_path / "source.fs")

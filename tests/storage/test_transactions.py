@@ -217,6 +217,7 @@ def reachable(pages: int) -> set[int]:
     return seen
 
 
+@pytest.mark.campaign
 def test_sigkilled_crawler_puts_each_link_once_and_acks_each_page_once(qpath):
     pages, rng, kills = 400, random.Random(4), 0
     for _ in range(60):
