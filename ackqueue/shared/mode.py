@@ -65,6 +65,7 @@ from ackqueue.shared.holdmarks import (
     HoldValue,
     clear_hold,
     fencer,
+    holder,
     live_holder,
     set_hold,
     unholder,
@@ -208,15 +209,40 @@ class SharedMode:
         again until it gave up (a review: 2 runs of 3 with 1,000 items). So the group is
         paused first, in a small commit of its own (no take starts on it then), and its pause
         put back as it was after (unless another process paused it meanwhile); a process
-        killed in between leaves it paused for :data:`REMOVAL_PAUSE` seconds at most."""
+        killed in between leaves it paused for :data:`REMOVAL_PAUSE` seconds at most.
+
+        An entry held under a session no longer listed is removed: its hold is void, as a
+        get sees it (:func:`~ackqueue.shared.holdmarks.live_holder`). If the removal fails,
+        its error is raised, and a failure to put the pause back is only logged; if only
+        putting the pause back fails, that error is raised (the removal is committed)."""
         store, book = self._store, self._book
+
+        def held(entry: Any) -> bool:  # inside the removal's edit
+            if holder(entry) is None:
+                return False
+            return live_holder(entry, store.root().get(SESSIONS_KEY)) is not None
+
         until = self._clock() + REMOVAL_PAUSE
         found = store.run(group_pause_raiser(book, group, until))
+        paused_here = found is None or found < until
+        resume = group_pause_restorer(book, group, until, found)  # as it was
         try:
-            return int(store.run(group_remover(book, group)))
-        finally:
-            if found is None or found < until:  # paused here: as it was
-                store.run(group_pause_restorer(book, group, until, found))
+            removed = int(store.run(group_remover(book, group, held)))
+        except BaseException:
+            if paused_here:
+                try:
+                    store.run(resume)
+                except Exception:
+                    # The removal's error is the one the caller must see.
+                    log.warning(
+                        "ackqueue: cannot resume group %r of queue %r after its removal "
+                        "failed; it stays paused for up to %ss",
+                        group, self.name, REMOVAL_PAUSE, exc_info=True,
+                    )
+            raise
+        if paused_here:
+            store.run(resume)
+        return removed
 
     def load(self, key: Any, load: Load) -> tuple[bytes, int]:
         try:

@@ -704,9 +704,12 @@ def group_setter(
     return set_group
 
 
-def group_remover(book: Book, group: str) -> Callable[[], int]:
-    """The edit removing every stored entry of ``group`` that no process holds (shared
-    mode marks holds on the entries); it returns how many."""
+def group_remover(
+    book: Book, group: str, held: Callable[[Any], bool]
+) -> Callable[[], int]:
+    """The edit removing every stored entry of ``group`` that no process holds; it returns
+    how many. Shared mode marks holds on the entries, and ``held(entry)``, asked inside the
+    edit, says whether an entry's mark still counts (a hold can be void)."""
     record = book.record
 
     def remove() -> int:
@@ -715,8 +718,7 @@ def group_remover(book: Book, group: str) -> Callable[[], int]:
         doomed = [
             key
             for key, entry in record.entry_items()
-            if loads(entry) and entry.group == group and getattr(entry, "holder", None) is None
-            and not entry.done
+            if loads(entry) and entry.group == group and not entry.done and not held(entry)
         ]
         for key in doomed:
             record.fence_entry(key)  # conflicts with a take racing it

@@ -11,6 +11,7 @@ the item, or reap this process's session.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -239,3 +240,69 @@ def test_remove_group_while_another_process_takes_from_it_removes_the_rest(
         assert removed + len(delivered) == n and len(set(delivered)) == len(delivered)
         q.put("after", group="g")  # the group's pause is back as it was: none
         assert c.get(timeout=10) == "after"
+
+
+def test_remove_group_removes_an_item_under_a_void_hold(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """The void hold of the tests above (a take committed after its session was reaped) no
+    longer blocked a get, a remove or a replace by key; remove_group still skipped the item
+    as held and answered 0, so a group meant to be gone went on being delivered."""
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put("first")
+        c.ack(c.get(timeout=10))
+        q.put("job", group="g")
+
+        def reap_it() -> None:
+            other._mode.session.reap(time.time() + 3600)
+
+        with contextlib.suppress(ackqueue.Empty), before_the_first_take(q, reap_it):
+            c.get(timeout=1)
+        q._mode.session.confirm()
+        assert other.remove_group("g") == 1
+        with pytest.raises(ackqueue.Empty):
+            o.get(timeout=0.5)
+        wait_until(lambda: (other.qsize(), q.qsize()) == (0, 0), 10,
+                   "each process's view of the removal")
+
+
+@pytest.mark.parametrize("failing", ["removal and resume", "resume"])
+def test_remove_group_raises_the_removals_error_before_its_resumes(
+    zeo_server: ZEOServer, failing: str, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """remove_group pauses its group, removes, and puts the pause back. When the removal
+    failed and putting the pause back failed too, the caller saw only the second error, and
+    not why nothing was removed; that failure is logged instead. When only the resume fails,
+    its error is raised: the group would stay paused, unsaid, for up to REMOVAL_PAUSE."""
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put_many(["a", "b"], group="g")
+        store = q._mode._store
+        real = store.run
+
+        def run(change: Callable[[], Any]) -> Any:
+            made_by = change.__qualname__
+            if failing == "removal and resume" and made_by.startswith("group_remover."):
+                raise ackqueue.StorageError("the removal failed")
+            if made_by.startswith("group_pause_restorer."):
+                raise ackqueue.StorageError("the resume failed")
+            return real(change)
+
+        monkeypatch.setattr(store, "run", run)
+        if failing == "removal and resume":
+            with pytest.raises(ackqueue.StorageError, match="the removal failed"):
+                q.remove_group("g")
+            told = [r for r in caplog.records
+                    if r.name == "ackqueue" and "'g'" in r.getMessage()]
+            assert told and told[0].levelno >= logging.WARNING
+        else:
+            with pytest.raises(ackqueue.StorageError, match="the resume failed"):
+                q.remove_group("g")
+        monkeypatch.undo()
+        q.pause_group("g", 0)  # what the failed resume would have done
+        if failing == "removal and resume":
+            assert sorted(c.get(timeout=10) for _ in range(2)) == ["a", "b"]
+        else:
+            with pytest.raises(ackqueue.Empty):  # the removal itself committed
+                c.get(timeout=0.5)
