@@ -464,6 +464,26 @@ StoredEntry = Entry | InlineEntry  # what the entry methods of a QueueRecord giv
 def inline_entry(value: bytes) -> InlineEntry:
     """The entry stored inline as ``value``; ValueError if ``value`` is no inline entry (a
     changed byte in its header)."""
+    put_at, due, attempts, group, keyed, remember, at = _inline_header(value)
+    if keyed < 0:
+        return InlineEntry(value[at:], put_at, attempts, due, group)
+    return InlineEntry(
+        value[at + keyed:], put_at, attempts, due, group, value[at:at + keyed],
+        None if math.isnan(remember) else remember,
+    )
+
+
+def inline_group(value: bytes) -> str | None:
+    """The group of the entry stored inline as ``value``, read from its header alone (an open
+    reads every grouped entry's: see :meth:`QueueRecord.entry_groups`); ValueError as
+    :func:`inline_entry`."""
+    return _inline_header(value)[3]
+
+
+def _inline_header(value: bytes) -> tuple[float, float, int, str | None, int, float, int]:
+    """``(put_at, due, attempts, group, key length, remember, offset of the key or data)``
+    of the inline entry ``value`` (key length -1: put without a key); ValueError if its
+    header is damaged."""
     try:
         tag, put_at, due, attempts, named = _INLINE.unpack_from(value)
         at = _INLINE.size
@@ -485,12 +505,7 @@ def inline_entry(value: bytes) -> InlineEntry:
         except UnicodeDecodeError as exc:
             raise ValueError("an inline entry's group name is damaged") from exc
         at += named
-    if keyed < 0:
-        return InlineEntry(value[at:], put_at, attempts, due, group)
-    return InlineEntry(
-        value[at + keyed:], put_at, attempts, due, group, value[at:at + keyed],
-        None if math.isnan(remember) else remember,
-    )
+    return put_at, due, attempts, group, keyed, remember, at
 
 
 class DeadRecord(Persistent):
@@ -589,12 +604,15 @@ class QueueRecord(Persistent):
             try:
                 return inline_entry(value)
             except ValueError as exc:
-                why = f"its entry under key {key!r} is damaged ({exc})"
-                raise DamagedFileError(damaged_message(self._where(), why)) from exc
+                raise self._damaged_inline(key, exc) from exc
         raise DamagedFileError(damaged_message(self._where(), (
             f"its entry tree holds {type(value).__name__} under key {key!r} where an entry "
             "belongs"
         )))
+
+    def _damaged_inline(self, key: Any, exc: ValueError) -> DamagedFileError:
+        why = f"its entry under key {key!r} is damaged ({exc})"
+        return DamagedFileError(damaged_message(self._where(), why))
 
     def has_entry(self, key: Any) -> bool:
         return key in self.entries
@@ -652,6 +670,29 @@ class QueueRecord(Persistent):
         entries = edge_loaded(self.entries)
         items = entries.items() if after is None else entries.items(min=after, excludemin=True)
         return self._walked_entries(items)
+
+    def entry_groups(self) -> Iterator[tuple[Any, str]]:
+        """``(key, group)`` of every stored entry put with a group and not done, in delivery
+        order, passing over those whose record does not load (see :func:`loads`). An inline
+        entry's group is read from its header alone: an open reads every grouped entry (a
+        third of the time of decoding each whole, with 100,000 of them)."""
+        try:
+            for key, value in edge_loaded(self.entries).items():
+                if isinstance(value, bytes):
+                    try:
+                        group = inline_group(value)
+                    except ValueError as exc:
+                        raise self._damaged_inline(key, exc) from exc
+                else:
+                    entry = self._an_entry(key, value)
+                    if not loads(entry) or entry.done:
+                        continue
+                    group = entry.group
+                if group is not None:
+                    yield key, group
+        except RuntimeError as exc:
+            self._broken_walk(exc)
+            raise
 
     def _walked_entries(
         self, items: Iterable[tuple[Any, Any]]

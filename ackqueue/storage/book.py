@@ -611,11 +611,7 @@ def grouped_entries(book: Book) -> list[tuple[Any, str, bool]]:
         if not record.grouped:
             return []
         delayed = record.delayed if record.delayed is not None else {}
-        return [
-            (key, entry.group, key in delayed)
-            for key, entry in record.entry_items()
-            if loads(entry) and entry.group is not None and not entry.done
-        ]
+        return [(key, group, key in delayed) for key, group in record.entry_groups()]
 
     return book.read(read)
 

@@ -164,6 +164,42 @@ def test_a_damaged_inline_entry_is_a_damaged_file_and_salvage_leaves_it_out(
         assert sorted(q.get_nowait() for _ in range(q.qsize())) == ["first", "third"]
 
 
+@pytest.mark.parametrize("where", ["tag", "group name"])
+def test_a_damaged_grouped_inline_entry_stops_the_open_that_reads_every_group(
+    tmp_path, where
+) -> None:
+    """An open of a queue with groups reads each entry's group from its header alone: damage
+    there is still a DamagedFileError naming the entry, and salvage keeps the rest."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        for n, group in enumerate(["a", "b", "a"]):
+            q.put(f"item {n}", group=group)
+        assert kinds(q) == ["inline"] * 3
+
+    def damage(queues: Any) -> None:
+        entries = queues["default"].entries
+        key = list(entries.keys())[1]
+        value = entries[key]
+        if where == "tag":
+            entries[key] = b"\x00" + value[1:]
+        else:  # the group's one-byte name, just after the header, made invalid UTF-8
+            at = 1 + 8 + 8 + 4 + 4  # the header: tag, put time, due time, attempts, name length
+            assert value[at:at + 1] == b"b"
+            entries[key] = value[:at] + b"\xff" + value[at + 1:]
+
+    craft(path, damage)
+    with pytest.raises(ackqueue.DamagedFileError) as raised:
+        ackqueue.AckQueue(path)
+    assert "under key" in str(raised.value), raised.value
+    assert ("header is damaged" if where == "tag" else "group name is damaged") in str(
+        raised.value
+    )
+    new = str(tmp_path / "new.fs")
+    assert cli(["salvage", path, "--into", new]) == 0
+    with ackqueue.AckQueue(new) as q:
+        assert sorted(q.get_nowait() for _ in range(q.qsize())) == ["item 0", "item 2"]
+
+
 CHILD = textwrap.dedent("""
     import sys, ackqueue
     q = ackqueue.AckQueue(sys.argv[1], max_attempts=5)
