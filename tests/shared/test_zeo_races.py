@@ -92,19 +92,28 @@ def test_an_item_taken_by_a_session_reaped_meanwhile_comes_back(
     would ever clear, and no process could get the item again (a review: 4 runs of 7 with a
     SIGSTOP in that window). A hold whose session is gone is void."""
     with two_clients(zeo_server) as (q, other, c, o):
-        # A take of this session's first marks it as one that takes items, a write that a
-        # reap racing it conflicts with: the race is with a later take.
-        q.put("first")
-        c.ack(c.get(timeout=10))
-        q.put("job")
-
-        def reap_it() -> None:  # the other process finds this session lapsed, an hour on
-            other._mode.session.reap(time.time() + 3600)
-
-        with contextlib.suppress(ackqueue.Empty), before_the_first_take(q, reap_it):
-            c.get(timeout=1)  # whatever it got, its hold is void
-        q._mode.session.confirm()  # this process learns its session was reaped
+        leave_a_void_hold(q, other, c)
         assert o.get(timeout=10) == "job"
+
+
+def leave_a_void_hold(
+    q: ackqueue.AckQueue, other: ackqueue.AckQueue, c: Any, **put: Any
+) -> None:
+    """Put "job" on ``q`` (with ``put``'s keywords) and have ``c`` take it while ``other``
+    reaps ``q``'s session inside that take: its hold is stored under a session no longer
+    listed (void)."""
+    # A take of this session's first marks it as one that takes items, a write that a reap
+    # racing it conflicts with: the race is with a later take.
+    q.put("first")
+    c.ack(c.get(timeout=10))
+    q.put("job", **put)
+
+    def reap_it() -> None:  # the other process finds this session lapsed, an hour on
+        other._mode.session.reap(time.time() + 3600)
+
+    with contextlib.suppress(ackqueue.Empty), before_the_first_take(q, reap_it):
+        c.get(timeout=1)  # whatever it got, its hold is void
+    q._mode.session.confirm()  # this process learns its session was reaped
 
 
 @contextlib.contextmanager
@@ -141,16 +150,7 @@ def test_a_keyed_item_under_a_void_hold_can_be_removed_or_replaced_by_key(
     key (KeyHeldError) and a put by key with ``replace=True`` (answered False: "held"), until
     some process got the item and settled it."""
     with two_clients(zeo_server) as (q, other, c, o):
-        q.put("first")
-        c.ack(c.get(timeout=10))
-        q.put("job", key="k")
-
-        def reap_it() -> None:
-            other._mode.session.reap(time.time() + 3600)
-
-        with contextlib.suppress(ackqueue.Empty), before_the_first_take(q, reap_it):
-            c.get(timeout=1)
-        q._mode.session.confirm()
+        leave_a_void_hold(q, other, c, key="k")
         if action == "remove":
             other.remove("k")
             with pytest.raises(ackqueue.Empty):
@@ -249,16 +249,7 @@ def test_remove_group_removes_an_item_under_a_void_hold(
     longer blocked a get, a remove or a replace by key; remove_group still skipped the item
     as held and answered 0, so a group meant to be gone went on being delivered."""
     with two_clients(zeo_server) as (q, other, c, o):
-        q.put("first")
-        c.ack(c.get(timeout=10))
-        q.put("job", group="g")
-
-        def reap_it() -> None:
-            other._mode.session.reap(time.time() + 3600)
-
-        with contextlib.suppress(ackqueue.Empty), before_the_first_take(q, reap_it):
-            c.get(timeout=1)
-        q._mode.session.confirm()
+        leave_a_void_hold(q, other, c, group="g")
         assert other.remove_group("g") == 1
         with pytest.raises(ackqueue.Empty):
             o.get(timeout=0.5)
