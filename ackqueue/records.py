@@ -882,10 +882,41 @@ class QueueRecord(Persistent):
             self.dead_length = Length()
         return self.dead
 
-    def group_pause_index(self) -> Any:
+    def mark_grouped(self) -> None:
+        """An entry with a group is stored (inside a change): from now on the ready index must
+        know groups at open. The pause index is made now, with nothing in it, so that a take
+        reading a pause as current (:meth:`paused_until`) reads it, not this record, which
+        other edits write."""
+        self.grouped = True
         if self.group_pauses is None:
             self.group_pauses = OOBTree()
-        return self.group_pauses
+
+    def paused_until(self, group: str, current: bool = False) -> float | None:
+        """Until when ``group`` is paused (None: it is not, or never was). ``current``: read
+        inside a take's commit, which then fails if a pause commits first (ZODB's
+        ``readCurrent`` of what :meth:`set_pause` always writes: the index's own record, or
+        this record while there is no index)."""
+        pauses = self.group_pauses
+        until = None if pauses is None else pauses.get(group)  # loaded: readCurrent needs it
+        read = self if pauses is None else pauses
+        if current and read._p_jar is not None and read._p_oid is not None:  # (not new)
+            read._p_jar.readCurrent(read)
+        return None if until is None else float(until)
+
+    def set_pause(self, group: str, until: float | None) -> None:
+        """Pause ``group`` until ``until`` (None: resume it), inside a change. The index's own
+        record is written even when the change is in one of its buckets, so that a take that
+        read the pause (:meth:`paused_until`) and commits after it conflicts and looks again."""
+        if until is None and (self.group_pauses is None or group not in self.group_pauses):
+            return
+        if self.group_pauses is None:
+            self.group_pauses = OOBTree()
+        pauses = self.group_pauses
+        if until is None:
+            del pauses[group]
+        else:
+            pauses[group] = until
+        pauses._p_changed = True
 
     def group_setting_index(self) -> Any:
         if self.group_settings is None:

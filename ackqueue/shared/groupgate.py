@@ -82,9 +82,12 @@ class GroupGate:
         module docstring). Items put without a group are one group (None) under the same
         rules: only the queue's options, as no call names that group."""
         group = getattr(entry, "group", None)
-        pauses = record.group_pauses
-        if group is not None and pauses is not None and pauses.get(group, 0.0) > now:
-            return False
+        if group is not None:
+            # Read as current: a pause another process commits before this take conflicts
+            # with it, which then looks again (no delivery after that pause_group returned).
+            until = record.paused_until(group, current=True)
+            if until is not None and until > now:
+                return False
         # Another process's set_group is read here, inside the take's commit.
         max_held, interval = self.rules.limits(group, record.group_settings or {})
         if max_held is None and not interval:

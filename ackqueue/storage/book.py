@@ -320,7 +320,7 @@ class Book:
         if staged.not_before:
             record.delay_index()[staged.key] = staged.not_before
         if staged.group is not None and not record.grouped:
-            record.grouped = True  # from now on the ready index must know groups at open
+            record.mark_grouped()
 
     def inserter(self, batch: list[Staged], now: float) -> Callable[[], None]:
         record = self.record
@@ -631,11 +631,7 @@ def group_pauser(book: Book, group: str, until: float) -> Callable[[], None]:
     record = book.record
 
     def set_pause() -> None:
-        pauses = record.group_pause_index()
-        if until > 0:
-            pauses[group] = until
-        elif group in pauses:
-            del pauses[group]
+        record.set_pause(group, until if until > 0 else None)
 
     return set_pause
 
@@ -646,11 +642,10 @@ def group_pause_raiser(book: Book, group: str, until: float) -> Callable[[], flo
     record = book.record
 
     def pause() -> float | None:
-        pauses = record.group_pause_index()
-        found = pauses.get(group)
+        found = record.paused_until(group)
         if found is None or found < until:
-            pauses[group] = until
-        return None if found is None else float(found)
+            record.set_pause(group, until)
+        return found
 
     return pause
 
@@ -662,13 +657,8 @@ def group_pause_restorer(book: Book, group: str, set_to: float, back_to: float |
     record = book.record
 
     def restore() -> None:
-        pauses = record.group_pause_index()
-        if pauses.get(group) != set_to:
-            return
-        if back_to is None:
-            del pauses[group]
-        else:
-            pauses[group] = back_to
+        if record.paused_until(group) == set_to:
+            record.set_pause(group, back_to)
 
     return restore
 

@@ -297,3 +297,29 @@ def test_remove_group_raises_the_removals_error_before_its_resumes(
         else:
             with pytest.raises(ackqueue.Empty):  # the removal itself committed
                 c.get(timeout=0.5)
+
+
+@pytest.mark.parametrize(
+    "others_paused", [0, 100, None], ids=["small index", "index of buckets", "no index"]
+)
+def test_a_take_racing_a_pause_of_its_group_does_not_deliver_after_the_pause_returned(
+    zeo_server: ZEOServer, others_paused: int | None  # noqa: F811
+) -> None:
+    """A take reads the group's pause inside its commit; a pause committed by another process
+    after the take's look but before its commit wrote nothing the take wrote, so the take
+    committed and delivered an item of a group whose pause_group had already returned. With
+    100 other groups paused the index is several buckets, and the pause changes only one; a
+    file from before 2026-11-27 may have grouped entries and no pause index yet."""
+    with two_clients(zeo_server) as (q, other, c, o):
+        for n in range(others_paused or 0):
+            other.pause_group(f"other{n}", 3600)
+        q.put("job", group="g")
+        if others_paused is None:
+            record = q._book.record
+            q._store.run(lambda: setattr(record, "group_pauses", None))
+        with pytest.raises(ackqueue.Empty), before_the_first_take(
+            q, lambda: other.pause_group("g", 3600)
+        ):
+            c.get(timeout=1)
+        other.pause_group("g", 0)
+        assert o.get(timeout=10) == "job"  # held by nobody: the take did not commit
