@@ -394,6 +394,13 @@ class AckQueue(queue.Queue[T], Generic[T]):
         by another process meanwhile (StoredHolds.may_be_void); for buffers such as WorkerPool's."""
         return self._mode.stored_holds.may_be_void(taken_at)
 
+    def _ready_total(self) -> int:
+        """How many items are ready, also those their group's rules hold back now (paused, at
+        their cap, within their interval), which ``qsize()`` leaves out; for pools, which
+        are not done while a group still waits its turn."""
+        with self.mutex:
+            return self._supply.ready_total()
+
     def unacked_count(self) -> int:
         """How many items are held by consumers, delivered but not acked."""
         with self.mutex:
