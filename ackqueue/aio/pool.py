@@ -7,7 +7,8 @@ The task that runs the pool owns its consumer and feeds a buffer with ``get_many
 task commits every success since its last commit in one ``ack_many`` (one fsync, on a thread)
 while the workers go on, and retries a failure by ``nack`` with the retry's delay, or sends it
 to the dead letters once it has been delivered ``max_attempts`` times. A job counts as done
-only once its ack is durable.
+only once its ack is durable. Items no handler ran go back in their place without spending an
+attempt, as in the thread pool (see :data:`ackqueue.workers.board.UNSTARTED`).
 
 On SIGINT or SIGTERM (when run on the main thread's loop) the pool stops taking items, gives
 back what is buffered and lets running handlers finish, for up to ``stop_timeout``; a second
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import signal
 import threading
@@ -38,15 +40,15 @@ from ackqueue.errors import (
     ShutDown,
     StorageUnreachableError,
 )
-from ackqueue.workers.board import RETRY_SETTLE_SECONDS, buffered_fate
+from ackqueue.workers.board import ABANDONED, RETRY_SETTLE_SECONDS, UNSTARTED, buffered_fate
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
+from ackqueue.workers.retry import attempt_limit, failure_reason, warn_if_capped
 
 log = logging.getLogger("ackqueue")
 
 AsyncHandler = Callable[[Any], Awaitable[object]]
 
-_UNSTARTED = object()  # an item given back without running the handler
 _STOP = object()  # tells a worker task to end
 class AsyncWorkerPool:
     """``concurrency`` tasks awaiting ``handler(item)`` for each item of ``queue``.
@@ -59,8 +61,10 @@ class AsyncWorkerPool:
     as for :class:`~ackqueue.WorkerPool`.
 
     ``await run()`` works until :meth:`stop`, a signal, or the queue is shut down and drained;
-    ``await run_until_empty()`` also returns once the queue is empty, nothing is held and no
-    retry of its own is pending. Both return :class:`~ackqueue.PoolStats`. ``prefetch`` is
+    ``await run_until_empty()`` also returns once the queue is empty (items that their
+    group's rules hold back count as waiting), nothing is held and no retry of its own is
+    pending. A :meth:`stop` while no run is under way stops the next one, which returns at
+    once. Both return :class:`~ackqueue.PoolStats`. ``prefetch`` is
     how many items the pool holds ahead of its workers (default 32 a task; one a task when
     the queue has an ``ack_timeout``).
     """
@@ -88,6 +92,7 @@ class AsyncWorkerPool:
         self.handler = handler
         self.concurrency = concurrency
         self.retry = retry or Retry()
+        warn_if_capped(self.retry, queue.max_attempts)
         self.stop_timeout = stop_timeout
         self.log_interval = log_interval
         self.poll = poll
@@ -97,6 +102,7 @@ class AsyncWorkerPool:
         self._stopping: asyncio.Event | None = None
         self._unreachable = False  # the last get or ack failed for want of the server
         self._stopped_by: str | None = None
+        self._stop_asked = False  # stop() while no run was under way: the next one stops
         self._interrupts = 0
         self._feeders: list[Feeder] = []
         self._running = 0
@@ -116,7 +122,10 @@ class AsyncWorkerPool:
         return await self._run(until_empty=True)
 
     def stop(self) -> None:
-        """Ask the pool to stop: no new items are taken; running handlers finish."""
+        """Ask the pool to stop: no new items are taken; running handlers finish. Called
+        while no run is under way, it stops the next run, which returns at once."""
+        if self._stopping is None:
+            self._stop_asked = True
         self._stop("stop()")
 
     def _stop(self, by: str | None) -> None:
@@ -140,6 +149,9 @@ class AsyncWorkerPool:
         self._stopped_by = None
         self._interrupts = 0
         self.stats.stopped_by = None
+        if self._stop_asked:
+            self._stop_asked = False
+            self._stop("stop()")
         restore = handle_stop_signals(self._on_signal)
         started = time.monotonic()
         buffer: asyncio.Queue[Any] = asyncio.Queue()
@@ -249,6 +261,13 @@ class AsyncWorkerPool:
             if not items and not waits:
                 need_more.clear()
                 await need_more.wait()  # items are coming in, or the pool is stopping
+            if stopping.is_set():
+                # Stopped while the get ran: the buffer was given back already, and no worker
+                # takes from it any more (left there, they went back with the consumer's
+                # close, counted as delivered).
+                for item in items:
+                    feeder.hand_back(item, UNSTARTED)
+                break
             got_at = time.monotonic()
             for item in items:
                 buffer.put_nowait((item, feeder, got_at))
@@ -267,18 +286,19 @@ class AsyncWorkerPool:
         if time.time() < self._retry_due:
             return False
         # As the thread pool's Board.is_drained: a retry that fell due is counted ready only
-        # once the queue's timer has moved it, a moment after its time.
+        # once the queue's timer has moved it, a moment after its time; and items their
+        # group's rules hold back now, which qsize() leaves out, are still to come.
         if (self._retry_due and time.time() < self._retry_due + RETRY_SETTLE_SECONDS
                 and self.queue.sync.delayed_count()):
             return False
-        return self.queue.qsize() == 0 and self.queue.unacked_count() == 0
+        return self.queue.sync._ready_total() == 0 and self.queue.unacked_count() == 0
 
     async def _wind_down(self, buffer: asyncio.Queue[Any], workers: list[asyncio.Task[Any]]
                          ) -> None:
         """Give back what is buffered; let running handlers finish, up to ``stop_timeout``."""
         while not buffer.empty():
             item, feeder, _ = buffer.get_nowait()
-            feeder.hand_back(item, _UNSTARTED)
+            feeder.hand_back(item, UNSTARTED)
         for _ in workers:
             buffer.put_nowait(_STOP)
         if self._running:
@@ -321,7 +341,7 @@ class AsyncWorkerPool:
                 fate = buffered_fate(feeder.consumer, item, got_at, lease, may_be_void)
                 if fate != "handle":
                     if fate == "give back":
-                        feeder.hand_back(item, _UNSTARTED)
+                        feeder.hand_back(item, UNSTARTED)
                     continue
                 self._running += 1
                 try:
@@ -330,10 +350,10 @@ class AsyncWorkerPool:
                 except Exception as exc:
                     outcome = exc
                 except asyncio.CancelledError:
-                    feeder.hand_back(item, _UNSTARTED)  # a forced stop: it goes back
+                    feeder.hand_back(item, ABANDONED)  # a forced stop: it goes back
                     raise
                 except BaseException:
-                    feeder.hand_back(item, _UNSTARTED)
+                    feeder.hand_back(item, ABANDONED)
                     log.exception("a worker task was ended by its handler on item %r; the "
                                   "item goes back to the queue", item)
                     return
@@ -361,17 +381,22 @@ class AsyncWorkerPool:
     async def _settle(self, feeder: Feeder, consumer: AsyncConsumer[Any]) -> None:
         results = feeder.results
         acks: list[Any] = []
+        unstarted: list[Any] = []
         others: list[tuple[Any, object]] = []
-        while results and len(acks) + len(others) < self.prefetch:
+        while results and len(acks) + len(unstarted) + len(others) < self.prefetch:
             item, outcome = results.popleft()
             if outcome is None:
                 acks.append(item)
+            elif outcome is UNSTARTED:
+                unstarted.append(item)
             else:
                 others.append((item, outcome))
         feeder.settling += 1
         try:
             if acks:
                 await self._ack(feeder, consumer, acks)
+            if unstarted:
+                await self._give_back(feeder, consumer, unstarted)
             for item, outcome in others:
                 await self._settle_one(feeder, consumer, item, outcome)
         finally:
@@ -408,14 +433,33 @@ class AsyncWorkerPool:
             return
         self.stats.done += len(items)
 
+    async def _give_back(self, feeder: Feeder, consumer: AsyncConsumer[Any], items: list[Any]
+                         ) -> None:
+        """Give back items no handler ran, in one commit, in their place, without spending
+        an attempt (see the thread pool's Feeder._give_back)."""
+        try:
+            async with consumer.transaction():
+                for item in items:
+                    with contextlib.suppress(NotHeldError):  # taken back meanwhile
+                        await consumer.snooze(item, 0)
+            return
+        except QueueClosedError:
+            raise
+        except Exception:
+            pass  # nothing committed (one was taken back as it did, the disk is full, ...)
+        for item in items:  # one at a time, each failure handled as its own
+            await self._settle_one(feeder, consumer, item, UNSTARTED)
+
     async def _settle_one(
         self, feeder: Feeder, consumer: AsyncConsumer[Any], item: Any, outcome: object
     ) -> None:
         try:
             if isinstance(outcome, Exception):
                 await self._failed(consumer, item, outcome)
+            elif outcome is UNSTARTED:
+                await consumer.snooze(item, 0)
             else:
-                await consumer.nack(item)
+                await consumer.nack(item)  # its handler started: the delivery counts
         except NotHeldError:
             pass  # given back (a lease ran out) while the handler ran
         except StorageUnreachableError as exc:
@@ -438,19 +482,21 @@ class AsyncWorkerPool:
 
     async def _failed(self, consumer: AsyncConsumer[Any], item: Any, exc: Exception) -> None:
         attempts = consumer.delivery(item).attempts
-        limit = self.retry.max_attempts or self.queue.max_attempts
+        limit = attempt_limit(self.retry, self.queue.max_attempts)
+        reason = failure_reason(exc)
         if limit and attempts >= limit:
-            await consumer.reject(item, reason=f"{type(exc).__name__}: {exc}")
+            await consumer.reject(item, reason=reason)
             self.stats.failed += 1
             self.stats.dead += 1
             log.error("item %r failed %d time(s), sent to the dead letters: %s",
-                      item, attempts, exc, exc_info=exc)
+                      item, attempts, reason, exc_info=exc)
             return
         delay = self.retry.delay(attempts)
         self._retry_due = max(self._retry_due, time.time() + delay)
         await consumer.nack(item, delay=delay)
         self.stats.failed += 1
-        log.warning("item %r failed (attempt %d), retry in %.2f s: %s", item, attempts, delay, exc)
+        log.warning("item %r failed (attempt %d), retry in %.2f s: %s",
+                    item, attempts, delay, reason)
 
     # -- signals and progress ------------------------------------------------------------------
 

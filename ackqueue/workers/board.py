@@ -135,7 +135,9 @@ class Board:
             if (self.retry_due and time.time() < self.retry_due + RETRY_SETTLE_SECONDS
                     and self.queue.delayed_count()):
                 return False
-            return bool(self.queue.qsize() == 0 and self.queue.unacked_count() == 0)
+            # Not qsize(): it leaves out the items their group's rules hold back now (a cap,
+            # an interval), and the run ended with every other group's turn still to come.
+            return bool(self.queue._ready_total() == 0 and self.queue.unacked_count() == 0)
 
     def count(self, done: int = 0, failed: int = 0, dead: int = 0) -> None:
         with self.lock:
@@ -174,8 +176,13 @@ class Board:
 
 
 # What a worker hands back to a feeder for one item: None for success, the exception for a
-# failure, UNSTARTED for an item it gives back without running the handler.
+# failure, UNSTARTED for an item no handler ran (the pool stopped first, or its lease ran out
+# while buffered): given back in its place without spending an attempt, so that stopping a
+# pool never sends to the dead letters what it only prefetched; ABANDONED for an item whose
+# handler started but ended its worker (SystemExit) or was cancelled: given back by a plain
+# nack, whose delivery counts, so that such a handler still reaches ``max_attempts``.
 UNSTARTED = object()
+ABANDONED = object()
 
 
 Fate = Literal["handle", "give back", "drop"]

@@ -6,12 +6,14 @@ through one of its feeders. A feeder prefetches items in batches (``get_many``) 
 pool's buffer, and settles the results handed back to it: every success since its last commit
 in one ``ack_many`` (one commit, one fsync), failures by ``nack`` with a backoff delay, or to
 the dead letters once an item has been delivered ``max_attempts`` times. A job counts as done
-only once its ack is durable.
+only once its ack is durable. Items no handler ran go back in their place without spending an
+attempt (a snooze of no time), so that a stop never buries what was only prefetched.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -19,8 +21,8 @@ from typing import Any
 
 from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown, StorageUnreachableError
 from ackqueue.queue.consumer import Consumer
-from ackqueue.workers.board import Board
-from ackqueue.workers.retry import Retry
+from ackqueue.workers.board import UNSTARTED, Board
+from ackqueue.workers.retry import Retry, attempt_limit, failure_reason
 
 log = logging.getLogger("ackqueue")
 
@@ -69,7 +71,8 @@ class Feeder:
         return self.thread is not None and self.thread.is_alive()
 
     def hand_back(self, item: Any, outcome: object) -> None:
-        """A worker's result for ``item``: None (success), an exception, or UNSTARTED."""
+        """A worker's result for ``item``: None (success), an exception, UNSTARTED or
+        ABANDONED (see ackqueue.workers.board)."""
         self.results.append((item, outcome))
         if not self.wake.is_set():
             self.wake.set()
@@ -203,15 +206,20 @@ class Feeder:
         board.enter()
         try:
             acks: list[Any] = []
+            unstarted: list[Any] = []
             others: list[tuple[Any, object]] = []
             while results:
                 item, outcome = results.popleft()
                 if outcome is None:
                     acks.append(item)
+                elif outcome is UNSTARTED:
+                    unstarted.append(item)
                 else:
                     others.append((item, outcome))
             if acks:
                 self._ack(consumer, acks)
+            if unstarted:
+                self._give_back(consumer, unstarted)
             for item, outcome in others:
                 self._settle_one(consumer, item, outcome)
         finally:
@@ -250,13 +258,32 @@ class Feeder:
             return
         self.board.count(done=len(items))
 
+    def _give_back(self, consumer: Consumer[Any], items: list[Any]) -> None:
+        """Give back items no handler ran, in one commit: each is ready again at once, in its
+        place, and its delivery does not count against ``max_attempts`` (a snooze of no
+        time; a plain nack would count it, and bury an item at its last attempt)."""
+        try:
+            with consumer.transaction():
+                for item in items:
+                    with contextlib.suppress(NotHeldError):  # taken back meanwhile
+                        consumer.snooze(item, 0)
+            return
+        except QueueClosedError:
+            raise
+        except Exception:
+            pass  # nothing committed (one was taken back as it did, the disk is full, ...)
+        for item in items:  # one at a time, each failure handled as its own
+            self._settle_one(consumer, item, UNSTARTED)
+
     def _settle_one(self, consumer: Consumer[Any], item: Any, outcome: object) -> None:
-        """Give back an unstarted item, or retry or bury a failed one."""
+        """Give back an unstarted or abandoned item, or retry or bury a failed one."""
         try:
             if isinstance(outcome, Exception):
                 self._failed(consumer, item, outcome)
+            elif outcome is UNSTARTED:
+                consumer.snooze(item, 0)
             else:
-                consumer.nack(item)
+                consumer.nack(item)  # its handler started: the delivery counts
         except NotHeldError:
             pass  # given back (forced stop, lease ran out) while the handler ran
         except StorageUnreachableError as exc:
@@ -278,12 +305,13 @@ class Feeder:
     def _failed(self, consumer: Consumer[Any], item: Any, exc: Exception) -> None:
         board = self.board
         attempts = consumer.delivery(item).attempts
-        limit = self.retry.max_attempts or board.queue.max_attempts
+        limit = attempt_limit(self.retry, board.queue.max_attempts)
+        reason = failure_reason(exc)
         if limit and attempts >= limit:
-            consumer.reject(item, reason=f"{type(exc).__name__}: {exc}")
+            consumer.reject(item, reason=reason)
             board.count(failed=1, dead=1)
             log.error("item %r failed %d time(s), sent to the dead letters: %s",
-                      item, attempts, exc, exc_info=exc)
+                      item, attempts, reason, exc_info=exc)
             return
         delay = self.retry.delay(attempts)
         consumer.nack(item, delay=delay)
@@ -291,4 +319,4 @@ class Feeder:
             board.retry_due = max(board.retry_due, time.time() + delay)
             board.stats.failed += 1
         log.warning("item %r failed (attempt %d), retry in %.2f s: %s",
-                    item, attempts, delay, exc)
+                    item, attempts, delay, reason)

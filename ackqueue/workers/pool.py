@@ -26,10 +26,10 @@ from types import FrameType
 from typing import Any, Generic, TypeVar
 
 from ackqueue.queue.queues import AckQueue
-from ackqueue.workers.board import MOST_PREFETCH, UNSTARTED, Board, buffered_fate
+from ackqueue.workers.board import ABANDONED, MOST_PREFETCH, UNSTARTED, Board, buffered_fate
 from ackqueue.workers.feeder import Feeder
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
-from ackqueue.workers.retry import Retry
+from ackqueue.workers.retry import Retry, warn_if_capped
 from ackqueue.workers.stats import PoolStats
 
 __all__ = ["Handler", "PoolStats", "Retry", "WorkerPool"]
@@ -55,8 +55,10 @@ class WorkerPool(Generic[T]):
     ``poll`` is how often, in seconds, idle threads look again for a stop or a due retry.
 
     ``run()`` works until :meth:`stop` (or SIGINT/SIGTERM when called from the main thread);
-    ``run_until_empty()`` also returns once the queue is empty and no retry is pending. Both
-    return :class:`PoolStats`, whose ``stopped_by`` and ``exit_code`` tell a finished run from
+    ``run_until_empty()`` also returns once the queue is empty (items that their group's rules
+    hold back count as waiting) and no retry is pending. A :meth:`stop` while no run is under
+    way stops the next one, which returns at once; a pool can be run again after a run ends.
+    Both return :class:`PoolStats`, whose ``stopped_by`` and ``exit_code`` tell a finished run from
     an interrupted one. ``stop_timeout`` bounds how long a graceful stop waits for running
     handlers; items still held then go back to the queue. Progress is logged through the
     ``ackqueue`` logger every ``log_interval`` seconds.
@@ -69,8 +71,10 @@ class WorkerPool(Generic[T]):
     them within 0.05 s; one a thread when the queue has an ``ack_timeout``, whose lease runs
     from the get). Prefetched items are held (``q.unacked_count()`` counts them)
     and go back to the queue when the pool stops; with ``max_attempts`` set, a delivery
-    counts when an item is prefetched. An item whose lease ran out while buffered is given
-    back without running its handler.
+    counts when an item is prefetched, and is given back uncounted, in the item's place, if no
+    handler ran it (the pool stopped first, or its lease ran out while buffered): a stop never
+    sends to the dead letters what the pool only prefetched. An item whose lease ran out while
+    buffered is given back without running its handler.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class WorkerPool(Generic[T]):
         self.handler = handler
         self.threads = threads
         self.retry = retry or Retry()
+        warn_if_capped(self.retry, queue.max_attempts)
         self.stop_timeout = stop_timeout
         self.log_interval = log_interval
         self.poll = poll
@@ -104,6 +109,7 @@ class WorkerPool(Generic[T]):
         # Given or leased: fixed. Else it may grow with the rate (see board.AHEAD_SECONDS).
         self._most_prefetch = 0 if prefetch or leased else MOST_PREFETCH
         self.stats = PoolStats()
+        # The next run's board (then the running one's): a stop() before run() is kept on it.
         self._board = self._new_board()
         self._feeders: list[Feeder] = []
         self._workers: list[threading.Thread] = []
@@ -127,44 +133,54 @@ class WorkerPool(Generic[T]):
         return self._run(until_empty=True)
 
     def stop(self) -> None:
-        """Ask the pool to stop: no new items are taken; running handlers finish."""
+        """Ask the pool to stop: no new items are taken; running handlers finish. Called
+        while no run is under way, it stops the next run, which returns at once."""
         self._stop("stop()")
 
     @property
     def stopping(self) -> bool:
-        """True once a stop was asked for (:meth:`stop` or a signal)."""
+        """True once a stop of the running (or next) run was asked for (:meth:`stop` or a
+        signal)."""
         return self._board.stopping.is_set()
 
     def _stop(self, by: str | None) -> None:
         self._board.stop(by)
 
     def _run(self, until_empty: bool) -> PoolStats:
-        self._board = self._new_board()
+        # The board made when the last run ended (or at construction): a stop() asked since
+        # is on it already, and ends this run at once.
+        board = self._board
         self._signalled = None
         self._interrupts = 0
         self.stats.stopped_by = None
-        restore = self._install_signal_handlers()
-        started = time.monotonic()
         try:
-            self._start_threads(until_empty)
-            self._supervise(started)
-            self._join_threads()
-        except KeyboardInterrupt:
-            # The second Ctrl-C: give back what is held now. Handlers still running cannot
-            # ack afterwards (their items were given back), so nothing is lost or doubled
-            # beyond an item whose handler finished but whose ack had not committed.
-            self._stop("SIGINT")
-            self.stats.stopped_by = "SIGINT"
-            self._release_all()
-            log.warning("stopped at once; held items went back to the queue")
-            raise
+            restore = self._install_signal_handlers()
+            started = time.monotonic()
+            try:
+                self._start_threads(until_empty)
+                self._supervise(started)
+                self._join_threads()
+            except KeyboardInterrupt:
+                # The second Ctrl-C: give back what is held now. Handlers still running
+                # cannot ack afterwards (their items were given back), so nothing is lost or
+                # doubled beyond an item whose handler finished but whose ack had not
+                # committed.
+                self._stop("SIGINT")
+                self.stats.stopped_by = "SIGINT"
+                self._release_all()
+                log.warning("stopped at once; held items went back to the queue")
+                raise
+            finally:
+                restore()
+            # A signal the supervisor had not acted on yet when the run drained on its own
+            # still ends it as interrupted: the user asked to stop, and a script running it
+            # must.
+            self.stats.stopped_by = board.stopped_by or self._signalled
+            self._log_progress(started, final=True)
+            return self.stats
         finally:
-            restore()
-        # A signal the supervisor had not acted on yet when the run drained on its own still
-        # ends it as interrupted: the user asked to stop, and a script running it must.
-        self.stats.stopped_by = self._board.stopped_by or self._signalled
-        self._log_progress(started, final=True)
-        return self.stats
+            # From here a stop() is for the next run (this one's board stays stopped).
+            self._board = self._new_board()
 
     def _new_board(self) -> Board:
         return Board(self.queue, self.threads, self.prefetch, self.stats,
@@ -253,8 +269,8 @@ class WorkerPool(Generic[T]):
                         outcome = exc
                     except BaseException:
                         # SystemExit and the like end this worker thread, as they would end
-                        # a thread of its own; its item goes back.
-                        feeder.hand_back(item, UNSTARTED)
+                        # a thread of its own; its item goes back, this delivery counted.
+                        feeder.hand_back(item, ABANDONED)
                         log.exception("worker %d ended by its handler on item %r; the item "
                                       "goes back to the queue", index, item)
                         return

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+from typing import Any
 
 import pytest
 from aiohelp import eventually, stored
@@ -289,3 +290,114 @@ def test_run_on_a_shut_down_queue_handles_what_it_holds_before_it_ends(qpath):
     stats = asyncio.run(main())
     assert sorted(handled) == list(range(200))
     assert (stats.done, stats.stopped_by) == (200, None)
+
+
+def test_stopping_gives_back_prefetched_items_in_place_without_spending_an_attempt(qpath):
+    """As the thread pool's: with ``max_attempts=1`` every prefetched item is at its last
+    attempt, and a plain nack of those no handler ran buried them when the pool stopped."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+    handled: list[int] = []
+
+    async def handler(item: int) -> None:
+        handled.append(item)
+        started.set()
+        await release.wait()
+
+    async def main() -> tuple[ackqueue.PoolStats, list[int], set[int]]:
+        async with AsyncAckQueue(qpath, max_attempts=1) as q:
+            await q.put_many(range(50))
+            pool = AsyncWorkerPool(q, handler, concurrency=1, prefetch=20)
+            run = asyncio.create_task(pool.run())
+            await started.wait()
+            await eventually(lambda: q.unacked_count() >= 10, 10, "the pool prefetching")
+            pool.stop()
+            release.set()
+            stats = await run
+            assert await q.dead_letters() == []
+            assert (q.qsize(), q.unacked_count()) == (49, 0)
+            async with q.connect() as c:
+                again = [await c.get_nowait() for _ in range(49)]
+                attempts = {c.delivery(item).attempts for item in again}
+            return stats, again, attempts
+
+    stats, again, attempts = asyncio.run(main())
+    assert (stats.done, stats.stopped_by) == (1, "stop()")
+    assert again == sorted(set(range(50)) - set(handled))  # each in its place
+    assert attempts == {1}  # the delivery that never ran did not count
+
+
+def test_run_until_empty_waits_for_the_items_their_group_rules_hold_back(qpath):
+    """As the thread pool's: qsize() leaves out what a group's cap or interval holds back
+    (here longer than the pool's poll), and the run ended after the first item of each."""
+    handled: list[tuple[str, int]] = []
+
+    async def handler(item: tuple[str, int]) -> None:
+        handled.append(item)
+
+    async def main() -> ackqueue.PoolStats:
+        async with AsyncAckQueue(qpath, max_held_per_group=1, group_interval=0.1) as q:
+            for n in range(6):
+                await q.put(("a", n), group="a")
+                await q.put(("b", n), group="b")
+            stats = await asyncio.wait_for(
+                AsyncWorkerPool(q, handler, concurrency=4, poll=0.05).run_until_empty(), 60
+            )
+            assert (q.qsize(), q.unacked_count(), q.sync.stored_count()) == (0, 0, 0)
+            return stats
+
+    stats = asyncio.run(main())
+    assert sorted(handled) == sorted((g, n) for g in "ab" for n in range(6))
+    assert (stats.done, stats.stopped_by) == (12, None)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+@pytest.mark.parametrize("raised, reason", [
+    (ValueError("cannot parse"), "ValueError: cannot parse"),
+    (Unprintable(), "Unprintable: <str() failed: RuntimeError>"),
+])
+def test_a_retry_limit_above_the_queues_buries_at_the_queues_with_the_exception(
+    qpath, raised, reason
+):
+    calls: list[str] = []
+
+    async def handler(item: str) -> None:
+        calls.append(item)
+        raise raised
+
+    async def main() -> tuple[ackqueue.PoolStats, list[Any]]:
+        async with AsyncAckQueue(qpath, max_attempts=2) as q:
+            await q.put("poison")
+            retry = Retry(base=0.01, jitter=0, max_attempts=5)
+            stats = await AsyncWorkerPool(q, handler, 1, retry).run_until_empty()
+            assert (q.qsize(), q.unacked_count()) == (0, 0)
+            return stats, await q.dead_letters()
+
+    stats, letters = asyncio.run(main())
+    assert calls == ["poison", "poison"]
+    assert [(letter.attempts, letter.reason) for letter in letters] == [(2, reason)]
+    assert (stats.failed, stats.dead, stats.stopped_by) == (2, 1, None)
+
+
+def test_a_stop_before_run_ends_the_next_run_at_once_and_the_pool_runs_again_after(qpath):
+    handled: list[int] = []
+
+    async def handler(item: int) -> None:
+        handled.append(item)
+
+    async def main() -> None:
+        async with AsyncAckQueue(qpath) as q:
+            await q.put_many(range(20))
+            pool = AsyncWorkerPool(q, handler, concurrency=2)
+            pool.stop()
+            stats = await asyncio.wait_for(pool.run_until_empty(), 60)
+            assert (stats.stopped_by, stats.done, handled, q.qsize()) == ("stop()", 0, [], 20)
+            stats = await asyncio.wait_for(pool.run_until_empty(), 60)  # for one run only
+            assert (stats.stopped_by, stats.done, q.qsize()) == (None, 20, 0)
+
+    asyncio.run(main())
+    assert sorted(handled) == list(range(20))
