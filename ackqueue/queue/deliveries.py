@@ -191,7 +191,9 @@ class Deliveries:
         """Settle holds already marked ``settling``: ``ack``, ``nack`` or ``reject`` them;
         ``data``: a nack's new pickle for the items given back (stored, so it commits)."""
         now = self._clock()
-        due = now + (delay or 0.0) if delay or outcome == "snooze" else 0.0
+        # A snooze of no time is ready at once, as a nack without a delay: nothing in the delay
+        # index (shared mode counts what is there as waiting until it is taken).
+        due = now + delay if delay else 0.0
         plan = [(hold, self._action(hold, outcome, due)) for hold in holds]
         if data is not None:
             plan = [(hold, "rewrite" if act == "return" else act) for hold, act in plan]

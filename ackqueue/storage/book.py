@@ -420,7 +420,10 @@ class Book:
                         record.change_entry(key, not_before=due, attempts=attempts - 1)
                     else:
                         record.change_entry(key, not_before=due)
-                    record.delay_index()[key] = due
+                    if due:
+                        record.delay_index()[key] = due
+                    elif record.delayed is not None:  # a snooze of no time: ready now
+                        record.delayed.pop(key, None)  # (a delay it was got after, if kept)
 
         return edit
 

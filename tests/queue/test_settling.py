@@ -168,6 +168,28 @@ def test_a_snooze_of_no_time_makes_the_item_ready_at_once(qpath):
         assert q.delayed_count() == 0 and c.get_nowait() == "a"
 
 
+@pytest.mark.parametrize("delayed_before", [False, True])
+def test_a_snooze_of_no_time_leaves_nothing_waiting_in_shared_mode_either(
+    tmp_path, delayed_before
+):
+    """A snooze of no time wrote the item into the stored delay index, due at once; in shared
+    mode what is there counts as waiting until it is taken, so ``qsize()`` stayed one short
+    (a pool's stop now gives its prefetched items back so). ``delayed_before``: got after a
+    nack with a delay, whose index entry the snooze must not leave behind either."""
+    with AckQueue(str(tmp_path / "q.fs"), shared=True) as q, q.connect() as c:
+        q.put_many(["a", "b", "c"])
+        item = c.get()
+        if delayed_before:
+            c.nack(item, delay=0.05)
+            time.sleep(0.2)
+            item = c.get(timeout=5)
+        c.snooze(item, 0)
+        assert (q.qsize(), q.delayed_count(), q.unacked_count()) == (3, 0, 0)
+        again = [c.get(timeout=5) for _ in range(3)]
+        assert again == ["a", "b", "c"]
+        assert c.delivery(again[0]).attempts == (2 if delayed_before else 1)
+
+
 def test_held_names_the_task_a_consumer_was_connected_for(qpath):
     with AckQueue(qpath) as q:
         q.put("a")
