@@ -40,6 +40,7 @@ class Job:
     prefetch: int | None
     stop_timeout: float
     log_interval: float
+    poll: float
     until_empty: bool
     log_level: int = logging.WARNING  # the parent's level for the ackqueue logger
 
@@ -69,7 +70,7 @@ def main(job: Job, counts: MutableSequence[int], parent: int) -> None:
     try:
         pool = WorkerPool(queue, job.handler, job.threads, job.retry,
                           stop_timeout=job.stop_timeout, log_interval=job.log_interval,
-                          prefetch=job.prefetch)
+                          poll=job.poll, prefetch=prefetch_of(job, queue))
         counts[OPENED] = 1
         finished = threading.Event()
         watcher = threading.Thread(target=_watch, args=(pool, counts, parent, finished),
@@ -84,6 +85,16 @@ def main(job: Job, counts: MutableSequence[int], parent: int) -> None:
         counts[ENDED] = ended_code(stats)
     finally:
         queue.close()
+
+
+def prefetch_of(job: Job, queue: Any) -> int | None:
+    """The prefetch given, else one item a thread on a queue with ``max_attempts`` (None: the
+    WorkerPool's default). A delivery counts when an item is prefetched, and a handler that
+    kills this process would spend an attempt of every item read ahead with its own: a poison
+    item killing ``max_attempts`` processes would bury innocent items with it."""
+    if job.prefetch is None and getattr(queue, "max_attempts", None) is not None:
+        return job.threads
+    return job.prefetch
 
 
 def _watch(pool: WorkerPool[Any], counts: MutableSequence[int], parent: int,

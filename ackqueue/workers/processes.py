@@ -59,8 +59,17 @@ class ProcessPool:
     for the items of the queue at ``where`` (a file path or a storage URI; each process opens
     it with ``kind(where, shared=True, name=name, **queue_options)``: ``name`` picks the
     named queue). ``processes`` defaults to the number of CPUs. ``retry``, ``prefetch``,
-    ``stop_timeout``, ``log_interval`` and ``poll`` are each process's
-    :class:`~ackqueue.WorkerPool` options.
+    ``stop_timeout`` and ``poll`` are each process's :class:`~ackqueue.WorkerPool` options
+    (``poll`` is also how often this process looks at them); ``log_interval`` is how often
+    this process logs their merged progress (they log none of their own).
+
+    ``prefetch`` defaults to the WorkerPool's, except with a queue that has ``max_attempts``
+    (in ``queue_options``), where it is ``threads``: a delivery counts when an item is
+    prefetched, so a handler that kills its process (``os._exit``, a crash in a C extension)
+    would otherwise spend an attempt of every item that process had read ahead, and a
+    poison item killing it ``max_attempts`` times would send innocent items to the dead
+    letters with it. That costs a get (one commit) for about every item rather than one for
+    many; a ``prefetch`` given is used as it is, that risk included.
 
     The handler must be picklable by reference, since it is sent to fresh interpreters: a
     function defined at the top level of an importable module (or of the main script, when
@@ -72,8 +81,11 @@ class ProcessPool:
     or the queue is shut down and drained; ``run_until_empty()`` returns once every process
     found the queue empty with nothing held. Both return the merged :class:`PoolStats`.
     ``restarts`` counts the worker processes that died and were replaced. A worker process
-    that fails before it has opened the queue stops the pool with
-    :class:`~ackqueue.WorkerProcessError`.
+    whose pool ended by an error (every thread ended by a ``BaseException`` from the handler,
+    such as ``SystemExit``, or its feeder failed) stops the whole pool: the other worker
+    processes stop gracefully, as on SIGTERM, and the run's ``stopped_by`` is ``"error"``
+    (exit code 1). A worker process that fails before it has opened the queue stops the
+    pool with :class:`~ackqueue.WorkerProcessError`.
     """
 
     def __init__(
@@ -111,8 +123,9 @@ class ProcessPool:
                     f"queue_options may not set {reserved!r}: a ProcessPool opens the queue with "
                     "shared=True, its own name= argument, and a path or URI"
                 )
+        # The worker processes log no progress: this one logs theirs, merged.
         self.job = child.Job(os.fspath(where), kind, name, options, handler, threads, retry,
-                             prefetch, stop_timeout, math.inf, until_empty=False)
+                             prefetch, stop_timeout, math.inf, poll, until_empty=False)
         _check_picklable(self.job)
         self.processes = processes
         self.log_interval = log_interval
@@ -137,7 +150,8 @@ class ProcessPool:
     def run_until_empty(self) -> PoolStats:
         """Work until the queue is drained: every worker process found nothing ready and
         nothing of its own held, the items of worker processes that died came back (their
-        sessions lapsed) and were worked too, and this process sees nothing ready."""
+        sessions lapsed) and were worked too, and this process sees nothing ready, nor held
+        back by its group's rules (those are waited for)."""
         return self._run(until_empty=True)
 
     def stop(self) -> None:
@@ -211,18 +225,29 @@ class ProcessPool:
         (another process gave them back a moment ago) and items held by a worker process that
         died (back only when its session lapses) escape it. So wait until the session of the
         last process that died has lapsed, then watch this process's view of the queue
-        settle for ``SETTLE`` seconds.
+        settle for ``SETTLE`` seconds. Items their group's rules hold back now (within the
+        group's ``group_interval``, at its cap, paused), which ``qsize()`` leaves out, are not
+        drained: wait until they may be delivered (or a stop).
         """
         lapsed = self._last_death + self._session_timeout() + SETTLE
         deadline = max(lapsed, time.monotonic()) + SETTLE
-        while time.monotonic() < deadline:
+        told = False
+        while True:
             self._pass_on_signals()
             if self._stopped_by is not None:
                 return True
-            if time.monotonic() > lapsed and queue.qsize() > 0:
+            now = time.monotonic()
+            if now > lapsed and queue.qsize() > 0:
                 return False
+            if now >= deadline:
+                held_back = queue._ready_total()
+                if not held_back:
+                    return True
+                if not told:
+                    told = True
+                    log.info("process pool: %d items wait for their group's turn (paused, at "
+                             "max_held_per_group or within group_interval)", held_back)
             time.sleep(self.poll)  # polling the view with a deadline
-        return queue.qsize() == 0
 
     def _session_timeout(self) -> float:
         given = self.job.options.get("session_timeout")
@@ -246,7 +271,9 @@ class ProcessPool:
         else:
             self._killed_unopened = 0
         if ended == child.FAILED_RUN and self._stopped_by is None:
-            self._stopped_by = "error"
+            log.error("worker process %d stopped by an error (logged above); stopping the pool",
+                      worker.process.pid)
+            self._stop_all("error")
         if code == 0 or self._stopped_by is not None:
             return
         # Died without finishing (SIGKILL, a crash): its items come back by lease; replace it.

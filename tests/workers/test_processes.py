@@ -9,6 +9,7 @@ process starts.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+import pool_process_handlers
 import process_handlers
 import pytest
 from conftest import child_env
@@ -242,3 +244,74 @@ def test_ctrl_c_while_a_worker_process_opens_the_queue_stops_the_pool_not_an_err
     assert (stats.stopped_by, stats.exit_code) == ("SIGINT", 130)
     with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
         assert q.qsize() + stats.done == 5  # nothing lost; what was not done is still there
+
+
+def test_a_worker_process_stopped_by_an_error_stops_the_whole_pool(tmp_path: Any) -> None:
+    """A handler's SystemExit ends the only thread of its worker process, whose pool ends by
+    an error: the pool stops the other worker processes and run() returns "error". (It noted
+    the error and went on waiting for them, and a later stop() was ignored: run() hung.)"""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    fill(where, directory, 1, die=True)
+    pool = ackqueue.ProcessPool(where, pool_process_handlers.exit_once, processes=2,
+                                stop_timeout=2, queue_options={"session_timeout": LEASE})
+    returned: list[ackqueue.PoolStats] = []
+    runner = threading.Thread(target=lambda: returned.append(pool.run()))
+    runner.start()
+    try:
+        runner.join(30)
+        assert returned, "run() returned once a worker process ended by an error"
+    finally:
+        if runner.is_alive():
+            for worker in pool._workers:
+                worker.process.kill()
+            runner.join(60)
+    assert (returned[0].stopped_by, returned[0].exit_code) == ("error", 1)
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        assert q.qsize() + returned[0].done == 1  # the item went back, or was done
+
+
+def test_a_poison_item_that_kills_its_worker_process_is_the_only_dead_letter(
+    tmp_path: Any,
+) -> None:
+    """With ``max_attempts``, a delivery counts when an item is prefetched: each process the
+    poison item killed spent an attempt of every item it had read ahead (32 by default), and
+    innocent items went to the dead letters with it. A worker process now reads ahead one
+    item a thread on such a queue."""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    options = {"session_timeout": 1.5, "max_attempts": 2}
+    with ackqueue.AckQueue(where, shared=True, **options) as q:
+        q.put({"n": -1, "dir": directory, "poison": True})
+        q.put_many([{"n": n, "dir": directory} for n in range(20)])
+    pool = ackqueue.ProcessPool(where, pool_process_handlers.kill_on_poison, processes=2,
+                                queue_options=options)
+    pool.run_until_empty()
+    assert {n for what, n, _ in lines(directory) if what == "done"} == set(range(20))
+    with ackqueue.AckQueue(where, shared=True, **options) as q:
+        assert [letter.item["n"] for letter in q.dead_letters()] == [-1]
+        assert (q.qsize(), q.unacked_count()) == (0, 0)
+    assert pool.restarts == 2
+
+
+def test_poll_and_stop_timeout_reach_each_worker_process_pool(tmp_path: Any) -> None:
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    fill(where, directory, 1)
+    ackqueue.ProcessPool(where, pool_process_handlers.report_options, processes=1, poll=0.05,
+                         stop_timeout=7, queue_options={"session_timeout": LEASE}
+                         ).run_until_empty()
+    with open(os.path.join(directory, "options")) as f:
+        assert json.load(f) == {"poll": 0.05, "prefetch": 32, "stop_timeout": 7}
+
+
+def test_run_until_empty_waits_for_items_their_group_holds_back(tmp_path: Any) -> None:
+    """``qsize()`` leaves out the items of a group within its ``group_interval``: the pool
+    took the queue for drained with the group's second item still waiting its turn."""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    options = {"session_timeout": LEASE, "max_held_per_group": 1, "group_interval": 1.5}
+    with ackqueue.AckQueue(where, shared=True, **options) as q:
+        q.put_many([{"n": n, "dir": directory, "processes": 1} for n in range(2)],
+                   group="host")
+    stats = ackqueue.ProcessPool(where, process_handlers.together, processes=1,
+                                 queue_options=options).run_until_empty()
+    assert (stats.done, stats.stopped_by) == (2, None)
+    with ackqueue.AckQueue(where, shared=True, **options) as q:
+        assert (q.qsize(), q._ready_total(), q.unacked_count()) == (0, 0, 0)
