@@ -30,7 +30,7 @@ def connection_lost(exc: BaseException) -> bool:
 def driver_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a database driver's error (a DB-API ``DatabaseError`` or
     ``InterfaceError``: the database is down, refuses connections, or dropped one)."""
-    return any(kind.__name__ in DRIVER_ERROR_BASES for kind in type(exc).__mro__[1:])
+    return any(kind.__name__ in DRIVER_ERROR_BASES for kind in type(exc).__mro__)
 
 
 def storage_failed(exc: BaseException) -> bool:

@@ -247,3 +247,105 @@ def test_the_store_asks_the_engine_instead_of_probing_the_storage() -> None:
         and node.func.id in ("getattr", "hasattr")
     ]
     assert probes == []
+
+
+# -- how a storage's failures are told apart (ackqueue.storage.failures) -------------------------
+
+
+def test_a_lost_zeo_connection_is_told_from_zeos_other_errors() -> None:
+    from ZEO.Exceptions import ClientDisconnected, ClientStorageError
+
+    from ackqueue.storage.failures import connection_lost, storage_failed
+
+    class CutMidCall(ClientDisconnected):
+        pass
+
+    class ClientDisconnectedElsewhere(Exception):  # the name, not ZEO's class
+        pass
+
+    for lost in (ClientDisconnected("gone"), CutMidCall("gone")):
+        assert connection_lost(lost) and storage_failed(lost)
+    for other in (ClientStorageError("refused"), ClientDisconnectedElsewhere(), ValueError()):
+        assert not connection_lost(other) and not storage_failed(other)
+
+
+def test_a_database_drivers_errors_are_storage_failures_and_others_are_not() -> None:
+    import sqlite3  # a DB-API driver: its errors have PEP 249's classes above them
+
+    from ackqueue.storage.failures import driver_error, storage_failed
+
+    class Refused(sqlite3.InterfaceError):
+        pass
+
+    # The driver's own InterfaceError and DatabaseError too, not only their subclasses:
+    # psycopg2 raises InterfaceError("connection already closed") itself on a dropped link.
+    for failed in (sqlite3.OperationalError("database is locked"), Refused("closed"),
+                   sqlite3.InterfaceError("connection already closed"),
+                   sqlite3.DatabaseError("file is not a database")):
+        assert driver_error(failed) and storage_failed(failed), failed
+    for other in (OSError("disk full"), ValueError("bad item"), sqlite3.Warning("odd")):
+        assert not driver_error(other) and not storage_failed(other)
+
+
+def test_only_zeos_last_tid_check_in_its_own_finish_is_taken_for_a_commit_that_happened() -> None:
+    """ZEO issue 193 (tests/shared/test_zeo_last_tid.py plays the real race): the error of the
+    client cache's check, raised where ZEO's ``tpc_finish_co`` records the new tid."""
+    from ackqueue.storage.failures import committed_despite
+
+    message = "new last tid (b'2') must be greater than previous one (b'3')"
+
+    def tpc_finish_co() -> None:  # the frame ZEO's client raises it from
+        raise ValueError(message)
+
+    def raised(call) -> BaseException:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - the error is what the test reads
+            return exc
+        raise AssertionError("nothing raised")
+
+    def elsewhere() -> None:
+        raise ValueError(message)
+
+    def other_message() -> None:
+        def tpc_finish_co() -> None:
+            raise ValueError("invalid tid")
+
+        tpc_finish_co()
+
+    def other_error() -> None:
+        def tpc_finish_co() -> None:
+            raise RuntimeError(message)
+
+        tpc_finish_co()
+
+    assert committed_despite(raised(lambda: tpc_finish_co()))  # deeper in the traceback
+    assert not committed_despite(raised(elsewhere))
+    assert not committed_despite(raised(other_message))
+    assert not committed_despite(raised(other_error))
+    assert not committed_despite(ValueError(message))  # never raised: no traceback at all
+
+
+def test_an_abort_with_nothing_begun_or_that_cannot_reach_the_storage_raises_nothing(
+    caplog: Any,
+) -> None:
+    import transaction
+
+    from ackqueue.storage.failures import abort_quietly
+
+    class Unreachable:
+        """A resource whose rollback needs a connection that is gone (RelStorage's case)."""
+
+        def abort(self, txn: Any) -> None:
+            raise OSError("connection reset by peer")
+
+        def sortKey(self) -> str:
+            return "unreachable"
+
+    explicit = transaction.TransactionManager(explicit=True)
+    abort_quietly(explicit)  # nothing begun: nothing to undo
+    failing = transaction.TransactionManager(explicit=True)
+    failing.begin().join(Unreachable())
+    with caplog.at_level("DEBUG", logger="ackqueue"):
+        abort_quietly(failing)
+    assert any("connection reset by peer" in r.getMessage() for r in caplog.records)
