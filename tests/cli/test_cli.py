@@ -13,6 +13,7 @@ from polling import wait_until
 
 import ackqueue
 from ackqueue.cli.commands import main
+from ackqueue.queue.status import read_status
 
 
 def run(capsys, *argv):
@@ -142,6 +143,47 @@ def test_a_killed_holders_leftover_status_file_is_ignored(qpath, capsys):
     queue = report["queues"][0]
     assert (queue["ready"], queue["held"], queue["held_items"]) == (4, 0, [])
 
+
+
+def test_stats_on_a_file_this_process_holds_follows_its_holds_as_they_change(qpath, capsys):
+    """The status file as written by this process's own thread (the tests above read a child
+    process's): the live pid, fresh holds, each change within a round, and gone on close."""
+
+    def stats() -> dict:
+        code, out, err = run(capsys, "stats", qpath, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    with ackqueue.AckQueue(qpath) as q, q.connect() as c:
+        q.put_many(range(4))
+        first = c.get()
+        wait_until(lambda: stats()["queues"][0]["held"] == 1, timeout=10, what="one hold shown")
+        second = c.get()
+        wait_until(lambda: stats()["queues"][0]["held"] == 2, timeout=10, what="two holds shown")
+        report = stats()
+        assert report["live_pid"] == os.getpid()
+        assert 0 <= report["holds_age"] < 60
+        queue = report["queues"][0]
+        assert (queue["ready"], queue["stored"]) == (2, 4)
+        assert len(queue["held_items"]) == 2
+        c.ack(first)
+        c.ack(second)
+    assert not os.path.exists(qpath + ".status"), "the status file outlived its queue"
+
+
+def test_a_queue_opened_again_writes_its_status_file_again(qpath):
+    with ackqueue.AckQueue(qpath):
+        wait_until(lambda: os.path.exists(qpath + ".status"), what="the status file")
+    assert not os.path.exists(qpath + ".status")
+    with ackqueue.AckQueue(qpath):  # nothing held, as when it closed: still written anew
+        wait_until(lambda: os.path.exists(qpath + ".status"), what="the status file again")
+
+
+def test_a_status_file_that_is_not_a_json_object_is_ignored(qpath):
+    for body in ("[1, 2]", "42", "not json", ""):
+        with open(qpath + ".status", "w") as f:
+            f.write(body)
+        assert read_status(qpath) is None, body
 
 def test_stats_reads_a_file_while_a_live_process_keeps_committing(qpath, capsys):
     writer = spawn_child(

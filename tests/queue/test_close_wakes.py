@@ -2,7 +2,8 @@
 
 A get blocked without a timeout must not sleep on after its consumer is closed: it raises
 QueueClosedError at once, and nothing ends up held by the closed consumer (what it would have
-got stays ready for the others).
+got stays ready for the others). A closed queue says so and refuses work; closing it again
+does nothing.
 """
 
 from __future__ import annotations
@@ -121,3 +122,22 @@ def test_an_item_given_back_wakes_a_get_blocked_on_the_queue(qpath, how):
         thread.join(5)
         assert outcome == ["only"], "the blocked get did not wake when the item came back"
         waiter.close()
+
+
+def test_a_closed_queue_says_so_and_a_second_close_changes_nothing(qpath):
+    with ackqueue.AckQueue(qpath, name="other") as other:
+        q = ackqueue.AckQueue(qpath)
+        q.put("kept")
+        c = q.connect()
+        assert c.get() == "kept"
+        q.close()
+        assert q.closed
+        with pytest.raises(QueueClosedError):
+            q.put("refused")
+        with pytest.raises(QueueClosedError):
+            q.get_nowait()
+        q.close()
+        other.put("still open")  # the file stays open for the other queue on it
+        assert other.get_nowait() == "still open"
+    with ackqueue.AckQueue(qpath) as again:
+        assert again.get_nowait() == "kept"  # given back by the close

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import subprocess
+import sys
 import threading
 import weakref
 
@@ -104,6 +105,39 @@ def test_dropping_one_queue_keeps_the_file_open_for_the_others(qpath):
     keep.close()
     assert counts_in_another_process(qpath) == (0, 0)  # the file is free after the last close
 
+
+
+def test_a_dropped_queue_removes_its_status_file(qpath):
+    q = ackqueue.AckQueue(qpath)
+    fill(q, hold=True)
+    wait_for_background_threads(qpath)
+    ref = weakref.ref(q)
+    del q
+    collected(ref)
+    # As on close: the file beside the storage named holds of a queue that is gone.
+    wait_until(lambda: not os.path.exists(qpath + ".status"), what="the status file removed")
+
+
+def test_dropping_a_queue_raises_nothing_into_the_collector(qpath, monkeypatch):
+    """The clean-up runs inside the garbage collector (or a thread of its own): an error
+    there would only be printed, with the file or the status left open."""
+    raised: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", raised.append)
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    q = ackqueue.AckQueue(qpath)
+    q.put("job")
+    c = q.connect()
+    assert c.get() == "job"
+    ref = weakref.ref(q)
+    del q, c
+    collected(ref)
+    wait_until(
+        lambda: not any(t.name == "ackqueue-dropped" for t in threading.enumerate()),
+        what="the dropped queue's clean-up",
+    )
+    assert raised == []
+    with ackqueue.AckQueue(qpath) as again:
+        assert again.get_nowait() == "job"
 
 def test_a_dropped_shared_queue_gives_back_its_stored_holds(qpath):
     # Shared mode on one FileStorage (a database of the test's own), so that the status file

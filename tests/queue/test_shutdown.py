@@ -108,6 +108,22 @@ def test_join_returns_after_immediate_shutdown_from_another_thread(qpath):
         assert joined.is_set()
 
 
+
+def test_a_put_landing_after_an_immediate_shutdown_stays_stored_and_is_not_handed_out(qpath):
+    """A put accepted before an immediate shutdown whose commit lands after it (here: at the
+    end of its transaction) is kept for the next start, as the drained items are: gets after
+    the shutdown still raise at once, and ``join()`` does not wait for it."""
+    with AckQueue(qpath) as q:
+        with q.transaction():
+            q.put("late")
+            q.shutdown(immediate=True)
+        with pytest.raises(ShutDown):
+            q.get_nowait()
+        assert q.qsize() == 0
+        q.join()
+    with AckQueue(qpath) as q:
+        assert q.get_nowait() == "late"
+
 @pytest.mark.parametrize("kind", [AckQueue, ackqueue.LifoAckQueue, ackqueue.PriorityAckQueue])
 def test_immediate_shutdown_under_load_lets_join_return(qpath, kind):
     """4 threads put, 6 loop on get(False) + task_done, 2 wait in join(): after
