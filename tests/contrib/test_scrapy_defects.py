@@ -253,8 +253,10 @@ def test_an_errbacks_output_for_a_request_dropped_in_process_response_is_committ
         site.close()
     assert site.requested == first  # everything settled: nothing fetched again
     assert first["/after"] == 1
-    failed = [item["failed"] for item in stored(directory) if "failed" in item]
-    assert sorted(failed) == ["loop/1?k=1", "loop/2?k=1"]
+    # The two loops fail concurrently: their order in the items queue is the order of the
+    # acks, which the test does not fix. What is passed on is what was stored, in any order.
+    failed = sorted(item["failed"] for item in stored(directory) if "failed" in item)
+    assert failed == ["loop/1?k=1", "loop/2?k=1"]
     assert sorted(item["failed"] for item in passed_on(out) if "failed" in item) == failed
     with ackqueue.AckQueue(os.path.join(directory, "frontier.fs"), name="requests") as q:
         assert q.stored_count() == 0
