@@ -885,11 +885,21 @@ class QueueRecord(Persistent):
     def mark_grouped(self) -> None:
         """An entry with a group is stored (inside a change): from now on the ready index must
         know groups at open. The pause index is made now, with nothing in it, so that a take
-        reading a pause as current (:meth:`paused_until`) reads it, not this record, which
-        other edits write."""
+        reading a group's pause as current (:meth:`paused_until`) reads it (the record itself
+        is read as current by every take for the queue's own pause: :meth:`queue_paused`)."""
         self.grouped = True
         if self.group_pauses is None:
             self.group_pauses = OOBTree()
+
+    def queue_paused(self, current: bool = False) -> bool:
+        """Whether the whole queue is paused (``q.pause()``). ``current``: read inside a take's
+        commit, which then fails if a pause or resume commits first (ZODB's ``readCurrent`` of
+        this record, where the pause is kept; the other edits that write it are rare: a block
+        of sequence numbers reserved, a queue's first grouped put)."""
+        paused = bool(self.paused)  # loaded: readCurrent needs it
+        if current and self._p_jar is not None and self._p_oid is not None:  # (not new)
+            self._p_jar.readCurrent(self)
+        return paused
 
     def paused_until(self, group: str, current: bool = False) -> float | None:
         """Until when ``group`` is paused (None: it is not, or never was). ``current``: read

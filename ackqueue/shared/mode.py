@@ -91,7 +91,10 @@ log = logging.getLogger("ackqueue")
 # How long a shared remove_group pauses its group at most (see SharedMode.remove_group).
 REMOVAL_PAUSE = 60.0
 
-TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped"] | None
+# A take's outcome for one claim: (attempts, hold) taken, (None, None) buried, None lost to
+# another process, "stopped" not deliverable now (delayed, its group's rules, replaced),
+# "paused" the whole queue is (q.pause() of another process, committed first).
+TakeResult = tuple[int | None, HoldValue | None] | Literal["stopped", "paused"] | None
 
 
 class ManyWriters:
@@ -343,6 +346,10 @@ class SharedMode:
         def take() -> list[TakeResult]:
             sid = session.check_live(consuming=True)
             now = self._clock()
+            if record.queue_paused(current=True):
+                # Read as current: a pause another process commits before this take conflicts
+                # with it, which then finds it here (nothing handed out after pause() returned).
+                return ["paused"] * len(claims)
             results: list[TakeResult] = []
             admit = gate.admitter(record, root(), now)
             sessions = root().get(SESSIONS_KEY)
@@ -391,6 +398,10 @@ class SharedMode:
             lost = look_again = False
             for claim, result in zip(claims, results, strict=True):
                 self.taking.discard(claim.key)
+                if result == "paused":
+                    # Known here before the watcher's refresh: gets wait, not spin on takes.
+                    self._life.paused = look_again = True
+                    continue
                 if result is None or result == "stopped":
                     lost, look_again = lost or result is None, True
                     continue

@@ -323,3 +323,19 @@ def test_a_take_racing_a_pause_of_its_group_does_not_deliver_after_the_pause_ret
             c.get(timeout=1)
         other.pause_group("g", 0)
         assert o.get(timeout=10) == "job"  # held by nobody: the take did not commit
+
+
+def test_a_take_racing_a_pause_of_the_queue_does_not_deliver_after_the_pause_returned(
+    zeo_server: ZEOServer  # noqa: F811
+) -> None:
+    """A take read the queue's pause only at the watcher's last refresh: a q.pause() another
+    process committed after the take's look but before its commit wrote nothing the take
+    read or wrote, so the take committed and handed the item out after pause() had returned
+    there (the contract: a paused queue hands nothing out, in any process)."""
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put("job")
+        with pytest.raises(ackqueue.Empty), before_the_first_take(q, other.pause):
+            c.get(timeout=1)
+        assert q.paused  # learnt from the take that met the pause, or the watcher
+        other.resume()
+        assert o.get(timeout=10) == "job"  # held by nobody: the take did not commit
