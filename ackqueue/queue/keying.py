@@ -29,8 +29,7 @@ from ackqueue.delivery.groups import check_group
 from ackqueue.errors import ItemLoadError, KeyHeldError, KeyTakenError, UnknownKeyError
 from ackqueue.queue.core import Core
 from ackqueue.queue.putting import Puts
-from ackqueue.shared.holdmarks import holder, live_holder
-from ackqueue.shared.sessions import SESSIONS_KEY
+from ackqueue.shared.holdmarks import live_hold_in
 from ackqueue.storage.items import Codec, Staged
 from ackqueue.storage.keys import KeyBook, Live, NewPut, Revisit, index_key, remember_seconds
 from ackqueue.storage.transactions import Transaction, current
@@ -47,16 +46,9 @@ class Keys:
         self._puts = puts
         self._store = core.book.store
         self._remember = remember_seconds(unique)
-        store = self._store
-
-        def held(entry: Any) -> object:
-            # Inside an edit: a hold under a session no longer listed is void (a take that
-            # committed after a reap of its session), as a get sees it (holdmarks.py).
-            if holder(entry) is None:
-                return None
-            return live_holder(entry, store.root().get(SESSIONS_KEY))
-
-        self._book = KeyBook(core.book, held)
+        # Inside an edit: a hold under a session no longer listed is void (a take that
+        # committed after a reap of its session), as a get sees it (holdmarks.py).
+        self._book = KeyBook(core.book, live_hold_in(self._store.root))
         # Keys put in each open transaction, so that a second put of one answers False.
         self._pending: weakref.WeakKeyDictionary[Transaction, set[bytes]] = (
             weakref.WeakKeyDictionary()

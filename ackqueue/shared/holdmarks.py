@@ -14,6 +14,7 @@ from BTrees.OOBTree import OOBTree
 
 from ackqueue.errors import LeaseExpiredError, NotHeldError
 from ackqueue.records import edge_loaded
+from ackqueue.shared.sweeping import SESSIONS_KEY
 
 HOLDS_KEY = "ackqueue.holds"  # session id -> {(queue name, entry key): token}
 
@@ -47,6 +48,19 @@ def live_holder(entry: Any, sessions: Any) -> HoldValue | None:
     if value is None or sessions is None or value[0] in sessions:
         return value
     return None
+
+
+def live_hold_in(root: Callable[[], Any]) -> Callable[[Any], HoldValue | None]:
+    """``live(entry)`` for edits that must pass over held entries (a removal, a replace by
+    key): :func:`live_holder` against the sessions tree of ``root()``, read inside the edit,
+    so that an entry under a void hold is free to them as it is to a get."""
+
+    def live(entry: Any) -> HoldValue | None:
+        if holder(entry) is None:
+            return None  # (most entries: the sessions tree is not even looked up)
+        return live_holder(entry, root().get(SESSIONS_KEY))
+
+    return live
 
 
 def set_hold(root: Any, name: str, key: Any, value: HoldValue, attempts: int) -> None:

@@ -65,7 +65,7 @@ from ackqueue.shared.holdmarks import (
     HoldValue,
     clear_hold,
     fencer,
-    holder,
+    live_hold_in,
     live_holder,
     set_hold,
     unholder,
@@ -219,18 +219,12 @@ class SharedMode:
         its error is raised, and a failure to put the pause back is only logged; if only
         putting the pause back fails, that error is raised (the removal is committed)."""
         store, book = self._store, self._book
-
-        def held(entry: Any) -> bool:  # inside the removal's edit
-            if holder(entry) is None:
-                return False
-            return live_holder(entry, store.root().get(SESSIONS_KEY)) is not None
-
         until = self._clock() + REMOVAL_PAUSE
         found = store.run(group_pause_raiser(book, group, until))
         paused_here = found is None or found < until
         resume = group_pause_restorer(book, group, until, found)  # as it was
         try:
-            removed = int(store.run(group_remover(book, group, held)))
+            removed = int(store.run(group_remover(book, group, live_hold_in(store.root))))
         except BaseException:
             if paused_here:
                 try:

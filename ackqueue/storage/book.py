@@ -694,11 +694,11 @@ def group_setter(
 
 
 def group_remover(
-    book: Book, group: str, held: Callable[[Any], bool]
+    book: Book, group: str, holder: Callable[[Any], object]
 ) -> Callable[[], int]:
     """The edit removing every stored entry of ``group`` that no process holds; it returns
-    how many. Shared mode marks holds on the entries, and ``held(entry)``, asked inside the
-    edit, says whether an entry's mark still counts (a hold can be void)."""
+    how many. Shared mode marks holds on the entries, and ``holder(entry)``, asked inside the
+    edit, says who holds it (None: nobody, or a void hold)."""
     record = book.record
 
     def remove() -> int:
@@ -707,7 +707,7 @@ def group_remover(
         doomed = [
             key
             for key, entry in record.entry_items()
-            if loads(entry) and entry.group == group and not entry.done and not held(entry)
+            if loads(entry) and entry.group == group and not entry.done and holder(entry) is None
         ]
         for key in doomed:
             record.fence_entry(key)  # conflicts with a take racing it
