@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import signal
 import threading
@@ -40,10 +39,17 @@ from ackqueue.errors import (
     ShutDown,
     StorageUnreachableError,
 )
-from ackqueue.workers.board import ABANDONED, RETRY_SETTLE_SECONDS, UNSTARTED, buffered_fate
+from ackqueue.workers.board import (
+    ABANDONED,
+    RETRY_SETTLE_SECONDS,
+    UNSTARTED,
+    buffered_fate,
+    give_back_unstarted,
+)
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
 from ackqueue.workers.retry import attempt_limit, failure_reason, warn_if_capped
+from ackqueue.workers.stats import DeadLetterCount
 
 log = logging.getLogger("ackqueue")
 
@@ -64,7 +70,8 @@ class AsyncWorkerPool:
     ``await run_until_empty()`` also returns once the queue is empty (items that their
     group's rules hold back count as waiting), nothing is held and no retry of its own is
     pending. A :meth:`stop` while no run is under way stops the next one, which returns at
-    once. Both return :class:`~ackqueue.PoolStats`. ``prefetch`` is
+    once. Both return the :class:`~ackqueue.PoolStats` of that run alone (each run counts
+    from zero; ``stats`` shows the running or last run's). ``prefetch`` is
     how many items the pool holds ahead of its workers (default 32 a task; one a task when
     the queue has an ``ack_timeout``).
     """
@@ -98,7 +105,8 @@ class AsyncWorkerPool:
         self.poll = poll
         leased = queue.ack_timeout is not None
         self.prefetch = default_prefetch(prefetch, concurrency, leased)
-        self.stats = PoolStats()
+        self.stats = PoolStats()  # the last run's (each run starts its own)
+        self._dead = DeadLetterCount(queue.sync)
         self._stopping: asyncio.Event | None = None
         self._unreachable = False  # the last get or ack failed for want of the server
         self._stopped_by: str | None = None
@@ -148,7 +156,8 @@ class AsyncWorkerPool:
         self._workers_done = asyncio.Event()
         self._stopped_by = None
         self._interrupts = 0
-        self.stats.stopped_by = None
+        self.stats = PoolStats()
+        self._dead = DeadLetterCount(self.queue.sync)
         if self._stop_asked:
             self._stop_asked = False
             self._stop("stop()")
@@ -184,6 +193,7 @@ class AsyncWorkerPool:
         finally:
             restore()
             self._stopping = None
+        self._count_dead()
         self.stats.stopped_by = self._stopped_by
         self._log_progress(started, final=True)
         return self.stats
@@ -252,6 +262,7 @@ class AsyncWorkerPool:
                 continue
             finally:
                 self._getting -= share
+                self._count_dead()  # the queue buries at a get an item out of attempts
             if shut:
                 if self._is_idle(buffer):
                     self._stop(None)  # shut down and drained
@@ -401,6 +412,7 @@ class AsyncWorkerPool:
                 await self._settle_one(feeder, consumer, item, outcome)
         finally:
             feeder.settling -= 1
+            self._count_dead()
 
     def _say_unreachable(self, what: str, exc: StorageUnreachableError) -> None:
         if not self._unreachable:  # once a streak
@@ -435,20 +447,12 @@ class AsyncWorkerPool:
 
     async def _give_back(self, feeder: Feeder, consumer: AsyncConsumer[Any], items: list[Any]
                          ) -> None:
-        """Give back items no handler ran, in one commit, in their place, without spending
-        an attempt (see the thread pool's Feeder._give_back)."""
-        try:
-            async with consumer.transaction():
-                for item in items:
-                    with contextlib.suppress(NotHeldError):  # taken back meanwhile
-                        await consumer.snooze(item, 0)
-            return
-        except QueueClosedError:
-            raise
-        except Exception:
-            pass  # nothing committed (one was taken back as it did, the disk is full, ...)
-        for item in items:  # one at a time, each failure handled as its own
-            await self._settle_one(feeder, consumer, item, UNSTARTED)
+        """Give back items no handler ran, as the thread pool does (see
+        :func:`~ackqueue.workers.board.give_back_unstarted`): the whole commit on one of the
+        queue's threads, with the consumer's sync self, as each of its awaited calls runs."""
+        if not await consumer._runner.run(give_back_unstarted, consumer._sync, items):
+            for item in items:  # one at a time, each failure handled as its own
+                await self._settle_one(feeder, consumer, item, UNSTARTED)
 
     async def _settle_one(
         self, feeder: Feeder, consumer: AsyncConsumer[Any], item: Any, outcome: object
@@ -486,8 +490,7 @@ class AsyncWorkerPool:
         reason = failure_reason(exc)
         if limit and attempts >= limit:
             await consumer.reject(item, reason=reason)
-            self.stats.failed += 1
-            self.stats.dead += 1
+            self.stats.failed += 1  # and dead: the burial raised the queue's count of them
             log.error("item %r failed %d time(s), sent to the dead letters: %s",
                       item, attempts, reason, exc_info=exc)
             return
@@ -518,12 +521,17 @@ class AsyncWorkerPool:
             await asyncio.sleep(self.log_interval)
             self._log_progress(started)
 
+    def _count_dead(self) -> None:
+        """Bring ``stats.dead`` up to date (see DeadLetterCount): after each get and
+        settlement, so that the burials of both, the queue's at a get included, show."""
+        self.stats.dead = self._dead()
+
     def _log_progress(self, started: float, final: bool = False) -> None:
         elapsed = max(1e-9, time.monotonic() - started)
         s = self.stats
         log.info("%s%d done (%.1f/s), %d failed, %d dead; queue: %d ready, %d held",
                  "finished: " if final else "", s.done, s.done / elapsed, s.failed, s.dead,
-                 self.queue.qsize(), self.queue.unacked_count())
+                 self.queue.sync._ready_total(), self.queue.unacked_count())
 
 
 # Feeder tasks, each with its consumer: while one waits for its get_many (items read on a

@@ -1,16 +1,19 @@
 """What a worker pool's feeders and workers share while it runs: the buffer of prefetched
-items, which workers are running a handler, the counts, and the stop flag."""
+items, which workers are running a handler, the counts, and the stop flag; and what becomes of
+a buffered item, down to giving back those no handler ran (the asyncio pool's too)."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from ackqueue.errors import NotHeldError
-from ackqueue.workers.stats import PoolStats
+from ackqueue.errors import NotHeldError, QueueClosedError
+from ackqueue.queue.consumer import Consumer
+from ackqueue.workers.stats import DeadLetterCount, PoolStats
 
 # Without a prefetch given, a pool holds about this many seconds of work ahead of its workers,
 # at the rate its jobs were done lately, between its floor (32 a thread) and MOST_PREFETCH.
@@ -65,6 +68,7 @@ class Board:
         self._clock = clock
         self._mark = (clock(), stats.done)  # (when, done then): the rate's start
         self.stats = stats
+        self._dead = DeadLetterCount(queue)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.stopped_by: str | None = None
@@ -78,6 +82,13 @@ class Board:
         self.feeders: list[Settler] = []
         self.busy = 0  # feeders in a get or a settlement now (under lock)
         self.retry_due = 0.0  # epoch time the last retry scheduled by this pool falls due
+
+    def begin(self) -> None:
+        """The run starts now (the board was made when the last one ended): its counts and
+        its rate start from here."""
+        with self.lock:
+            self._dead = DeadLetterCount(self.queue)
+            self._mark = (self._clock(), self.stats.done)
 
     def stop(self, by: str | None) -> None:
         """Stop the run (``by`` says why, if it is the first reason given); wakes everyone."""
@@ -139,13 +150,22 @@ class Board:
             # an interval), and the run ended with every other group's turn still to come.
             return bool(self.queue._ready_total() == 0 and self.queue.unacked_count() == 0)
 
-    def count(self, done: int = 0, failed: int = 0, dead: int = 0) -> None:
+    def count(self, done: int = 0, failed: int = 0) -> None:
         with self.lock:
             self.stats.done += done
             self.stats.failed += failed
-            self.stats.dead += dead
+            self._count_dead_locked()
             if done and self._most > self._least:
                 self._adapt_locked()
+
+    def count_dead(self) -> None:
+        """Bring ``stats.dead`` up to date (see :class:`DeadLetterCount`); done after each get
+        and settlement, so that the burials of both, the queue's at a get included, show."""
+        with self.lock:
+            self._count_dead_locked()
+
+    def _count_dead_locked(self) -> None:
+        self.stats.dead = self._dead()
 
     def _adapt_locked(self) -> None:
         now = self._clock()
@@ -162,8 +182,10 @@ class Board:
             self.busy += 1
 
     def leave(self) -> None:
+        """A feeder's get or settlement ended: what it buried, if anything, counts."""
         with self.lock:
             self.busy -= 1
+            self._count_dead_locked()
 
     def give_back_buffer(self) -> None:
         """Hand every buffered item back to its feeder, which gives it back to the queue."""
@@ -183,6 +205,29 @@ class Board:
 # nack, whose delivery counts, so that such a handler still reaches ``max_attempts``.
 UNSTARTED = object()
 ABANDONED = object()
+
+
+def give_back_unstarted(consumer: Consumer[Any], items: list[Any]) -> bool:
+    """Give back ``items``, held by ``consumer`` and run by no handler, in one commit: each is
+    ready again at once, in its place, and its delivery does not count against
+    ``max_attempts`` (a snooze of no time; a plain nack would count it, and bury an item at
+    its last attempt). One taken back meanwhile (a lease ran out, a forced stop) is skipped.
+
+    Whether it committed: if not (one was taken back as the commit ran, the disk is full,
+    ...), nothing did, and the pool settles each item as its own, with its own handling of
+    each failure. A queue closed under the pool raises, as it does for every settlement.
+    The asyncio pool runs it on one of its queue's threads.
+    """
+    try:
+        with consumer.transaction():
+            for item in items:
+                with contextlib.suppress(NotHeldError):  # taken back meanwhile
+                    consumer.snooze(item, 0)
+        return True
+    except QueueClosedError:
+        raise
+    except Exception:
+        return False
 
 
 Fate = Literal["handle", "give back", "drop"]

@@ -13,7 +13,6 @@ attempt (a snooze of no time), so that a stop never buries what was only prefetc
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown, StorageUnreachableError
 from ackqueue.queue.consumer import Consumer
-from ackqueue.workers.board import UNSTARTED, Board
+from ackqueue.workers.board import UNSTARTED, Board, give_back_unstarted
 from ackqueue.workers.retry import Retry, attempt_limit, failure_reason
 
 log = logging.getLogger("ackqueue")
@@ -259,21 +258,10 @@ class Feeder:
         self.board.count(done=len(items))
 
     def _give_back(self, consumer: Consumer[Any], items: list[Any]) -> None:
-        """Give back items no handler ran, in one commit: each is ready again at once, in its
-        place, and its delivery does not count against ``max_attempts`` (a snooze of no
-        time; a plain nack would count it, and bury an item at its last attempt)."""
-        try:
-            with consumer.transaction():
-                for item in items:
-                    with contextlib.suppress(NotHeldError):  # taken back meanwhile
-                        consumer.snooze(item, 0)
-            return
-        except QueueClosedError:
-            raise
-        except Exception:
-            pass  # nothing committed (one was taken back as it did, the disk is full, ...)
-        for item in items:  # one at a time, each failure handled as its own
-            self._settle_one(consumer, item, UNSTARTED)
+        """Give back items no handler ran (see :func:`give_back_unstarted`)."""
+        if not give_back_unstarted(consumer, items):
+            for item in items:  # one at a time, each failure handled as its own
+                self._settle_one(consumer, item, UNSTARTED)
 
     def _settle_one(self, consumer: Consumer[Any], item: Any, outcome: object) -> None:
         """Give back an unstarted or abandoned item, or retry or bury a failed one."""
@@ -309,7 +297,7 @@ class Feeder:
         reason = failure_reason(exc)
         if limit and attempts >= limit:
             consumer.reject(item, reason=reason)
-            board.count(failed=1, dead=1)
+            board.count(failed=1)  # and dead: the burial raised the queue's count of them
             log.error("item %r failed %d time(s), sent to the dead letters: %s",
                       item, attempts, reason, exc_info=exc)
             return

@@ -58,8 +58,9 @@ class WorkerPool(Generic[T]):
     ``run_until_empty()`` also returns once the queue is empty (items that their group's rules
     hold back count as waiting) and no retry is pending. A :meth:`stop` while no run is under
     way stops the next one, which returns at once; a pool can be run again after a run ends.
-    Both return :class:`PoolStats`, whose ``stopped_by`` and ``exit_code`` tell a finished run from
-    an interrupted one. ``stop_timeout`` bounds how long a graceful stop waits for running
+    Both return the :class:`PoolStats` of that run alone (each run counts from zero; ``stats``
+    shows the running or last run's), whose ``stopped_by`` and ``exit_code`` tell a finished
+    run from an interrupted one. ``stop_timeout`` bounds how long a graceful stop waits for running
     handlers; items still held then go back to the queue. Progress is logged through the
     ``ackqueue`` logger every ``log_interval`` seconds.
 
@@ -108,9 +109,9 @@ class WorkerPool(Generic[T]):
         self.prefetch = default_prefetch(prefetch, threads, leased)
         # Given or leased: fixed. Else it may grow with the rate (see board.AHEAD_SECONDS).
         self._most_prefetch = 0 if prefetch or leased else MOST_PREFETCH
-        self.stats = PoolStats()
         # The next run's board (then the running one's): a stop() before run() is kept on it.
         self._board = self._new_board()
+        self.stats = self._board.stats  # the last run's, or the running one's
         self._feeders: list[Feeder] = []
         self._workers: list[threading.Thread] = []
         self._interrupts = 0
@@ -152,7 +153,9 @@ class WorkerPool(Generic[T]):
         board = self._board
         self._signalled = None
         self._interrupts = 0
-        self.stats.stopped_by = None
+        # This run's counts start from zero; what an earlier run returned stays as it was.
+        self.stats = board.stats
+        board.begin()
         try:
             restore = self._install_signal_handlers()
             started = time.monotonic()
@@ -175,6 +178,7 @@ class WorkerPool(Generic[T]):
             # A signal the supervisor had not acted on yet when the run drained on its own
             # still ends it as interrupted: the user asked to stop, and a script running it
             # must.
+            board.count_dead()
             self.stats.stopped_by = board.stopped_by or self._signalled
             self._log_progress(started, final=True)
             return self.stats
@@ -183,7 +187,7 @@ class WorkerPool(Generic[T]):
             self._board = self._new_board()
 
     def _new_board(self) -> Board:
-        return Board(self.queue, self.threads, self.prefetch, self.stats,
+        return Board(self.queue, self.threads, self.prefetch, PoolStats(),
                      most=self._most_prefetch)
 
     def _start_threads(self, until_empty: bool) -> None:
@@ -321,5 +325,5 @@ class WorkerPool(Generic[T]):
         log.info(
             "%s%d done (%.1f/s), %d failed, %d dead; queue: %d ready, %d held",
             "finished: " if final else "", done, done / elapsed, failed, dead,
-            self.queue.qsize(), self.queue.unacked_count(),
+            self.queue._ready_total(), self.queue.unacked_count(),
         )

@@ -186,7 +186,8 @@ class ProcessPool:
             # ended on their own) still ends the run as interrupted, as WorkerPool's does.
             self._pass_on_signals()
             self._end_all()
-            queue_counts = (queue.qsize(), queue.unacked_count())
+            # Ready as the pool judges it everywhere: items their group's rules hold back too.
+            queue_counts = (queue._ready_total(), queue.unacked_count())
             queue.close()
         self._merge()
         log.info("process pool finished: %d done, %d failed, %d dead, %d restarts; queue: %d "

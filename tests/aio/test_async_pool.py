@@ -401,3 +401,54 @@ def test_a_stop_before_run_ends_the_next_run_at_once_and_the_pool_runs_again_aft
 
     asyncio.run(main())
     assert sorted(handled) == list(range(20))
+
+
+def test_an_item_the_queue_buries_at_the_pools_get_counts_as_dead(qpath):
+    """As the thread pool's: an item delivered ``max_attempts`` times without an ack (its
+    handler killed the process each time, say) goes to the dead letters at the pool's get,
+    buried by the queue; the pool's stats said dead=0."""
+    with ackqueue.AckQueue(qpath, max_attempts=2) as sync:
+        sync.put("spent")
+    for _ in range(2):  # delivered twice by programs that then ended, never acked
+        with ackqueue.AckQueue(qpath, max_attempts=2) as sync:
+            sync.connect().get_nowait()
+    handled: list[str] = []
+
+    async def handler(item: str) -> None:
+        handled.append(item)
+
+    async def main() -> tuple[ackqueue.PoolStats, list[Any]]:
+        async with AsyncAckQueue(qpath, max_attempts=2) as q:
+            await q.put_many(["a", "b"])
+            stats = await asyncio.wait_for(
+                AsyncWorkerPool(q, handler, concurrency=2).run_until_empty(), 60
+            )
+            assert (q.qsize(), q.unacked_count()) == (0, 0)
+            return stats, await q.dead_letters()
+
+    stats, letters = asyncio.run(main())
+    assert [letter.item for letter in letters] == ["spent"]
+    assert sorted(handled) == ["a", "b"]
+    assert (stats.done, stats.failed, stats.dead, stats.stopped_by) == (2, 0, 1, None)
+
+
+def test_each_run_reports_its_own_counts(qpath):
+    """As the thread pool's: a pool run again reported the counts of every run so far, and
+    the stats a first run returned changed under its caller as the second one ran."""
+    async def handler(item: object) -> None:
+        if item == "poison":
+            raise ValueError("cannot parse")
+
+    async def main() -> tuple[ackqueue.PoolStats, ackqueue.PoolStats]:
+        async with AsyncAckQueue(qpath, max_attempts=1) as q:
+            pool = AsyncWorkerPool(q, handler, concurrency=2, retry=Retry(base=0.01))
+            await q.put_many(["poison", 1, 2, 3])
+            first = await asyncio.wait_for(pool.run_until_empty(), 60)
+            await q.put_many([4, 5])
+            second = await asyncio.wait_for(pool.run_until_empty(), 60)
+            assert pool.stats == second
+            return first, second
+
+    first, second = asyncio.run(main())
+    assert (first.done, first.failed, first.dead, first.stopped_by) == (3, 1, 1, None)
+    assert (second.done, second.failed, second.dead, second.stopped_by) == (2, 0, 0, None)

@@ -1,7 +1,7 @@
-"""WorkerPool: what it gives back unstarted keeps its attempts, what runs is limited by the
-smaller of the two ``max_attempts``, a run waits for groups held back by their rules, a
-handler's exception that cannot be printed is still buried, and a stop() asked before run()
-is kept."""
+"""WorkerPool: what it gives back unstarted keeps its place and attempts (the give-back the
+asyncio pool shares too), what runs is limited by the smaller of the two ``max_attempts``, a
+run waits for groups held back by their rules, a handler's exception that cannot be printed is
+still buried, and a stop() asked before run() is kept."""
 
 import logging
 import threading
@@ -10,6 +10,7 @@ import time
 from polling import wait_until
 
 import ackqueue
+from ackqueue.workers.board import give_back_unstarted
 from ackqueue.workers.pool import Retry, WorkerPool
 
 FAST = Retry(base=0.01, factor=2.0, jitter=0.0)
@@ -78,7 +79,8 @@ def test_a_handler_that_always_ends_its_worker_still_reaches_max_attempts(qpath)
         q.put_many(["ends-its-worker", "a", "b"])
         stats = WorkerPool(q, handler, threads=3).run_until_empty()
         assert [letter.item for letter in q.dead_letters()] == ["ends-its-worker"]
-    assert (stats.done, stats.stopped_by) == (2, None)
+    # Buried by the nack of its last attempt, which the queue makes: dead all the same.
+    assert (stats.done, stats.dead, stats.stopped_by) == (2, 1, None)
 
 
 def test_run_until_empty_waits_for_the_items_their_group_rules_hold_back(qpath):
@@ -145,5 +147,39 @@ def test_a_stop_before_run_ends_the_next_run_at_once_and_the_pool_runs_again_aft
         assert (stats.stopped_by, stats.done, q.qsize()) == (None, 20, 0)
         pool.stop()  # between runs: for the next one, run() included
         stats = pool.run()
-        assert (stats.stopped_by, stats.done) == ("stop()", 20)
+        assert (stats.stopped_by, stats.done) == ("stop()", 0)  # each run counts its own
     assert sorted(handled) == list(range(20))
+
+
+def test_giving_back_unstarted_items_keeps_their_place_and_attempts_and_skips_those_not_held(
+    qpath,
+):
+    """The give-back both pools use (the asyncio one on a thread of its queue): one commit,
+    each item ready again in its place, its delivery not counted; an item taken back
+    meanwhile is skipped, not an error that would send the others one at a time."""
+    with ackqueue.AckQueue(qpath, max_attempts=2) as q:
+        q.put_many(range(4))
+        with q.connect() as c:
+            items = c.get_many(4)
+            c.nack(items[1])  # no longer held when the pool gives the others back
+            assert give_back_unstarted(c, items) is True
+            assert q.unacked_count() == 0
+            again = c.get_many(4)
+            assert again == [0, 1, 2, 3]  # each in its place
+            # Given back unstarted: the delivery did not count. The nacked one's did.
+            assert [c.delivery(item).attempts for item in again] == [1, 2, 1, 1]
+        assert q.dead_letters() == []
+
+
+def test_giving_back_unstarted_items_says_so_when_nothing_committed(qpath):
+    """A give-back that cannot commit (here it cannot even open its transaction: the thread
+    is inside one) changes nothing and says so, and the pool settles each item on its own."""
+    with ackqueue.AckQueue(qpath, max_attempts=1) as q:
+        q.put_many(range(3))
+        with q.connect() as c:
+            items = c.get_many(3)
+            with q.transaction():
+                assert give_back_unstarted(c, items) is False
+            assert q.unacked_count() == 3
+    with ackqueue.AckQueue(qpath, max_attempts=1) as q:
+        assert q.qsize() == 3  # given back when the consumer closed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from contracts.implementations import settled
 from polling import wait_until
 
 import ackqueue
+from ackqueue.workers import child
 
 LEASE = 2.0
 
@@ -284,12 +286,14 @@ def test_a_poison_item_that_kills_its_worker_process_is_the_only_dead_letter(
         q.put_many([{"n": n, "dir": directory} for n in range(20)])
     pool = ackqueue.ProcessPool(where, pool_process_handlers.kill_on_poison, processes=2,
                                 queue_options=options)
-    pool.run_until_empty()
+    stats = pool.run_until_empty()
     assert {n for what, n, _ in lines(directory) if what == "done"} == set(range(20))
     with ackqueue.AckQueue(where, shared=True, **options) as q:
         assert [letter.item["n"] for letter in q.dead_letters()] == [-1]
         assert (q.qsize(), q.unacked_count()) == (0, 0)
     assert pool.restarts == 2
+    # Buried by the queue at the get after its last attempt, not by a pool: dead all the same.
+    assert (stats.done, stats.failed, stats.dead) == (20, 0, 1)
 
 
 def test_poll_and_stop_timeout_reach_each_worker_process_pool(tmp_path: Any) -> None:
@@ -315,3 +319,47 @@ def test_run_until_empty_waits_for_items_their_group_holds_back(tmp_path: Any) -
     assert (stats.done, stats.stopped_by) == (2, None)
     with ackqueue.AckQueue(where, shared=True, **options) as q:
         assert (q.qsize(), q._ready_total(), q.unacked_count()) == (0, 0, 0)
+
+
+def test_an_item_the_queue_buries_at_a_worker_processs_get_counts_as_dead(tmp_path: Any) -> None:
+    """An item whose attempts earlier runs spent goes to the dead letters at a worker
+    process's get, buried by the queue: the merged stats said dead=0."""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    options = {"session_timeout": LEASE, "max_attempts": 1}
+    with ackqueue.AckQueue(where, shared=True, **options) as q:
+        q.put({"n": -1, "dir": directory})
+        with q.connect() as c:
+            c.get_nowait()  # its only attempt, never acked
+        q.put_many([{"n": n, "dir": directory} for n in range(3)])
+    stats = ackqueue.ProcessPool(where, pool_process_handlers.kill_on_poison, processes=1,
+                                 queue_options=options).run_until_empty()
+    assert (stats.done, stats.failed, stats.dead, stats.stopped_by) == (3, 0, 1, None)
+    with ackqueue.AckQueue(where, shared=True, **options) as q:
+        assert [letter.item["n"] for letter in q.dead_letters()] == [-1]
+
+
+def test_the_finished_line_counts_as_ready_what_a_groups_rules_hold_back(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``qsize()`` leaves out the items of a paused group; the pool counts them as ready
+    everywhere else (``_ready_total``), and now in its finished line too."""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        q.put_many([{"n": n, "dir": directory} for n in range(2)], group="paused")
+        q.pause_group("paused", 60)
+    pool = ackqueue.ProcessPool(where, pool_process_handlers.kill_on_poison, processes=1,
+                                queue_options={"session_timeout": LEASE})
+    returned: list[ackqueue.PoolStats] = []
+    with caplog.at_level(logging.INFO, logger="ackqueue"):
+        runner = threading.Thread(target=lambda: returned.append(pool.run()))
+        runner.start()
+        try:
+            wait_until(lambda: any(w.counts[child.OPENED] for w in pool._workers), 30,
+                       "the worker process opening the queue")
+        finally:
+            pool.stop()
+            runner.join(60)
+    assert returned and returned[0].stopped_by == "stop()"
+    [line] = [r.getMessage() for r in caplog.records
+              if r.getMessage().startswith("process pool finished:")]
+    assert "queue: 2 ready, 0 held" in line, line
