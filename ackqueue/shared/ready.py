@@ -39,6 +39,11 @@ CONTENDED_SECONDS = 1.0
 # load a few at once (the first ready one is usually among them).
 SCAN_PREFETCH = 8
 COUNT_SECONDS = 0.1
+# The stored delay index keeps an entry until its item is taken or settled, also once it is
+# due: the count subtracts only those still ahead, read one by one while there are at most
+# this many (at most every COUNT_SECONDS: a few ms of CPU a second at most). Past it every
+# entry is subtracted, and the estimate may be short by the items due but not yet taken.
+DELAYS_READ = 4096
 # Keys that left the queue here (acked, buried, taken by a plain get) remembered, so that a
 # look from the head skips their entries, marked done until the sweeper deletes them, without
 # loading each (a round trip to the server: one an item, a sixth of a get + ack's CPU).
@@ -57,6 +62,17 @@ def reading(where: str) -> Iterator[None]:
 
 
 StoppedGroups = Callable[[QueueRecord, Any, float], set[str | None]]
+
+
+def ahead(delayed: Any, now: float) -> int:
+    """How many entries of the delay index ``delayed`` (key -> due time; None: none made)
+    are not yet due: exactly up to DELAYS_READ entries, else all of them."""
+    if delayed is None:
+        return 0
+    n = len(delayed)
+    if n > DELAYS_READ:
+        return n
+    return sum(1 for due in delayed.values() if due > now)
 
 
 class Holder(Protocol):
@@ -229,7 +245,7 @@ class SharedReadyIndex:
         mine = self._holder.sid
         self._stripes = len(takers) if mine in takers else 1
         self._stripe = takers.index(mine) if mine in takers else 0
-        return int(n - (len(delayed) if delayed is not None else 0))
+        return int(n - ahead(delayed, self._clock()))
 
     def _scan(self, cursor: Any) -> Any:
         """The next ready key after ``cursor``: first in this session's stripe, else any.

@@ -131,3 +131,25 @@ def test_a_put_with_zero_delay_is_ready_at_once(qpath):
         q.put_many(["b"], delay=0)
         assert q.delayed_count() == 0 and q.qsize() == 2
         assert [q.get_nowait(), q.get_nowait()] == ["a", "b"]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one process", "shared"])
+def test_an_item_whose_delay_passed_counts_as_ready_before_it_is_taken(short_qpath, shared):
+    """Shared mode's ``qsize()`` subtracted every entry of the stored delay index, which an
+    entry leaves only when its item is taken or settled: an item whose delay had passed was
+    not counted, though a get delivers it (put 3, nack one with a delay: once it was due,
+    ``qsize()`` said 2)."""
+    clock = ManualClock()
+    with AckQueue(short_qpath, clock=clock, shared=shared) as q:
+        q.put_many(["a", "b", "c"])
+        with q.connect() as c:
+            c.nack(c.get(), delay=10)
+            q.put("d", delay=20)
+            assert q.qsize() == 2
+            clock.advance(10)
+            q.put("e")  # a commit: shared mode's estimate is counted again after it
+            assert q.qsize() == 4  # a, b, c and e; d is still ahead
+            clock.advance(10)
+            q.put("f")
+            assert q.qsize() == 6
+            assert sorted(c.get(timeout=5) for _ in range(6)) == ["a", "b", "c", "d", "e", "f"]
