@@ -389,12 +389,11 @@ class SharedMode:
     def _sort_taken(self, claims: list[Claim], results: list[TakeResult]) -> Taken:
         taken = Taken()
         with self._signals.mutex:
-            lost = look_again = False
+            lost = look_again = paused = False
             for claim, result in zip(claims, results, strict=True):
                 self.taking.discard(claim.key)
                 if result == "paused":
-                    # Known here before the watcher's refresh: gets wait, not spin on takes.
-                    self._life.paused = look_again = True
+                    paused = look_again = True
                     continue
                 if result is None or result == "stopped":
                     lost, look_again = lost or result is None, True
@@ -415,6 +414,12 @@ class SharedMode:
                 # (the watcher looks again once it is back); the next scan skips a stopped group.
                 with contextlib.suppress(Exception):
                     index.refresh()
+                    if paused:
+                        # Known here, maybe before the watcher's refresh: gets wait rather
+                        # than take again. Read after the refresh, at the latest commit: a
+                        # resume may have committed already (set True here, it would last
+                        # until the next commit anywhere).
+                        self._life.paused = self._book.paused()
         return taken
 
     # -- settling: fencing and deleting holds -------------------------------------------------
