@@ -63,6 +63,17 @@ def live_hold_in(root: Callable[[], Any]) -> Callable[[Any], HoldValue | None]:
     return live
 
 
+def held_in_queue(holds_by_session: Any, name: str) -> int:
+    """How many holds on queue ``name`` the sessions of ``holds_by_session`` (the stored tree
+    at HOLDS_KEY) list: each session lists its holds of every queue of the database in one
+    tree, keyed ``(queue name, entry key)``, so this queue's are one range of it."""
+    first, beyond = (name,), (name + "\0",)  # (name,) < (name, any key) < (name + "\0",)
+    return sum(
+        len(mine.keys(min=first, max=beyond, excludemax=True))
+        for mine in holds_by_session.values()
+    )
+
+
 def set_hold(root: Any, name: str, key: Any, value: HoldValue, attempts: int) -> None:
     """Mark entry ``key`` held, its deliveries now ``attempts`` (inside a change), and list
     it under its session.

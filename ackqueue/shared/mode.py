@@ -65,6 +65,7 @@ from ackqueue.shared.holdmarks import (
     HoldValue,
     clear_hold,
     fencer,
+    held_in_queue,
     live_hold_in,
     live_holder,
     set_hold,
@@ -170,8 +171,7 @@ class SharedMode:
         return self.session.sid
 
     def reader_hold_count(self) -> int:
-        holds_by_session = self._book.read_root().get(HOLDS_KEY, {})
-        return sum(len(mine) for mine in holds_by_session.values())
+        return held_in_queue(self._book.read_root().get(HOLDS_KEY, {}), self.name)
 
     def next_seq_locked(self) -> int:
         return self._seqs.next_locked()

@@ -131,3 +131,19 @@ def test_a_queue_made_by_one_process_keeps_its_one_tree_in_shared_mode(
             assert not isinstance(record.entries, ShardedEntries)
     finally:
         db.close()
+
+
+def test_a_shared_queues_count_leaves_out_only_its_own_holds(short_qpath) -> None:
+    """Each session lists its holds of every queue of the database together; a queue's
+    ``qsize()`` subtracted all of them, so holds on queue ``b`` made queue ``a`` look short
+    (3 ready in ``a``, 2 held in ``b``: ``a.qsize()`` said 1)."""
+    with ackqueue.AckQueue(short_qpath, shared=True, name="a") as a, \
+            ackqueue.AckQueue(short_qpath, shared=True, name="b") as b:
+        a.put_many(["a1", "a2", "a3"])
+        b.put_many(["b1", "b2", "b3"])
+        with b.connect() as c:
+            held = [c.get(timeout=5), c.get(timeout=5)]
+            a.put("a4")  # a commit: the estimates are counted again after it
+            b.put("b4")
+            assert (a.qsize(), b.qsize()) == (4, 2)
+            c.ack_many(held)
