@@ -34,6 +34,7 @@ from ackqueue.aio.consumer import AsyncConsumer
 from ackqueue.aio.queues import AsyncAckQueue
 from ackqueue.errors import (
     Empty,
+    ItemLoadError,
     NotHeldError,
     QueueClosedError,
     ShutDown,
@@ -45,6 +46,7 @@ from ackqueue.workers.board import (
     UNSTARTED,
     buffered_fate,
     give_back_unstarted,
+    report_unloadable,
 )
 from ackqueue.workers.options import check_pool_arguments, check_pool_options, default_prefetch
 from ackqueue.workers.pool import PoolStats, Retry
@@ -249,6 +251,11 @@ class AsyncWorkerPool:
                 items = []
             except QueueClosedError:
                 break  # closed under us: the feeder's end says so (see _feeder)
+            except ItemLoadError as exc:
+                # Buried by the queue, nothing taken: the next get moves past it (see the
+                # thread pool's feeder).
+                report_unloadable(exc)
+                continue
             except ShutDown:
                 # Shut down, with nothing ready now. What is buffered, running or being
                 # settled is still ours (and what a worker gives back unstarted is ready

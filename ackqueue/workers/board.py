@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from ackqueue.errors import NotHeldError, QueueClosedError
+from ackqueue.errors import ItemLoadError, NotHeldError, QueueClosedError
 from ackqueue.queue.consumer import Consumer
 from ackqueue.workers.stats import DeadLetterCount, PoolStats
+
+log = logging.getLogger("ackqueue")
 
 # Without a prefetch given, a pool holds about this many seconds of work ahead of its workers,
 # at the rate its jobs were done lately, between its floor (32 a thread) and MOST_PREFETCH.
@@ -228,6 +231,13 @@ def give_back_unstarted(consumer: Consumer[Any], items: list[Any]) -> bool:
         raise
     except Exception:
         return False
+
+
+def report_unloadable(exc: ItemLoadError) -> None:
+    """Log an item a pool's get could not load (its class is gone, say). The queue moved it
+    to the dead letters (``stats.dead`` counts it) and handed out nothing for it: the pool
+    goes on with the next item, as it does after burying a failed one."""
+    log.error("an item could not be loaded, so no handler ran it: %s", exc)
 
 
 Fate = Literal["handle", "give back", "drop"]

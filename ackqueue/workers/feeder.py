@@ -18,9 +18,16 @@ import threading
 import time
 from typing import Any
 
-from ackqueue.errors import Empty, NotHeldError, QueueClosedError, ShutDown, StorageUnreachableError
+from ackqueue.errors import (
+    Empty,
+    ItemLoadError,
+    NotHeldError,
+    QueueClosedError,
+    ShutDown,
+    StorageUnreachableError,
+)
 from ackqueue.queue.consumer import Consumer
-from ackqueue.workers.board import UNSTARTED, Board, give_back_unstarted
+from ackqueue.workers.board import UNSTARTED, Board, give_back_unstarted, report_unloadable
 from ackqueue.workers.retry import Retry, attempt_limit, failure_reason
 
 log = logging.getLogger("ackqueue")
@@ -182,6 +189,11 @@ class Feeder:
                 board.buffer.extend([(item, now, self) for item in items])
             except Empty:
                 break
+            except ItemLoadError as exc:
+                # Not the feeder's failure: the queue buried the item and took nothing, and
+                # the next get moves past it (each such error buries one: this ends).
+                report_unloadable(exc)
+                continue
             finally:
                 board.leave()
             got += len(items)

@@ -79,7 +79,9 @@ class ProcessPool:
 
     ``run()`` works until :meth:`stop`, SIGINT or SIGTERM (when called from the main thread)
     or the queue is shut down and drained; ``run_until_empty()`` returns once every process
-    found the queue empty with nothing held. Both return the merged :class:`PoolStats`.
+    found the queue empty with nothing held. A :meth:`stop` while no run is under way stops
+    the next one, which returns at once (no worker process starts); a pool can be run again
+    after a run ends. Both return the merged :class:`PoolStats` of that run alone.
     ``restarts`` counts the worker processes that died and were replaced. A worker process
     whose pool ended by an error (every thread ended by a ``BaseException`` from the handler,
     such as ``SystemExit``, or its feeder failed) stops the whole pool: the other worker
@@ -155,7 +157,8 @@ class ProcessPool:
         return self._run(until_empty=True)
 
     def stop(self) -> None:
-        """Ask every worker process to stop: no new items; running handlers finish."""
+        """Ask every worker process to stop: no new items; running handlers finish. Called
+        while no run is under way, it stops the next run, which returns at once."""
         self._asked_to_stop.set()
 
     def _run(self, until_empty: bool) -> PoolStats:
@@ -168,11 +171,12 @@ class ProcessPool:
         self.restarts, self._last_death = 0, -math.inf
         self._killed_unopened = 0  # worker processes killed by a signal before opening, in a row
         self._signals.clear()
-        self._asked_to_stop.clear()
         restore = self._install_signal_handlers()
         started = time.monotonic()
         try:
-            while True:
+            # A stop() asked since the last run ended is for this one: no process starts.
+            self._pass_on_signals()
+            while self._stopped_by is None:
                 for _ in range(self.processes):
                     self._start()
                 self._supervise(started)
@@ -189,6 +193,8 @@ class ProcessPool:
             # Ready as the pool judges it everywhere: items their group's rules hold back too.
             queue_counts = (queue._ready_total(), queue.unacked_count())
             queue.close()
+            # From here a stop() is for the next run.
+            self._asked_to_stop.clear()
         self._merge()
         log.info("process pool finished: %d done, %d failed, %d dead, %d restarts; queue: %d "
                  "ready, %d held", self.stats.done, self.stats.failed, self.stats.dead,

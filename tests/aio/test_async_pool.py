@@ -4,6 +4,7 @@ signal, stats; real loops, real files, real child processes for the signals."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -430,6 +431,41 @@ def test_an_item_the_queue_buries_at_the_pools_get_counts_as_dead(qpath):
     assert [letter.item for letter in letters] == ["spent"]
     assert sorted(handled) == ["a", "b"]
     assert (stats.done, stats.failed, stats.dead, stats.stopped_by) == (2, 0, 1, None)
+
+
+def test_an_item_that_cannot_be_loaded_goes_to_the_dead_letters_and_the_pool_goes_on(
+    qpath, vanishing_class, caplog
+):
+    """As the thread pool's: the queue buries an item whose class is gone at the pool's get,
+    which raises ItemLoadError; the feeder took that for its own failure and stopped the pool
+    by an error. With a prefetch of 1 every such item is at the head of a get."""
+    module, remove = vanishing_class
+    with ackqueue.AckQueue(qpath) as sync:
+        for n in range(12):
+            if n % 3 == 0:
+                sync.put(module.Gone())
+            sync.put(n)
+    remove()
+    handled: list[int] = []
+
+    async def handler(item: int) -> None:
+        handled.append(item)
+
+    async def main() -> tuple[ackqueue.PoolStats, list[Any]]:
+        async with AsyncAckQueue(qpath) as q:
+            pool = AsyncWorkerPool(q, handler, concurrency=2, prefetch=1)
+            stats = await asyncio.wait_for(pool.run_until_empty(), 60)
+            assert (stats.stopped_by, stats.done, stats.failed, stats.dead) == (None, 12, 0, 4)
+            assert (q.qsize(), q.unacked_count()) == (0, 0)
+            return stats, await q.dead_letters()
+
+    with caplog.at_level(logging.WARNING, logger="ackqueue"):
+        stats, letters = asyncio.run(main())
+    assert sorted(handled) == list(range(12))
+    assert len(letters) == 4 and all("cannot load" in d.reason for d in letters)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("feeder failed" in m for m in messages), messages
+    assert any("cannot load" in m and "dead letters" in m for m in messages), messages
 
 
 def test_each_run_reports_its_own_counts(qpath):

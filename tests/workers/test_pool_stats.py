@@ -65,3 +65,40 @@ def test_the_finished_line_counts_as_ready_what_a_groups_rules_hold_back(qpath, 
     assert (stats.done, stats.stopped_by) == (0, "stop()")
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("finished:")]
     assert "queue: 2 ready, 0 held" in line, line
+
+
+def put_with_unloadable(path, module, goods, every=3, **options):
+    """``goods`` with an instance of ``module.Gone`` before every ``every``-th of them and at
+    the head: once the class is removed, those items cannot be loaded. Returns how many."""
+    gone = 0
+    with ackqueue.AckQueue(path, **options) as q:
+        for n in goods:
+            if n % every == 0:
+                q.put(module.Gone())
+                gone += 1
+            q.put(n)
+    return gone
+
+
+def test_an_item_that_cannot_be_loaded_goes_to_the_dead_letters_and_the_pool_goes_on(
+    qpath, vanishing_class, caplog
+):
+    """The queue buries an item whose class is gone at the pool's get, which raises
+    ItemLoadError: the feeder took that for its own failure and stopped the pool by an
+    error, items left unhandled. With a prefetch of 1 every such item is at the head of a
+    get, so each raises there."""
+    module, remove = vanishing_class
+    gone = put_with_unloadable(qpath, module, range(12))
+    remove()
+    handled = []
+    caplog.set_level(logging.WARNING, logger="ackqueue")
+    with ackqueue.AckQueue(qpath) as q:
+        stats = WorkerPool(q, handled.append, threads=2, prefetch=1).run_until_empty()
+        assert (stats.stopped_by, stats.done, stats.failed, stats.dead) == (None, 12, 0, gone)
+        letters = q.dead_letters()
+        assert (q.qsize(), q.unacked_count()) == (0, 0)
+    assert sorted(handled) == list(range(12))
+    assert len(letters) == gone and all("cannot load" in d.reason for d in letters)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("feeder failed" in m for m in messages), messages
+    assert sum("cannot load" in m and "dead letters" in m for m in messages) >= 1, messages

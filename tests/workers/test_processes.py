@@ -338,6 +338,49 @@ def test_an_item_the_queue_buries_at_a_worker_processs_get_counts_as_dead(tmp_pa
         assert [letter.item["n"] for letter in q.dead_letters()] == [-1]
 
 
+def test_an_item_that_cannot_be_loaded_goes_to_the_dead_letters_and_the_worker_process_goes_on(
+    tmp_path: Any, vanishing_class: Any
+) -> None:
+    """The queue buries an item whose class is gone at a worker process's get, which raises
+    ItemLoadError: the worker process's feeder took that for its own failure, its pool ended
+    by an error, and so did the whole pool, items left unhandled."""
+    module, remove = vanishing_class
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        for n in range(6):
+            if n % 2 == 0:
+                q.put(module.Gone())
+            q.put({"n": n, "dir": directory})
+    remove()
+    stats = ackqueue.ProcessPool(where, pool_process_handlers.kill_on_poison, processes=1,
+                                 prefetch=1, queue_options={"session_timeout": LEASE}
+                                 ).run_until_empty()
+    assert (stats.stopped_by, stats.done, stats.failed, stats.dead) == (None, 6, 0, 3)
+    assert sorted(n for what, n, _ in lines(directory) if what == "done") == list(range(6))
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        assert (q.qsize(), q.unacked_count(), q.dead_count()) == (0, 0, 3)
+
+
+def test_a_stop_before_run_ends_the_next_run_at_once_and_the_pool_runs_again_after(
+    tmp_path: Any,
+) -> None:
+    """As WorkerPool's and AsyncWorkerPool's: a stop() while no run is under way is for the
+    next run. The run cleared it as it started, and worked the whole queue."""
+    where, directory = str(tmp_path / "q.fs"), str(tmp_path)
+    fill(where, directory, 5)
+    pool = ackqueue.ProcessPool(where, pool_process_handlers.kill_on_poison, processes=1,
+                                queue_options={"session_timeout": LEASE})
+    pool.stop()
+    stats = pool.run_until_empty()
+    assert (stats.stopped_by, stats.done, stats.exit_code) == ("stop()", 0, 0)
+    assert lines(directory) == []  # no handler ran
+    with ackqueue.AckQueue(where, shared=True, session_timeout=LEASE) as q:
+        assert (q.qsize(), q.unacked_count()) == (5, 0)
+    stats = pool.run_until_empty()  # the stop was for one run only
+    assert (stats.stopped_by, stats.done) == (None, 5)
+    assert sorted(n for what, n, _ in lines(directory) if what == "done") == list(range(5))
+
+
 def test_the_finished_line_counts_as_ready_what_a_groups_rules_hold_back(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
