@@ -492,7 +492,7 @@ class AckQueue(queue.Queue[T], Generic[T]):
     def pause(self) -> None:
         """Hand out nothing until :meth:`resume`: gets wait, or time out, as on an empty queue;
         puts, acks and nacks go on. Stored, so the queue opens paused again, and seen by every
-        process of a shared queue."""
+        process of a shared queue: once it returns, no process hands an item out."""
         self._closing.set_paused(True)
 
     def resume(self) -> None:
