@@ -338,7 +338,7 @@ class SharedMode:
         session, root, name, gate = self.session, self._store.root, self.name, self._gate
 
         def take() -> list[TakeResult]:
-            sid = session.check_live(consuming=True)
+            sid = session.check_live(consuming=name)
             now = self._clock()
             if record.queue_paused(current=True):
                 # Read as current: a pause another process commits before this take conflicts

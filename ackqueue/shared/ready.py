@@ -239,9 +239,11 @@ class SharedReadyIndex:
         n = record.length() - self._holder.reader_hold_count()
         sessions = self._book.read_root().get(SESSIONS_KEY, {})
         self._others = max(0, len(sessions) - 1)
-        # Stripes go to the sessions that take items, so that one consumer beside any
+        # Stripes go to the sessions that take items from this queue (a process taking from
+        # another queue of the database is none of them), so that one consumer beside any
         # number of producers keeps key order; until our first take we are not striped.
-        takers = [sid for sid, session in sessions.items() if session.consuming]
+        name = self._book.name
+        takers = [sid for sid, session in sessions.items() if session.takes_from(name)]
         mine = self._holder.sid
         self._stripes = len(takers) if mine in takers else 1
         self._stripe = takers.index(mine) if mine in takers else 0

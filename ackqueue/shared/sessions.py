@@ -64,9 +64,12 @@ LATE_AFTER_INTERVALS = 2
 class SessionRecord(Persistent):
     """A process's session as stored: who it is and how long its lease is."""
 
-    # Whether this session has taken items: the consuming sessions split the keys into
-    # stripes between them (ready.py). A class default, so older records load.
+    # The queues this session has taken items from: the sessions that take from a queue split
+    # its keys into stripes between them (ready.py). Class defaults, so older records load;
+    # ``consuming`` True is what versions before 2026-11-27 wrote once a session had taken
+    # from any queue of the database (counted as taking from each).
     consuming = False
+    consumed: tuple[str, ...] = ()
 
     def __init__(self, host: str, pid: int, lease: float) -> None:
         self.host = host
@@ -74,6 +77,10 @@ class SessionRecord(Persistent):
         self.lease = lease
         self.renewals = 0
         self.reaped = False
+
+    def takes_from(self, name: str) -> bool:
+        """Whether this session has taken items from queue ``name``."""
+        return self.consuming is True or name in self.consumed
 
 
 class SessionLost(AckQueueError):
@@ -170,15 +177,15 @@ class Session:
         self._back_at = self._renewed_at = server_time(record._p_serial)
         self._renewed_mono = time.monotonic()
 
-    def check_live(self, consuming: bool = False) -> str:
+    def check_live(self, consuming: str | None = None) -> str:
         """Inside a change: this session's id, or :class:`SessionLost` if it was reaped;
-        ``consuming``: mark it as one that takes items (once)."""
+        ``consuming``: the name of a queue it takes items from, marked once."""
         sessions, _ = shared_trees(self.store.root())
         record = sessions.get(self.sid)
         if record is None or record.reaped:
             raise SessionLost(self.sid, self.lease)
-        if consuming and not record.consuming:
-            record.consuming = True
+        if consuming is not None and consuming not in record.consumed:
+            record.consumed = (*record.consumed, consuming)
         return self.sid
 
     def renew(self) -> float:

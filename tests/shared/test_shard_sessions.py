@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 
 import ZEO
 import ZODB
@@ -18,6 +19,7 @@ from zeo_server import ZEOServer, zeo_server  # noqa: F401 - the fixture
 
 import ackqueue
 from ackqueue.records import RETIRE_LAG, SHARD_SEQS, ShardedEntries, queues_of
+from ackqueue.shared.ready import COUNT_SECONDS
 
 # -- through the queue ----------------------------------------------------------------------
 
@@ -147,3 +149,33 @@ def test_a_shared_queues_count_leaves_out_only_its_own_holds(short_qpath) -> Non
             b.put("b4")
             assert (a.qsize(), b.qsize()) == (4, 2)
             c.ack_many(held)
+
+
+def test_a_sole_consumer_keeps_key_order_beside_a_process_taking_from_another_queue(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """Processes that take from a queue split its keys into stripes (each takes its own first),
+    and a session that had taken from any queue of the database counted as one of them: a
+    sole consumer of queue ``a`` beside another process consuming queue ``b`` took the even
+    keys first, then the odd (0, 2, 4, ..., 1, 3, 5, ...)."""
+    a = ackqueue.AckQueue(zeo_server.uri, name="a")
+    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    b = ackqueue.AckQueue(db=db, name="b")
+    try:
+        b.put("b1")
+        with b.connect() as other:
+            other.ack(other.get(timeout=10))  # that session now takes from b
+            a.put("first")
+            with a.connect() as c:
+                c.ack(c.get(timeout=10))  # and this one from a
+                time.sleep(3 * COUNT_SECONDS)  # the takers are counted again after the put
+                a.put_many(list(range(12)))
+                got = []
+                for _ in range(12):
+                    got.append(c.get(timeout=10))
+                    c.ack(got[-1])
+        assert got == list(range(12))
+    finally:
+        a.close()
+        b.close()
+        db.close()
