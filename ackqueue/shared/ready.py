@@ -121,7 +121,7 @@ class SharedReadyIndex:
         self._cursor: Any = None
         self._next: Any = _UNKNOWN
         self._estimate = 0
-        self._others = 0  # how many other processes have a session on this database
+        self._others = 0  # how many other sessions take from this queue
         self._contended_until = 0.0
         self._stale = True
         self._counted_until = 0.0
@@ -238,13 +238,14 @@ class SharedReadyIndex:
         delayed = record.delayed
         n = record.length() - self._holder.reader_hold_count()
         sessions = self._book.read_root().get(SESSIONS_KEY, {})
-        self._others = max(0, len(sessions) - 1)
         # Stripes go to the sessions that take items from this queue (a process taking from
         # another queue of the database is none of them), so that one consumer beside any
         # number of producers keeps key order; until our first take we are not striped.
         name = self._book.name
         takers = [sid for sid, session in sessions.items() if session.takes_from(name)]
         mine = self._holder.sid
+        # Those that race this one for the head (producers and other queues' consumers do not).
+        self._others = len(takers) - (mine in takers)
         self._stripes = len(takers) if mine in takers else 1
         self._stripe = takers.index(mine) if mine in takers else 0
         return int(n - ahead(delayed, self._clock()))
