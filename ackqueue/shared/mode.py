@@ -146,6 +146,7 @@ class SharedMode:
         self._order = ordering
         self._signals = signals
         self._life = lifecycle
+        self._took = False  # whether a take of ours marked the session a taker of this queue
         self._clock = clock
         self._max_attempts = max_attempts
         self._index: SharedReadyIndex | None = None
@@ -339,6 +340,7 @@ class SharedMode:
 
         def take() -> list[TakeResult]:
             sid = session.check_live(consuming=name)
+            self._took = True
             now = self._clock()
             if record.queue_paused(current=True):
                 # Read as current: a pause another process commits before this take conflicts
@@ -544,19 +546,23 @@ class SharedMode:
         return give_back
 
     def close(self) -> None:
-        """Give back this queue's holds (one commit) and stop using the session."""
-        self.session.remove_queue(self)
+        """Give back this queue's holds and, unless another queue of this process has its
+        name, stop counting among its takers (one commit), and stop using the session."""
+        last = self.session.remove_queue(self)
         with self._signals.mutex:
             values = list(self.mine.items())
             self.mine.clear()
         root, name = self._store.root, self.name
+        unmark = self.session.stop_taking_from(name) if last and self._took else None
 
         def give_back() -> None:
             for key, value in values:
                 clear_hold(root(), name, key, value)
+            if unmark is not None:
+                unmark()
 
         try:
-            if values:
+            if values or unmark is not None:
                 self._store.run(give_back)
         finally:
             sessions.release(self.session)

@@ -281,8 +281,22 @@ class Session:
     def add_queue(self, queue: Member) -> None:
         self._queues.add(queue)
 
-    def remove_queue(self, queue: Member) -> None:
+    def remove_queue(self, queue: Member) -> bool:
+        """Stop serving ``queue``; whether no other queue of this session has its name."""
         self._queues.discard(queue)
+        return all(other.name != queue.name for other in list(self._queues))
+
+    def stop_taking_from(self, name: str) -> Callable[[], None]:
+        """The edit unmarking this session as one that takes from queue ``name`` (see
+        :meth:`check_live`): other processes then leave it out of that queue's stripes."""
+        sid, root = self.sid, self.store.root
+
+        def unmark() -> None:
+            record = root().get(SESSIONS_KEY, {}).get(sid)
+            if record is not None and name in record.consumed:
+                record.consumed = tuple(n for n in record.consumed if n != name)
+
+        return unmark
 
     def release_later(self, name: str, key: Any, value: HoldValue) -> None:
         """Delete hold ``key`` of queue ``name`` soon, if it is still ``value`` (fenced)."""

@@ -179,3 +179,34 @@ def test_a_sole_consumer_keeps_key_order_beside_a_process_taking_from_another_qu
         a.close()
         b.close()
         db.close()
+
+
+def test_a_process_that_closed_a_queue_is_no_longer_one_of_its_takers(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """A process that took from queue ``a``, then closed it but kept another queue of the
+    database open, kept a stripe of ``a``: a sole consumer of ``a`` after it took the keys
+    of its own stripe first (1, 3, 5, ..., then 0, 2, 4, ...)."""
+    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    gone = ackqueue.AckQueue(db=db, name="a")
+    kept = ackqueue.AckQueue(db=db, name="b")  # the session lives on with it
+    a = ackqueue.AckQueue(zeo_server.uri, name="a")
+    try:
+        gone.put("first")
+        with gone.connect() as other:
+            other.ack(other.get(timeout=10))
+        gone.close()
+        a.put("second")
+        with a.connect() as c:
+            c.ack(c.get(timeout=10))
+            time.sleep(3 * COUNT_SECONDS)  # the takers are counted again after the put
+            a.put_many(list(range(12)))
+            got = []
+            for _ in range(12):
+                got.append(c.get(timeout=10))
+                c.ack(got[-1])
+        assert got == list(range(12))
+    finally:
+        a.close()
+        kept.close()
+        db.close()
