@@ -246,8 +246,10 @@ def _read_own(path: str) -> dict[str, Any] | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with open(fd, "rb") as f:
-        info = os.fstat(f.fileno())
+    try:
+        # Checked before the descriptor becomes a file object: open() refuses a directory
+        # (IsADirectoryError), which a directory planted here made escape, once a second.
+        info = os.fstat(fd)
         if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid()
                 or info.st_mode & 0o022):
             if path not in _distrusted:
@@ -255,7 +257,10 @@ def _read_own(path: str) -> dict[str, Any] | None:
                 log.warning("ignored %s: not a plain file of this user, or writable by others",
                             path)
             return None
-        data = f.read(MAX_BYTES + 1)
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > MAX_BYTES:
         return None
     try:
