@@ -151,6 +151,21 @@ def test_a_shared_queues_count_leaves_out_only_its_own_holds(short_qpath) -> Non
             c.ack_many(held)
 
 
+def order_of_a_sole_consumer(q: ackqueue.AckQueue, n: int) -> list[object]:
+    """The order in which a consumer of ``q`` (its process's first: it takes a first item
+    to count among the takers) gets ``n`` items put after the takers were counted again."""
+    q.put("first")
+    with q.connect() as c:
+        c.ack(c.get(timeout=10))
+        time.sleep(3 * COUNT_SECONDS)  # the takers are counted again after the next commit
+        q.put_many(list(range(n)))
+        got = []
+        for _ in range(n):
+            got.append(c.get(timeout=10))
+            c.ack(got[-1])
+    return got
+
+
 def test_a_sole_consumer_keeps_key_order_beside_a_process_taking_from_another_queue(
     zeo_server: ZEOServer,  # noqa: F811
 ) -> None:
@@ -165,16 +180,7 @@ def test_a_sole_consumer_keeps_key_order_beside_a_process_taking_from_another_qu
         b.put("b1")
         with b.connect() as other:
             other.ack(other.get(timeout=10))  # that session now takes from b
-            a.put("first")
-            with a.connect() as c:
-                c.ack(c.get(timeout=10))  # and this one from a
-                time.sleep(3 * COUNT_SECONDS)  # the takers are counted again after the put
-                a.put_many(list(range(12)))
-                got = []
-                for _ in range(12):
-                    got.append(c.get(timeout=10))
-                    c.ack(got[-1])
-        assert got == list(range(12))
+            assert order_of_a_sole_consumer(a, 12) == list(range(12))
     finally:
         a.close()
         b.close()
@@ -192,20 +198,11 @@ def test_a_process_that_closed_a_queue_is_no_longer_one_of_its_takers(
     kept = ackqueue.AckQueue(db=db, name="b")  # the session lives on with it
     a = ackqueue.AckQueue(zeo_server.uri, name="a")
     try:
-        gone.put("first")
+        gone.put("taken")
         with gone.connect() as other:
             other.ack(other.get(timeout=10))
         gone.close()
-        a.put("second")
-        with a.connect() as c:
-            c.ack(c.get(timeout=10))
-            time.sleep(3 * COUNT_SECONDS)  # the takers are counted again after the put
-            a.put_many(list(range(12)))
-            got = []
-            for _ in range(12):
-                got.append(c.get(timeout=10))
-                c.ack(got[-1])
-        assert got == list(range(12))
+        assert order_of_a_sole_consumer(a, 12) == list(range(12))
     finally:
         a.close()
         kept.close()
