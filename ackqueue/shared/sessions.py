@@ -64,10 +64,11 @@ LATE_AFTER_INTERVALS = 2
 class SessionRecord(Persistent):
     """A process's session as stored: who it is and how long its lease is."""
 
-    # The queues this session has taken items from: the sessions that take from a queue split
-    # its keys into stripes between them (ready.py). Class defaults, so older records load;
-    # ``consuming`` True is what versions before 2026-11-27 wrote once a session had taken
-    # from any queue of the database (counted as taking from each).
+    # The queues this session has taken items from within its last lease: the sessions that
+    # take from a queue split its keys into stripes between them (ready.py), and one that
+    # stopped taking (a long job) must not keep its stripe waiting. Class defaults, so older
+    # records load; ``consuming`` True is what versions before 2026-11-27 wrote once a
+    # session had taken from any queue of the database (counted as taking from each).
     consuming = False
     consumed: tuple[str, ...] = ()
 
@@ -124,6 +125,7 @@ class Session:
         # hold against.
         self._renewed_mono = time.monotonic()
         self._lost_mono = float("-inf")
+        self._took: dict[str, float] = {}  # queue name -> monotonic time of the last take
         self._failing = False
         self._restart_lock = threading.Lock()
         # Renewals, reaping and releases commit on a connection of their own, so that a lease
@@ -184,8 +186,10 @@ class Session:
         record = sessions.get(self.sid)
         if record is None or record.reaped:
             raise SessionLost(self.sid, self.lease)
-        if consuming is not None and consuming not in record.consumed:
-            record.consumed = (*record.consumed, consuming)
+        if consuming is not None:
+            self._took[consuming] = time.monotonic()
+            if consuming not in record.consumed:
+                record.consumed = (*record.consumed, consuming)
         return self.sid
 
     def renew(self) -> float:
@@ -195,6 +199,8 @@ class Session:
         storage's lastTransaction() is no clock, as RelStorage moves it only when it polls.
         """
         sid = self.sid
+        since = time.monotonic() - self.lease
+        recent = {name for name, at in list(self._took.items()) if at >= since}
 
         def renew() -> SessionRecord:
             sessions, _ = shared_trees(self._root())
@@ -202,6 +208,9 @@ class Session:
             if record is None or record.reaped:
                 raise SessionLost(sid, self.lease)
             record.renewals += 1
+            kept = tuple(name for name in record.consumed if name in recent)
+            if kept != record.consumed:
+                record.consumed = kept  # no take within a lease: out of those stripes
             return record
 
         renewed = server_time(self._run(renew)._p_serial)

@@ -207,3 +207,26 @@ def test_a_process_that_closed_a_queue_is_no_longer_one_of_its_takers(
         a.close()
         kept.close()
         db.close()
+
+
+def test_a_process_that_stopped_taking_for_a_lease_leaves_the_stripes(
+    zeo_server: ZEOServer,  # noqa: F811
+) -> None:
+    """A process that took from the queue once stayed one of its takers for as long as it
+    lived: busy with a long job, or no longer getting, it kept a stripe, whose items waited
+    until the others had emptied their own (a sole active consumer took the odd keys first).
+    A session lists a queue only while it took from it within its lease."""
+    lease = 1.0
+    db = ZEO.DB(zeo_server.addr)  # another client: as if another process
+    idle = ackqueue.AckQueue(db=db, session_timeout=lease)
+    q = ackqueue.AckQueue(zeo_server.uri, session_timeout=lease)
+    try:
+        idle.put("taken")
+        with idle.connect() as other:
+            other.ack(other.get(timeout=10))
+            time.sleep(2.5 * lease)  # its renewals since: no take within a lease
+            assert order_of_a_sole_consumer(q, 12) == list(range(12))
+    finally:
+        q.close()
+        idle.close()
+        db.close()
