@@ -539,6 +539,11 @@ class QueueRecord(Persistent):
     # read the count with ``counts.stored_count`` (see counts.py).
     counted_in_log = False
     paused = False  # while True no item is handed out, in any process (q.pause()); puts go on
+    # A count every pause and resume moves (BTrees.Length; made at a shared open): what a take
+    # in shared mode reads as current (queue_paused), instead of this record, which other
+    # edits write (a block of sequence numbers, a burial, a turn of the items put without a
+    # group): a take reading the record as current conflicted with each of them.
+    pause_changes: Any = None
     grouped = False  # True once an entry was put with a group: the ready index must know them
     group_pauses: Any = None  # OOBTree: group -> paused until (epoch seconds), q.pause_group()
     group_turns: Any = None  # OOBTree: group -> last delivery (shared mode with group rules)
@@ -893,13 +898,30 @@ class QueueRecord(Persistent):
 
     def queue_paused(self, current: bool = False) -> bool:
         """Whether the whole queue is paused (``q.pause()``). ``current``: read inside a take's
-        commit, which then fails if a pause or resume commits first (ZODB's ``readCurrent`` of
-        this record, where the pause is kept; the other edits that write it are rare: a block
-        of sequence numbers reserved, a queue's first grouped put)."""
-        paused = bool(self.paused)  # loaded: readCurrent needs it
-        if current and self._p_jar is not None and self._p_oid is not None:  # (not new)
-            self._p_jar.readCurrent(self)
+        commit, which then fails if a pause or resume commits first (ZODB's ``readCurrent``
+        of :attr:`pause_changes`, which :meth:`set_paused` always moves; of this record if a
+        shared open has not made it yet)."""
+        paused = bool(self.paused)
+        if current:
+            changes = self.pause_changes
+            read = self if changes is None else changes
+            if changes is not None:
+                changes()  # loaded: readCurrent needs it
+            if read._p_jar is not None and read._p_oid is not None:  # (not new)
+                read._p_jar.readCurrent(read)
         return paused
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause the queue, or resume it, inside a change (see :meth:`queue_paused`)."""
+        if self.paused != paused:
+            self.paused = paused
+            if self.pause_changes is not None:
+                self.pause_changes.change(1)
+
+    def mark_shared(self) -> None:
+        """Opened in shared mode (inside a change): make :attr:`pause_changes` if missing."""
+        if self.pause_changes is None:
+            self.pause_changes = Length()
 
     def paused_until(self, group: str, current: bool = False) -> float | None:
         """Until when ``group`` is paused (None: it is not, or never was). ``current``: read

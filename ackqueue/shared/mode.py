@@ -116,6 +116,7 @@ class ManyWriters:
         settle(record, book.store.db.storage)
         if not record.done_marks:  # unchanged records are not written
             record.done_marks = True
+        record.mark_shared()
 
     def retire(self, book: Book, key: Any) -> None:
         record = book.record

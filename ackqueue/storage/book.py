@@ -509,8 +509,7 @@ class Book:
         record = self.record
 
         def set_paused() -> None:
-            if record.paused != paused:
-                record.paused = paused
+            record.set_paused(paused)
 
         return set_paused
 

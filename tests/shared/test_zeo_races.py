@@ -339,3 +339,19 @@ def test_a_take_racing_a_pause_of_the_queue_does_not_deliver_after_the_pause_ret
         assert q.paused  # learnt from the take that met the pause, or the watcher
         other.resume()
         assert o.get(timeout=10) == "job"  # held by nobody: the take did not commit
+
+
+def test_a_take_does_not_conflict_with_another_process_reserving_sequence_numbers(
+    zeo_server: ZEOServer, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    """A take reads the queue's pause as current; read from the queue record itself, every
+    block of sequence numbers another process reserved (a put every 64, or every second)
+    failed the takes committing meanwhile (a review, 2026-11-27: 174 conflicts in 10 s with
+    one producer putting in bulk, against 1). The pause has a count of its own to read."""
+    with two_clients(zeo_server) as (q, other, c, o):
+        q.put("job")
+        other.put("theirs")  # its first block: the next put of its own reserves none
+        caplog.set_level(logging.DEBUG, logger="ackqueue")
+        with before_the_first_take(q, lambda: other.put_many(list(range(70)))):
+            assert c.get(timeout=10) == "job"
+        assert not [r for r in caplog.records if "conflict on commit" in r.getMessage()]
