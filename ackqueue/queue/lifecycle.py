@@ -139,6 +139,8 @@ class Closing:
             detach()
             self._timers.stop()
             core.signals.wake_all_locked()
-        core.mode.stored_holds.close()
-        core.book.close()
+        try:
+            core.mode.stored_holds.close()  # may commit (give-backs), and fail: server gone
+        finally:
+            core.book.close()
         return True

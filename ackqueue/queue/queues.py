@@ -512,10 +512,19 @@ class AckQueue(queue.Queue[T], Generic[T]):
     def close(self) -> None:
         """Give back held items and close the queue (and the file, with its last queue)."""
         with Shield(interruptible=False):
-            if not self._closing.close(self._dropped.detach):
-                return
-            status.beacon.detach(self)
-            self._store.release(self.name)
+            try:
+                if not self._closing.close(self._dropped.detach):
+                    return
+            except BaseException:
+                # Closed all the same (a give-back that could not commit, the server gone):
+                # the file is let go, so that the queue can be opened again in this process.
+                self._let_go()
+                raise
+            self._let_go()
+
+    def _let_go(self) -> None:
+        status.beacon.detach(self)
+        self._store.release(self.name)
 
     @property
     def closed(self) -> bool:

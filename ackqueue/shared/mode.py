@@ -547,14 +547,19 @@ class SharedMode:
         return give_back
 
     def close(self) -> None:
-        """Give back this queue's holds and, unless another queue of this process has its
-        name, stop counting among its takers (one commit), and stop using the session."""
-        last = self.session.remove_queue(self)
+        """Give back this queue's holds and, if the session outlives this queue and no other
+        queue of this process has its name, stop counting among the queue's takers (one
+        commit), and stop using the session."""
+        session = self.session
+        last = session.remove_queue(self)
         with self._signals.mutex:
             values = list(self.mine.items())
             self.mine.clear()
         root, name = self._store.root, self.name
-        unmark = self.session.stop_taking_from(name) if last and self._took else None
+        # The last queue's release ends the session, its record with it: nothing to unmark.
+        unmark = (
+            session.stop_taking_from(name) if last and self._took and session.refs > 1 else None
+        )
 
         def give_back() -> None:
             for key, value in values:
@@ -563,10 +568,18 @@ class SharedMode:
                 unmark()
 
         try:
-            if values or unmark is not None:
+            if values:
                 self._store.run(give_back)
+            elif unmark is not None:
+                try:
+                    self._store.run(unmark)
+                except Exception as exc:
+                    # Only the stripes would notice, for a lease at most (renewals unmark it):
+                    # never a reason for close() to fail.
+                    log.warning("ackqueue: could not unmark session %s as a taker of queue %r:"
+                                " %s", session.sid, name, exc)
         finally:
-            sessions.release(self.session)
+            sessions.release(session)
 
 
 SEQ_BLOCK = SHARD_SEQS  # a block is one shard of a queue made in shared mode (records.py)

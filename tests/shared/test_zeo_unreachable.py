@@ -200,3 +200,34 @@ def test_an_asyncio_pool_tries_a_burial_that_meets_no_server_again(zeo_server, c
             assert q.qsize() == 0 and q.unacked_count() == 0
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("holding", [False, True], ids=["nothing held", "an item held"])
+def test_a_queue_closed_while_its_server_is_down_is_let_go_and_opens_again(
+    zeo_server: ZEOServer, holding: bool  # noqa: F811
+) -> None:
+    """Closing a queue that took items, while its server is down: a close that committed
+    (a taker's unmark, found by a review the day it was added) raised before it closed the
+    book and let the store go, so the ZEO client thread ran on and the queue could not be
+    opened again in the process ("already open in this process"). A close must not fail for
+    the server: what it held comes back once its session lapses, as after a kill."""
+    uri = zeo_server.uri + "?wait_timeout=2"
+    q = ackqueue.AckQueue(uri, session_timeout=2.0)
+    q.put_many([1, 2, 3])
+    c = q.connect()
+    c.ack(c.get(timeout=10))  # a taker of the queue now
+    if holding:
+        c.get(timeout=10)
+    zeo_server.stop(signal.SIGKILL)
+    try:
+        q.close()
+    finally:
+        zeo_server.start()
+    assert q.closed
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if str(zeo_server.port) in t.name],
+        10, "the store let go (its ZEO client thread ended)",
+    )
+    with ackqueue.AckQueue(uri, session_timeout=2.0) as again:  # not "already open here"
+        with again.connect() as c:
+            assert sorted(c.get(timeout=30) for _ in range(2)) == [2, 3]
