@@ -228,6 +228,6 @@ def test_a_queue_closed_while_its_server_is_down_is_let_go_and_opens_again(
         lambda: not [t for t in threading.enumerate() if str(zeo_server.port) in t.name],
         10, "the store let go (its ZEO client thread ended)",
     )
-    with ackqueue.AckQueue(uri, session_timeout=2.0) as again:  # not "already open here"
-        with again.connect() as c:
-            assert sorted(c.get(timeout=30) for _ in range(2)) == [2, 3]
+    again = ackqueue.AckQueue(uri, session_timeout=2.0)  # not "already open in this process"
+    with again, again.connect() as c:
+        assert sorted(c.get(timeout=30) for _ in range(2)) == [2, 3]
