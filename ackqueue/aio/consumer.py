@@ -35,6 +35,7 @@ from ackqueue.queue.consumer import Consumer
 from ackqueue.queue.queues import AckQueue
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class AsyncConsumer(Generic[T]):
@@ -198,6 +199,13 @@ class AsyncConsumer(Generic[T]):
         return forwarded
 
     # -- what it holds ---------------------------------------------------------------------
+
+    async def run_with(self, work: Callable[..., R], *args: Any) -> R:
+        """``work(consumer, *args)`` on one of the queue's threads, with this consumer's
+        blocking self (what each awaited call here runs): for a pool's several steps in one
+        hop, such as a transaction of many settlements."""
+        result: R = await self._runner.run(work, self._sync, *args)
+        return result
 
     def delivery(self, item: Any) -> Delivery:
         """The delivery of a held item: its id, attempts so far and when it was got."""

@@ -457,7 +457,7 @@ class AsyncWorkerPool:
         """Give back items no handler ran, as the thread pool does (see
         :func:`~ackqueue.workers.board.give_back_unstarted`): the whole commit on one of the
         queue's threads, with the consumer's sync self, as each of its awaited calls runs."""
-        if not await consumer._runner.run(give_back_unstarted, consumer._sync, items):
+        if not await consumer.run_with(give_back_unstarted, items):
             for item in items:  # one at a time, each failure handled as its own
                 await self._settle_one(feeder, consumer, item, UNSTARTED)
 
