@@ -17,16 +17,15 @@ from typing import Any
 
 from ackqueue.delivery.groups import GroupRules
 from ackqueue.records import QueueRecord, edge_loaded
-from ackqueue.shared.holdmarks import HOLDS_KEY, entry_of
+from ackqueue.shared.holdmarks import HOLDS_KEY, entry_of, holds_of_queue
 
 
 def held_by_group(root: Any, name: str) -> Counter[str | None]:
     """How many entries of each group of queue ``name`` are held, in every process (None:
     those put without a group)."""
     held: Counter[str | None] = Counter()
-    holds = root.get(HOLDS_KEY, {})
-    mines = edge_loaded(holds).values() if holds else ()
-    for key in {key for mine in mines for qname, key in edge_loaded(mine) if qname == name}:
+    ranges = holds_of_queue(root.get(HOLDS_KEY), name)
+    for key in {key for keys in ranges for _, key in keys}:
         entry = entry_of(root, name, key)
         if entry is not None:
             held[getattr(entry, "group", None)] += 1

@@ -63,15 +63,24 @@ def live_hold_in(root: Callable[[], Any]) -> Callable[[Any], HoldValue | None]:
     return live
 
 
-def held_in_queue(holds_by_session: Any, name: str) -> int:
-    """How many holds on queue ``name`` the sessions of ``holds_by_session`` (the stored tree
-    at HOLDS_KEY) list: each session lists its holds of every queue of the database in one
-    tree, keyed ``(queue name, entry key)``, so this queue's are one range of it."""
+def holds_of_queue(holds_by_session: Any, name: str) -> list[Any]:
+    """For each session in ``holds_by_session`` (the stored tree at HOLDS_KEY; None or empty:
+    none), the keys of its holds on queue ``name``, a lazy range of its tree: each session
+    lists its holds of every queue of the database in one tree, keyed ``(queue name, entry
+    key)``, so this queue's are one range of it. Each tree's edge is loaded first (see
+    :func:`~ackqueue.records.edge_loaded`)."""
+    if not holds_by_session:
+        return []
     first, beyond = (name,), (name + "\0",)  # (name,) < (name, any key) < (name + "\0",)
-    return sum(
-        len(mine.keys(min=first, max=beyond, excludemax=True))
-        for mine in holds_by_session.values()
-    )
+    return [
+        edge_loaded(mine).keys(min=first, max=beyond, excludemax=True)
+        for mine in edge_loaded(holds_by_session).values()
+    ]
+
+
+def held_in_queue(holds_by_session: Any, name: str) -> int:
+    """How many holds on queue ``name`` the sessions of ``holds_by_session`` list."""
+    return sum(len(keys) for keys in holds_of_queue(holds_by_session, name))
 
 
 def set_hold(root: Any, name: str, key: Any, value: HoldValue, attempts: int) -> None:
