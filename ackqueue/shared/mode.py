@@ -147,7 +147,6 @@ class SharedMode:
         self._order = ordering
         self._signals = signals
         self._life = lifecycle
-        self._took = False  # whether a take of ours marked the session a taker of this queue
         self._clock = clock
         self._max_attempts = max_attempts
         self._index: SharedReadyIndex | None = None
@@ -173,7 +172,7 @@ class SharedMode:
         return self.session.sid
 
     def reader_hold_count(self) -> int:
-        return held_in_queue(self._book.read_root().get(HOLDS_KEY, {}), self.name)
+        return held_in_queue(self._book.read_root().get(HOLDS_KEY), self.name)
 
     def next_seq_locked(self) -> int:
         return self._seqs.next_locked()
@@ -341,7 +340,6 @@ class SharedMode:
 
         def take() -> list[TakeResult]:
             sid = session.check_live(consuming=name)
-            self._took = True
             now = self._clock()
             if record.queue_paused(current=True):
                 # Read as current: a pause another process commits before this take conflicts
@@ -558,7 +556,8 @@ class SharedMode:
         root, name = self._store.root, self.name
         # The last queue's release ends the session, its record with it: nothing to unmark.
         unmark = (
-            session.stop_taking_from(name) if last and self._took and session.refs > 1 else None
+            session.stop_taking_from(name)
+            if last and session.took_from(name) and session.refs > 1 else None
         )
 
         def give_back() -> None:

@@ -295,6 +295,10 @@ class Session:
         self._queues.discard(queue)
         return all(other.name != queue.name for other in list(self._queues))
 
+    def took_from(self, name: str) -> bool:
+        """Whether this session took items from queue ``name`` (and so may be marked a taker)."""
+        return name in self._took
+
     def stop_taking_from(self, name: str) -> Callable[[], None]:
         """The edit unmarking this session as one that takes from queue ``name`` (see
         :meth:`check_live`): other processes then leave it out of that queue's stripes."""
