@@ -24,7 +24,7 @@ from ackqueue.base.keyids import KeySet
 from ackqueue.delivery.ordering import Ordering
 from ackqueue.delivery.supply import GetAgain
 from ackqueue.errors import StorageError
-from ackqueue.records import SHARD_BITS, QueueRecord, loads
+from ackqueue.records import SHARD_BITS, QueueRecord, edge_loaded, loads
 from ackqueue.shared.holdmarks import live_holder
 from ackqueue.shared.sessions import SESSIONS_KEY
 from ackqueue.storage.book import Book, chunks
@@ -72,7 +72,7 @@ def ahead(delayed: Any, now: float) -> int:
     n = len(delayed)
     if n > DELAYS_READ:
         return n
-    return sum(1 for due in delayed.values() if due > now)
+    return sum(1 for due in edge_loaded(delayed).values() if due > now)
 
 
 class Holder(Protocol):
