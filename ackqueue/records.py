@@ -890,8 +890,9 @@ class QueueRecord(Persistent):
     def mark_grouped(self) -> None:
         """An entry with a group is stored (inside a change): from now on the ready index must
         know groups at open. The pause index is made now, with nothing in it, so that a take
-        reading a group's pause as current (:meth:`paused_until`) reads it (the record itself
-        is read as current by every take for the queue's own pause: :meth:`queue_paused`)."""
+        reading a group's pause as current (:meth:`paused_until`) reads it, not this record,
+        which other edits write (the queue's own pause has a count of its own to read:
+        :meth:`queue_paused`)."""
         self.grouped = True
         if self.group_pauses is None:
             self.group_pauses = OOBTree()
