@@ -55,7 +55,7 @@ import pickle
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -476,17 +476,24 @@ class Committer:
     """A thread that commits the outcomes of the pages Scrapy finished, those that finished
     while it committed the last ones together in one transaction: the reactor goes on while
     a commit waits for the disk, and a commit's cost is shared by the pages in it. Each page's
-    outcome is whole in one commit, whichever commit that is."""
+    outcome is whole in one commit, whichever commit that is. ``call_from_thread`` runs a
+    function in the reactor's thread (the reactor's own ``callFromThread`` unless given)."""
 
     most = 64  # pages in one commit at most
+    gather_most = 0.05  # seconds a commit waits at most for more pages (see _gather)
 
-    def __init__(self, frontier: Frontier) -> None:
-        from twisted.internet import reactor  # here: Scrapy installs its reactor at start
+    def __init__(
+        self, frontier: Frontier, call_from_thread: Callable[..., object] | None = None
+    ) -> None:
+        if call_from_thread is None:
+            from twisted.internet import reactor  # here: Scrapy installs its reactor at start
 
-        self._frontier, self._reactor = frontier, reactor
+            call_from_thread = reactor.callFromThread
+        self._frontier, self._call_from_thread = frontier, call_from_thread
         self._cond = threading.Condition()
         self._work: list[tuple[Job, Deferred[None]]] = []
         self._stopping = False
+        self._took = 0.0  # how long the last commit took
         self._thread = threading.Thread(target=self._run, name="ackqueue-committer", daemon=True)
         self._thread.start()
 
@@ -504,6 +511,21 @@ class Committer:
             self._cond.notify()
         self._thread.join()
 
+    def _gather(self) -> None:
+        """With pages waiting (and the condition held), wait for more to join them while this
+        process holds requests whose pages may settle soon, for up to twice as long as the
+        last commit took (at most :attr:`gather_most`). A commit's cost is mostly per commit:
+        committing whatever waited when the last one ended made 627 commits of a 1,000-page
+        local crawl (1.6 pages each); gathering so made about 140, for 13 % less CPU a page
+        and about 10 % more pages a second (``benchmarks/kill_scrapy.py``). With nothing
+        held, no page can come before this commit lets the next request out: no wait."""
+        deadline = time.monotonic() + min(self.gather_most, 2 * self._took)
+        while len(self._work) < self.most and not self._stopping and self._frontier.held:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -511,10 +533,13 @@ class Committer:
                     self._cond.wait()
                 if not self._work:
                     return
+                self._gather()
                 batch, self._work = self._work[: self.most], self._work[self.most :]
             outcomes: list[tuple[Deferred[None], Exception | None]]
             try:
+                began = time.monotonic()
                 self._frontier.commit([job for job, _ in batch])
+                self._took = time.monotonic() - began
                 outcomes = [(done, None) for _, done in batch]
             except Exception:
                 # Nothing of the batch was committed: each page on its own, so that one page's
@@ -526,7 +551,7 @@ class Committer:
                         outcomes.append((done, None))
                     except Exception as exc:
                         outcomes.append((done, exc))
-            self._reactor.callFromThread(_fire, outcomes)
+            self._call_from_thread(_fire, outcomes)
 
 
 def _fire(outcomes: list[tuple[Deferred[None], Exception | None]]) -> None:
