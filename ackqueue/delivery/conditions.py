@@ -150,9 +150,16 @@ class Lifecycle:
         self.shut_down = False
         self.drained = False
         self.paused = False  # no deliveries until resumed (stored: see QueueRecord.paused)
+        self.opened_by: int | None = None  # set in a child made by fork: the parent's pid
 
     def check_open(self) -> None:
         if self.closed:
+            if self.opened_by is not None:
+                raise QueueClosedError(
+                    f"queue {self.name!r} was opened in process {self.opened_by}, before the "
+                    "fork that made this process: open the queue again here (the parent's "
+                    "queue objects, their files and sessions, stay the parent's)"
+                )
             raise QueueClosedError(f"queue {self.name!r} is closed")
 
     def check_can_put(self) -> None:

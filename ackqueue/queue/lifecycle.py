@@ -16,11 +16,17 @@ The finalizer runs wherever the collector ran, possibly in a thread in the middl
 holding the registry lock, where closing the file would deadlock. There the work is handed to a
 short-lived thread; in an ordinary caller thread (``del q; gc.collect()``) it is done at once,
 so the file is free when the collection returns.
+
+A child made by ``fork`` inherits the parent's open queues, but not their files, sessions or
+threads: each counts as closed there (its operations say so, naming the process that opened
+it), and nothing the child does, a collection or its exit included, closes, commits or gives
+back anything of the parent's (see also ``Store.inherited`` and ``sessions.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -29,6 +35,7 @@ from typing import Any
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.base.timers import Timers
+from ackqueue.delivery.conditions import Lifecycle
 from ackqueue.delivery.holds import Holds
 from ackqueue.queue import status
 from ackqueue.queue.core import Core
@@ -64,8 +71,15 @@ class Left:
                 self.store.release_dropped(self.name, self.claim)
 
 
+# This process's queues, each with its lifecycle, its finalizer and the process that opened
+# it: a child made by fork closes them there (_inherited_by_fork).
+_opened: weakref.WeakKeyDictionary[object, tuple[Lifecycle, weakref.finalize[..., Any], int]]
+_opened = weakref.WeakKeyDictionary()
+
+
 def watch(
     queue: status.Reporting,
+    life: Lifecycle,
     store: Store,
     name: str,
     claim: object,
@@ -76,7 +90,21 @@ def watch(
     left = Left(store, name, claim, close_book, queue.storage_file, give_back)
     finalizer = weakref.finalize(queue, _dropped, left)
     finalizer.atexit = False  # at exit, store.py and sessions.py close everything anyway
+    _opened[queue] = (life, finalizer, os.getpid())
     return finalizer
+
+
+def _inherited_by_fork() -> None:
+    """In a child just made by fork: every queue of the parent counts as closed here, and its
+    collection here gives nothing back (the parent's holds and files are the parent's)."""
+    for life, finalizer, pid in list(_opened.values()):
+        finalizer.detach()
+        life.closed = True
+        life.opened_by = pid
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_inherited_by_fork)
 
 
 def _dropped(left: Left) -> None:

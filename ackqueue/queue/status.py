@@ -150,6 +150,16 @@ class StatusBeacon:
         os.replace(tmp, target)
 
 
+    def forget_after_fork(self) -> None:
+        """In a child after a fork: the parent's queues are not this process's, nor their
+        status files. Kept, the child wrote the parent's file with its own copies of the
+        parent's holds, answered requests meant for the parent, and removed the parent's file
+        at its exit; and a lock the parent's writer thread held at the fork stayed held."""
+        self._lock = threading.Lock()
+        self._queues = {}
+        self._written = {}
+        self._thread = None
+
     def remove_all(self) -> None:
         """Remove this process's status files (at exit: queues left open hold nothing after)."""
         with self._lock:
@@ -162,6 +172,8 @@ class StatusBeacon:
 
 beacon = StatusBeacon()
 atexit.register(beacon.remove_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=beacon.forget_after_fork)
 
 
 def read_status(storage_path: str) -> dict[str, Any] | None:

@@ -461,3 +461,16 @@ def _end_all_at_exit() -> None:
 
 
 atexit.register(_end_all_at_exit)
+
+
+def _after_fork() -> None:
+    """In a child just made by fork: the sessions are the parent's (their renewing threads
+    stayed there); ending them at this process's exit would end the parent's leases under it,
+    and its holds would go to other processes while it works on them."""
+    global _lock
+    _lock = threading.Lock()
+    _sessions.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

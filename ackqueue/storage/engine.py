@@ -158,6 +158,11 @@ class Engine(ABC):
         """``storage``, which this engine opened, was just closed: remove what it left."""
         return None  # nothing to do unless the engine says otherwise
 
+    def disown(self, storage: Any) -> None:
+        """In a child made by fork, where ``storage`` is the parent's: make this process's
+        copies of its descriptors harmless to the parent, whatever the child does with them."""
+        return None  # nothing to do unless the engine says otherwise
+
 
 class OtherStorages(Engine):
     """Any storage no other engine owns: a scheme ``zodburi`` knows that no engine registers,

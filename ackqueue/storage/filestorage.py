@@ -1324,6 +1324,34 @@ class FileEngine(Engine):
         if name is not None:
             remove_commit_scratch(name)
 
+    def disown(self, storage: Any) -> None:
+        """A child's descriptors of the file share their offsets with the parent's: a seek or
+        a flush here (the child closing its copies at its exit rewinds each by what it read
+        ahead) moves where the parent's next write lands. Each descriptor of the file, its
+        ``.tmp`` and its ``.lock`` is pointed at ``/dev/null`` instead (what the child does
+        with it then touches nothing of the parent's)."""
+        name = str(storage._file_name)
+        wanted = set()
+        for path in (name, name + ".tmp", name + ".lock"):
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                wanted.add((st.st_dev, st.st_ino))
+        try:
+            open_fds = [int(fd) for fd in os.listdir("/dev/fd")]
+        except (OSError, ValueError):  # no /dev/fd: left as they are
+            return
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for fd in open_fds:
+                try:
+                    st = os.fstat(fd)
+                except OSError:  # the listing's own descriptor, closed since
+                    continue
+                if fd != null and (st.st_dev, st.st_ino) in wanted:
+                    os.dup2(null, fd, inheritable=False)
+        finally:
+            os.close(null)
+
 
 FILE = FileEngine()
 

@@ -12,6 +12,7 @@ what the store does differently on one engine than on another is what that engin
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import logging
 import os
@@ -117,6 +118,10 @@ class Store:
         self.owns_db = owns_db
         self.durability = durability
         self.packer: Packer | None = None
+        # True in a child made by fork: the parent's store, which the child must not touch
+        # (its file descriptors share their offsets with the parent's; see _after_fork).
+        self.inherited = False
+        self.opened_in = os.getpid()
         self._refs = 0
         self._names: dict[str, Callable[[], object | None]] = {}
         self._pickles: dict[str, bool] = {}  # open queue name -> whether it uses pickle
@@ -340,6 +345,8 @@ class Store:
         self._committer.run(record)
 
     def _close(self) -> None:
+        if self.inherited:
+            return  # the parent's files, index and packer: nothing of them is this process's
         try:
             if self.packer is not None:
                 self.packer.close()  # records the garbage estimate: before the committer closes
@@ -368,6 +375,7 @@ class Store:
 
     def open_reader(self) -> tuple[Connection, transaction.TransactionManager]:
         """A connection of its own for reading, with its own transaction manager."""
+        self._check_own()
         tm = transaction.TransactionManager()
         return self.db.open(transaction_manager=tm), tm
 
@@ -378,6 +386,8 @@ class Store:
 
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
+        if self.inherited:
+            self._check_own()
         if self._repair is not None and self._repair.needed:
             change = self._repair.first(change)
         # Ctrl-C inside a ZODB commit makes FileStorage close itself: hold it back.
@@ -386,6 +396,13 @@ class Store:
         if self.packer is not None:
             self.packer.after_commit()
         return result
+
+    def _check_own(self) -> None:
+        if self.inherited:
+            raise StorageError(
+                f"queue storage {self.where} was opened in process {self.opened_in}, before the "
+                "fork that made this process: open the queue again here"
+            )
 
     def note_dropped(self, records: int, garbage: int = 0) -> None:
         """``records`` stored objects were just made unreachable, and ``garbage`` bytes of
@@ -464,3 +481,23 @@ def _close_all_at_exit() -> None:
 
 
 atexit.register(_close_all_at_exit)
+
+
+def _after_fork() -> None:
+    """In a child just made by fork: the stores are the parent's. Their files are open on
+    descriptors that share their offsets with the parent's, so a read, a commit, or the index
+    written at close here (at this process's exit, say) would land in the parent's file under
+    it. Each is marked inherited (it refuses every use) and forgotten: opening a queue here
+    makes a store of this process's own. The registry lock may have been held at the fork."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for store in {*_by_path.values(), *_by_db.values()}:
+        store.inherited = True
+        with contextlib.suppress(Exception):  # (best effort: the child may go on regardless)
+            store.engine.disown(store.db.storage)
+    _by_path.clear()
+    _by_db.clear()
+
+
+if os.name == "posix":  # (os.register_at_fork: every POSIX Python this supports)
+    os.register_at_fork(after_in_child=_after_fork)

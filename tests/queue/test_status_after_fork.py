@@ -1,0 +1,89 @@
+"""A child made by fork, with queues of its parent open.
+
+The child inherits the parent's queue objects, but not their files (their descriptors share
+their offsets with the parent's), sessions or threads. Before, a child that exited normally
+closed the parent's stores at its exit (writing the index and a commit into the parent's file
+under it: the parent's next commit failed with "int too large to convert"), removed the
+parent's status file, and answered requests meant for the parent; a lock another thread held
+at the fork hung the child's first open. Now the parent's queues count as closed in the child,
+with an error that says why, and the child's own queues work. Each case runs in a child Python
+(a fork inside the test runner would copy its threads)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import child_env
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+SCRIPT = r"""
+import atexit, os, sys, time
+import ackqueue
+from ackqueue.queue import status
+from ackqueue.storage import store
+
+parent_file, child_file, case = sys.argv[1:]
+q = ackqueue.AckQueue(parent_file, shared=case == "shared")
+c = q.connect()
+q.put("job")
+job = c.get()  # held: the parent's status file names it (shared mode: its session)
+deadline = time.monotonic() + 30
+while case != "shared" and (status.read_status(parent_file) or {}).get("pid") != os.getpid():
+    assert time.monotonic() < deadline, "no status file"
+    time.sleep(0.05)
+
+def child():
+    errors = []
+    for use in (lambda: q.put("from the child"), lambda: c.ack(job), lambda: q.get_nowait()):
+        try:
+            use()
+        except ackqueue.AckQueueError as exc:
+            errors.append(f"process {os.getppid()}, before the fork" in str(exc))
+    with ackqueue.AckQueue(child_file) as mine, mine.connect() as m:
+        mine.put("own")
+        assert m.get() == "own"
+        time.sleep(1.5)  # the child's status thread writes its files meanwhile
+    atexit._run_exitfuncs()  # as the child's normal exit would
+    return 0 if errors == [True, True, True] else 3
+
+if case == "locks held":  # as if other threads held them at the fork
+    status.beacon._lock.acquire()
+    store._registry_lock.acquire()
+pid = os.fork()
+if pid == 0:
+    os._exit(child())
+if case == "locks held":
+    status.beacon._lock.release()
+    store._registry_lock.release()
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+body = status.read_status(parent_file)
+mine = case == "shared" or body is not None and body["pid"] == os.getpid()
+c.ack(job)  # the parent's file, untouched by the child (shared: its session too)
+q.put("after")
+c.ack(c.get())
+q.put("left")
+q.close()
+with ackqueue.AckQueue(parent_file, shared=case == "shared") as again:
+    print(code, mine, again.qsize(), again.get_nowait())
+"""
+
+
+@pytest.mark.parametrize("case", ["plain", "locks held", "shared"])
+def test_a_forked_child_leaves_the_parents_queues_alone(tmp_path: object, case: str) -> None:
+    parent_file, child_file = (os.path.join(str(tmp_path), n) for n in ("p.fs", "c.fs"))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore::DeprecationWarning", "-c", SCRIPT,
+             parent_file, child_file, case],
+            env=child_env(), capture_output=True, text=True, timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: on a lock another thread held at the fork, or on the parent's server")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The child saw the parent's queues closed and used its own (0); the parent's status
+    # file is still there, the parent's; its file took its later commits and reopens whole.
+    assert proc.stdout.split() == ["0", "True", "1", "left"], proc.stderr[-3000:]
