@@ -4,10 +4,11 @@ The child inherits the parent's queue objects, but not their files (their descri
 their offsets with the parent's), sessions or threads. Before, a child that exited normally
 closed the parent's stores at its exit (writing the index and a commit into the parent's file
 under it: the parent's next commit failed with "int too large to convert"), removed the
-parent's status file, and answered requests meant for the parent; a lock another thread held
-at the fork hung the child's first open. Now the parent's queues count as closed in the child,
-with an error that says why, and the child's own queues work. Each case runs in a child Python
-(a fork inside the test runner would copy its threads)."""
+parent's status file, and answered requests meant for the parent; in shared mode (ZEO or
+PostgreSQL) it ended the parent's session, so the parent's holds were reaped under it; a lock
+another thread held at the fork hung the child's first open. Now the parent's queues count as
+closed in the child, with an error that says why, and the child's own queues work. Each case
+runs in a child Python (a fork inside the test runner would copy its threads)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,20 @@ from conftest import child_env
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 SCRIPT = r"""
-import atexit, os, sys, time
+import os, sys, time
 import ackqueue
 from ackqueue.queue import status
 from ackqueue.storage import store
 
 parent_file, child_file, case = sys.argv[1:]
-q = ackqueue.AckQueue(parent_file, shared=case == "shared")
+shared = case == "shared"
+q = ackqueue.AckQueue(parent_file, shared=shared)
 c = q.connect()
 q.put("job")
 job = c.get()  # held: the parent's status file names it (shared mode: its session)
 deadline = time.monotonic() + 30
-while case != "shared" and (status.read_status(parent_file) or {}).get("pid") != os.getpid():
+beside = not shared and "://" not in parent_file  # a status file: a file of one process
+while beside and (status.read_status(parent_file) or {}).get("pid") != os.getpid():
     assert time.monotonic() < deadline, "no status file"
     time.sleep(0.05)
 
@@ -47,7 +50,6 @@ def child():
         mine.put("own")
         assert m.get() == "own"
         time.sleep(1.5)  # the child's status thread writes its files meanwhile
-    atexit._run_exitfuncs()  # as the child's normal exit would
     return 0 if errors == [True, True, True] else 3
 
 if case == "locks held":  # as if other threads held them at the fork
@@ -55,19 +57,19 @@ if case == "locks held":  # as if other threads held them at the fork
     store._registry_lock.acquire()
 pid = os.fork()
 if pid == 0:
-    os._exit(child())
+    sys.exit(child())  # a normal exit: exit handlers, then every object freed
 if case == "locks held":
     status.beacon._lock.release()
     store._registry_lock.release()
 code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 body = status.read_status(parent_file)
-mine = case == "shared" or body is not None and body["pid"] == os.getpid()
+mine = not beside or body is not None and body["pid"] == os.getpid()
 c.ack(job)  # the parent's file, untouched by the child (shared: its session too)
 q.put("after")
 c.ack(c.get())
 q.put("left")
 q.close()
-with ackqueue.AckQueue(parent_file, shared=case == "shared") as again:
+with ackqueue.AckQueue(parent_file, shared=shared) as again:
     print(code, mine, again.qsize(), again.get_nowait())
 """
 
@@ -75,6 +77,16 @@ with ackqueue.AckQueue(parent_file, shared=case == "shared") as again:
 @pytest.mark.parametrize("case", ["plain", "locks held", "shared"])
 def test_a_forked_child_leaves_the_parents_queues_alone(tmp_path: object, case: str) -> None:
     parent_file, child_file = (os.path.join(str(tmp_path), n) for n in ("p.fs", "c.fs"))
+    run(parent_file, child_file, case)
+
+
+def test_a_forked_child_leaves_the_parents_postgresql_connections_alone(
+    tmp_path: object, postgres_uri: str
+) -> None:
+    run(postgres_uri, os.path.join(str(tmp_path), "c.fs"), "postgresql")
+
+
+def run(parent_file: str, child_file: str, case: str) -> None:
     try:
         proc = subprocess.run(
             [sys.executable, "-W", "ignore::DeprecationWarning", "-c", SCRIPT,
