@@ -133,7 +133,9 @@ def test_shared_mode_keeps_records_and_marks_an_inline_entry_by_making_it_one(
         assert kinds(q) == ["record", "inline", "record"]
         c.ack(one)
         assert [c.get() for _ in range(2)] == ["two", "three"]
-        assert kinds(q) == ["record"] * 3  # "one" marked done for the sweeper, both held
+        # "one" marked done, a record, until the sweeper deletes it (which, on a loaded
+        # machine, it may have done already: a run here found it gone); both held are records.
+        assert kinds(q) in (["record"] * 3, ["record"] * 2)
 
 
 def damage_second_entry(path: str) -> None:
