@@ -190,6 +190,8 @@ class Deliveries:
     ) -> None:
         """Settle holds already marked ``settling``: ``ack``, ``nack`` or ``reject`` them;
         ``data``: a nack's new pickle for the items given back (stored, so it commits)."""
+        if self.life.opened_by is not None:
+            self.life.check_open()  # the parent's queue, in a child made by fork: says so
         now = self._clock()
         # A snooze of no time is ready at once, as a nack without a delay: nothing in the delay
         # index (shared mode counts what is there as waiting until it is taken).
@@ -335,6 +337,12 @@ class Deliveries:
 
     def close_table(self, table: HoldTable) -> None:
         """Close a consumer: give back its holds and wake any get blocked on it, which raises."""
+        if self.life.opened_by is not None:
+            # A consumer of the parent's queue in a child made by fork: its holds stay the
+            # parent's, and nothing here may reach the parent's storage (its connection's
+            # thread is not in this process: a give-back waited on it for ever) or its locks.
+            table.closed = True
+            return
         with self.signals.mutex:
             self._release_locked(table)
             self.signals.not_empty.notify_all()

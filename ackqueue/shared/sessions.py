@@ -147,6 +147,7 @@ class Session:
 
     def _run(self, change: Callable[[], T]) -> T:
         """Commit ``change`` on the session's own connection, retrying conflicts."""
+        self.store.check_own()  # (a parent's session, in a child made by fork: refused)
         with self._run_lock:
             for attempt in range(RUN_RETRIES):
                 try:

@@ -375,7 +375,7 @@ class Store:
 
     def open_reader(self) -> tuple[Connection, transaction.TransactionManager]:
         """A connection of its own for reading, with its own transaction manager."""
-        self._check_own()
+        self.check_own()
         tm = transaction.TransactionManager()
         return self.db.open(transaction_manager=tm), tm
 
@@ -387,7 +387,7 @@ class Store:
     def run(self, change: Callable[[], T]) -> T:
         """Apply ``change`` to the writer connection's objects and commit it durably."""
         if self.inherited:
-            self._check_own()
+            self.check_own()
         if self._repair is not None and self._repair.needed:
             change = self._repair.first(change)
         # Ctrl-C inside a ZODB commit makes FileStorage close itself: hold it back.
@@ -397,7 +397,8 @@ class Store:
             self.packer.after_commit()
         return result
 
-    def _check_own(self) -> None:
+    def check_own(self) -> None:
+        """Raise :class:`StorageError` if this is a parent's store, in a child made by fork."""
         if self.inherited:
             raise StorageError(
                 f"queue storage {self.where} was opened in process {self.opened_in}, before the "
