@@ -659,5 +659,20 @@ class ZEOEngine(Engine):
         if is_zeo_client(storage):
             forget_ids_on_reconnect(storage)
 
+    def disown(self, storage: Any) -> None:
+        """A client of a private server holds a shared ``flock`` on its ``clients.lock``, and
+        a lock made by ``flock`` belongs to the open file, which a child made by fork shares:
+        when the parent lets go (closes its descriptor), the child's copy kept the lock, and
+        with it the stopped server's directory, for as long as the child lived. The child's
+        copy is pointed at ``/dev/null``."""
+        pinned = getattr(storage, "_ackqueue_dir_fd", None)  # (a private server's client)
+        clients = None if pinned is None else _client_locks.pop(pinned, None)
+        if clients is not None:
+            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(null, clients, inheritable=False)
+            finally:
+                os.close(null)
+
 
 ZEO = ZEOEngine()

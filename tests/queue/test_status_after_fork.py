@@ -100,3 +100,46 @@ def run(parent_file: str, child_file: str, case: str) -> None:
     # The child saw the parent's queues closed and used its own (0); the parent's status
     # file is still there, the parent's; its file took its later commits and reopens whole.
     assert proc.stdout.split() == ["0", "True", "1", "left"], proc.stderr[-3000:]
+
+
+CLIENT_LOCK_SCRIPT = r"""
+import fcntl, os, sys
+import ackqueue
+
+path = sys.argv[1]
+q = ackqueue.AckQueue(path, shared=True)
+q.put("job")
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(write)
+    os.read(read, 1)  # lives on until the parent has looked
+    os._exit(0)
+os.close(read)
+q.close()  # this process lets go of the server's directory
+lock = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".ackqueue",
+                    "clients.lock")
+fd = os.open(lock, os.O_RDWR)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no client left pinned to it
+    print("free")
+except BlockingIOError:
+    print("held")
+os.write(write, b"x")
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_does_not_keep_the_parents_hold_on_the_servers_directory(
+    tmp_path: object,
+) -> None:
+    """A client of a private server holds a shared lock on its directory's clients.lock,
+    and a child made by fork shared that lock: the parent's close left it held by the child,
+    so the stopped server's directory stayed for as long as the child lived."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", CLIENT_LOCK_SCRIPT,
+         os.path.join(str(tmp_path), "q.fs")],
+        env=child_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["free"]
