@@ -1327,12 +1327,14 @@ class FileEngine(Engine):
     def disown(self, storage: Any) -> None:
         """A child's descriptors of the file share their offsets with the parent's: a seek or
         a flush here (the child closing its copies at its exit rewinds each by what it read
-        ahead) moves where the parent's next write lands. Each descriptor of the file, its
-        ``.tmp`` and its ``.lock`` is pointed at ``/dev/null`` instead (what the child does
-        with it then touches nothing of the parent's)."""
+        ahead) moves where the parent's next write lands. Each descriptor of the file and of
+        the files FileStorage writes beside it (a commit's ``.tmp``, the ``.lock``, a pack's
+        ``.pack``, the index being saved) is pointed at ``/dev/null`` instead (what the child
+        does with it then touches nothing of the parent's)."""
         name = str(storage._file_name)
         wanted = set()
-        for path in (name, name + ".tmp", name + ".lock"):
+        for suffix in ("", ".tmp", ".lock", ".pack", ".index", ".index.index_tmp"):
+            path = name + suffix
             with contextlib.suppress(OSError):
                 st = os.stat(path)
                 wanted.add((st.st_dev, st.st_ino))
