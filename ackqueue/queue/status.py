@@ -149,7 +149,6 @@ class StatusBeacon:
             json.dump(body, f)
         os.replace(tmp, target)
 
-
     def forget_after_fork(self) -> None:
         """In a child after a fork: the parent's queues are not this process's, nor their
         status files. Kept, the child wrote the parent's file with its own copies of the
