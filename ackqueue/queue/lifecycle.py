@@ -90,7 +90,7 @@ def watch(
     left = Left(store, name, claim, close_book, queue.storage_file, give_back)
     finalizer = weakref.finalize(queue, _dropped, left)
     finalizer.atexit = False  # at exit, store.py and sessions.py close everything anyway
-    _opened[queue] = (life, finalizer, os.getpid())
+    _opened[queue] = (life, finalizer, store.opened_in)
     return finalizer
 
 

@@ -20,6 +20,7 @@ see :mod:`ackqueue.shared.sweeping`).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, Protocol, TypeVar
@@ -506,12 +507,7 @@ class Book:
 
     def pauser(self, paused: bool) -> Callable[[], None]:
         """The edit pausing the queue (or resuming it, with False)."""
-        record = self.record
-
-        def set_paused() -> None:
-            record.set_paused(paused)
-
-        return set_paused
+        return functools.partial(self.record.set_paused, paused)
 
     def seq_reserver(self, block: int) -> Callable[[], int]:
         """The edit reserving ``block`` sequence numbers for this process; it returns the first."""
