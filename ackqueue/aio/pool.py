@@ -231,9 +231,13 @@ class AsyncWorkerPool:
         while not stopping.is_set():
             room = self.prefetch - buffer.qsize() - self._running - self._getting
             if room < max(1, self.prefetch // 4) and buffer.qsize():
+                # Full enough: wait for a worker's take to leave room (with the buffer below
+                # half, its next take sets the event), or for the stop. Always wait: with the
+                # room taken by the other feeder's get, which waits on the event loop for the
+                # queue, looping back at once spun for ever and starved that get, the
+                # workers and the stop signals alike.
                 need_more.clear()
-                if buffer.qsize() >= self._refill_below():
-                    await need_more.wait()  # a worker sets it, or stopping does
+                await need_more.wait()
                 continue
             if until_empty and self._is_drained(buffer):
                 self._stop(None)

@@ -209,6 +209,56 @@ def test_a_prefetch_of_one_drains_the_queue(qpath, lease):
     assert stored(qpath) == []
 
 
+SLOW_TAKES_CHILD = """
+import asyncio, os, random, sys, tempfile, time
+from ackqueue import AsyncAckQueue, AsyncWorkerPool
+from ackqueue.queue.consumer import Consumer
+
+real_get_many = Consumer.get_many
+
+def slow_get_many(self, *args, **kwargs):
+    time.sleep(random.random() * 0.01)  # a take on a loaded machine
+    return real_get_many(self, *args, **kwargs)
+
+Consumer.get_many = slow_get_many
+for run in range(int(sys.argv[2])):
+    path = os.path.join(sys.argv[1], f"q{run}.fs")
+    done = []
+
+    async def handler(item):
+        await asyncio.sleep(random.random() * 0.002)
+        done.append(item)
+
+    async def main():
+        async with AsyncAckQueue(path) as q:
+            await q.put_many(range(30))
+            pool = AsyncWorkerPool(q, handler, concurrency=1 + run % 3, poll=0.5)
+            return await pool.run_until_empty()
+
+    stats = asyncio.run(main())
+    assert sorted(done) == list(range(30)) and stats.stopped_by is None, (done, stats)
+print("drained", sys.argv[2])
+"""
+
+
+def test_a_feeder_whose_room_the_other_feeders_get_takes_waits_instead_of_spinning(tmp_path):
+    """The two feeders of a pool count each other's gets under way against the prefetch.
+    When the other feeder's get (waiting on the event loop for the queue) left too little
+    room while the buffer was below half, the feeder looped back at once without awaiting:
+    it spun for ever, and that get, the workers and even SIGTERM (handled on the loop) never
+    ran. Takes slowed by a few random milliseconds, as on a loaded machine, hit it within a
+    few runs of one to three workers (seen once in CI, on an unslowed loaded run)."""
+    runs = 20
+    try:
+        child = subprocess.run(
+            child_argv(SLOW_TAKES_CHILD, str(tmp_path), str(runs)), env=child_env(),
+            capture_output=True, text=True, timeout=150,
+        )
+    except subprocess.TimeoutExpired as exc:  # run() kills the child (SIGKILL) first
+        raise AssertionError(f"the pool spun and never drained: {exc.stdout!r}") from None
+    assert child.returncode == 0 and child.stdout.strip() == f"drained {runs}", child.stderr
+
+
 def test_buffered_items_whose_lease_ran_out_are_not_handled_from_the_stale_buffer(qpath):
     """As the thread pool's workers: an item that waited in the buffer past its
     ``ack_timeout`` was taken back (and delivered again), so it is given back unstarted,
