@@ -66,6 +66,13 @@ class ReadyListeners:
     def __len__(self) -> int:
         return len(self._waiting)
 
+    def forget_after_fork(self) -> None:
+        """In a child made by fork: no listener (their event loops are the parent's), and the
+        lock free, whichever of the parent's threads held it."""
+        _reinit_lock(self._lock)
+        self._waiting.clear()
+        self.loops = 0
+
     def check_may_block(self, what: str) -> None:
         """Refuse a blocking ``what`` on a thread that runs an event loop using this queue:
         it would stop every task of that loop, the very ones that could unblock it.
@@ -126,6 +133,30 @@ class Signals:
         self.all_tasks_done.notify_all()  # a join sees a close
         self.landed.notify_all()
         self.listeners.wake(None)
+
+    def reset_after_fork(self) -> None:
+        """In a child made by fork: the mutex free and nobody waiting. The threads that held
+        or waited on them are the parent's, absent here; left as they were, the child's first
+        ``put``, ``get``, ``qsize`` or even ``close()`` of the queue (which must say it is
+        closed here) waited for ever for a lock that nobody would release. (A thread that
+        forks while it holds the mutex itself must not release it after: nothing does.)"""
+        _reinit_lock(self.mutex)
+        for condition in (self.not_empty, self.not_full, self.all_tasks_done, self.landed):
+            waiters = getattr(condition, "_waiters", None)  # CPython's list of waiting threads
+            if waiters is not None:
+                waiters.clear()
+        self.listeners.forget_after_fork()
+
+
+def _reinit_lock(lock: threading.Lock) -> None:
+    """Make ``lock`` free again in a child made by fork, in place (every holder of a
+    reference keeps it): CPython's own after-fork reset, as its logging module uses, or a
+    release where that is missing."""
+    reinit = getattr(lock, "_at_fork_reinit", None)
+    if reinit is not None:
+        reinit()
+    elif lock.locked():
+        lock.release()
 
 
 def notify_waiting(condition: threading.Condition, n: int | None = 1) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from ackqueue.base.interrupts import Shield
 from ackqueue.base.timers import Timers
-from ackqueue.delivery.conditions import Lifecycle
+from ackqueue.delivery.conditions import Lifecycle, Signals
 from ackqueue.delivery.holds import Holds
 from ackqueue.queue import status
 from ackqueue.queue.core import Core
@@ -71,15 +71,18 @@ class Left:
                 self.store.release_dropped(self.name, self.claim)
 
 
-# This process's queues, each with its lifecycle, its finalizer and the process that opened
-# it: a child made by fork closes them there (_inherited_by_fork).
-_opened: weakref.WeakKeyDictionary[object, tuple[Lifecycle, weakref.finalize[..., Any], int]]
+# This process's queues, each with its lifecycle, its lock and conditions, its finalizer and
+# the process that opened it: a child made by fork closes them there (_inherited_by_fork).
+_opened: weakref.WeakKeyDictionary[
+    object, tuple[Lifecycle, Signals, weakref.finalize[..., Any], int]
+]
 _opened = weakref.WeakKeyDictionary()
 
 
 def watch(
     queue: status.Reporting,
     life: Lifecycle,
+    signals: Signals,
     store: Store,
     name: str,
     claim: object,
@@ -90,15 +93,17 @@ def watch(
     left = Left(store, name, claim, close_book, queue.storage_file, give_back)
     finalizer = weakref.finalize(queue, _dropped, left)
     finalizer.atexit = False  # at exit, store.py and sessions.py close everything anyway
-    _opened[queue] = (life, finalizer, store.opened_in)
+    _opened[queue] = (life, signals, finalizer, store.opened_in)
     return finalizer
 
 
 def _inherited_by_fork() -> None:
     """In a child just made by fork: every queue of the parent counts as closed here, and its
-    collection here gives nothing back (the parent's holds and files are the parent's)."""
-    for life, finalizer, pid in list(_opened.values()):
+    collection here gives nothing back (the parent's holds and files are the parent's); its
+    lock is free, so that its operations get as far as saying so."""
+    for life, signals, finalizer, pid in list(_opened.values()):
         finalizer.detach()
+        signals.reset_after_fork()
         life.closed = True
         life.opened_by = pid
 

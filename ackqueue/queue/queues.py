@@ -199,7 +199,8 @@ class AckQueue(queue.Queue[T], Generic[T]):
                         "in a shell: ackqueue resume PATH); puts go on", name)
         status.beacon.attach(self)  # lets `ackqueue stats` see holds from outside
         self._dropped = lifecycle.watch(
-            self, life, store, name, opened.claim, book.close, self._mode.stored_holds.dropped()
+            self, life, core.signals, store, name, opened.claim, book.close,
+            self._mode.stored_holds.dropped(),
         )
 
     # -- the standard library's hooks and state ---------------------------------------------

@@ -6,7 +6,9 @@ closed the parent's stores at its exit (writing the index and a commit into the 
 under it: the parent's next commit failed with "int too large to convert"), removed the
 parent's status file, and answered requests meant for the parent; in shared mode (ZEO or
 PostgreSQL) it ended the parent's session, so the parent's holds were reaped under it; a lock
-another thread held at the fork hung the child's first open. Now the parent's queues count as
+another thread held at the fork hung the child's first open, and the queue's own lock held
+then (a put or get under way in another thread) hung every use of the parent's queue in the
+child, its ``close()`` included. Now the parent's queues count as
 closed in the child, with an error that says why, and the child's own queues work. Each case
 runs in a child Python (a fork inside the test runner would copy its threads)."""
 
@@ -28,7 +30,8 @@ from ackqueue.queue import status
 from ackqueue.storage import store
 
 parent_file, child_file, case = sys.argv[1:]
-shared = case == "shared"
+shared = case.startswith("shared")
+locks_held = case.endswith("locks held")
 q = ackqueue.AckQueue(parent_file, shared=shared)
 c = q.connect()
 q.put("job")
@@ -53,15 +56,17 @@ def child():
         time.sleep(1.5)  # the child's status thread writes its files meanwhile
     return 0 if errors == [True, True, True] else 3
 
-if case == "locks held":  # as if other threads held them at the fork
+if locks_held:  # as if other threads held them at the fork (the queue's: a put under way)
     status.beacon._lock.acquire()
     store._registry_lock.acquire()
+    q.mutex.acquire()
 pid = os.fork()
 if pid == 0:
     sys.exit(child())  # a normal exit: exit handlers, then every object freed
-if case == "locks held":
+if locks_held:
     status.beacon._lock.release()
     store._registry_lock.release()
+    q.mutex.release()
 code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 body = status.read_status(parent_file)
 mine = not beside or body is not None and body["pid"] == os.getpid()
@@ -75,7 +80,7 @@ with ackqueue.AckQueue(parent_file, shared=shared) as again:
 """
 
 
-@pytest.mark.parametrize("case", ["plain", "locks held", "shared"])
+@pytest.mark.parametrize("case", ["plain", "locks held", "shared", "shared, locks held"])
 def test_a_forked_child_leaves_the_parents_queues_alone(tmp_path: object, case: str) -> None:
     parent_file, child_file = (os.path.join(str(tmp_path), n) for n in ("p.fs", "c.fs"))
     run(parent_file, child_file, case)
