@@ -62,8 +62,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import ZODB
@@ -300,7 +300,6 @@ def ensure_server(path: str, durability: str = "strict") -> str:
 def _client_storage_class() -> Any:
     from ZEO.asyncio.client import ClientThread
     from ZEO.ClientStorage import ClientStorage
-    from ZEO.Exceptions import ClientDisconnected
 
     class QuickRetryThread(ClientThread):
         """ZEO's client thread, trying again soon after a server refused to register it (a
@@ -311,6 +310,8 @@ def _client_storage_class() -> Any:
 
     class RestartingClientStorage(ClientStorage):
         """A ZEO client that starts a new server when its server goes away."""
+
+        _ackqueue_waits_to_begin = True  # its own tpc_begin waits (see waits_to_begin)
 
         def __init__(self, sock: str, path: str, durability: str, **kw: Any) -> None:
             # ZEO reconnects by address whenever its server goes: through the directory
@@ -383,18 +384,11 @@ def _client_storage_class() -> Any:
                 raise
 
         def tpc_begin(self, txn: Any, tid: Any = None, status: str = " ") -> Any:
-            # A commit that begins while the server is away has sent nothing yet: wait for
-            # the new server instead of failing (ZEO raises at once in tpc_begin, while a
-            # commit already under way waits up to wait_timeout).
-            deadline = time.monotonic() + START_TIMEOUT
-            while True:
-                try:
-                    return super().tpc_begin(txn, tid, status)
-                except ClientDisconnected:
-                    if self._ackqueue_closed or time.monotonic() > deadline:
-                        raise
-                    while not self.is_connected() and time.monotonic() < deadline:
-                        time.sleep(0.005)
+            # The restarter starts a new server meanwhile (see begin_when_connected).
+            return begin_when_connected(
+                self, lambda: super(RestartingClientStorage, self).tpc_begin(txn, tid, status),
+                START_TIMEOUT, lambda: self._ackqueue_closed,
+            )
 
         def pinned_gone(self) -> bool:
             """Whether the private directory pinned at open was removed (by its server, as it
@@ -534,6 +528,56 @@ def served_by(path: str) -> bool:
     return listening(os.path.join(private_dir(path), SOCKET))
 
 
+# -- a commit that begins while the server is away ---------------------------------------------
+
+T = TypeVar("T")
+
+# Set on a storage whose commits wait for its server to begin (see waits_to_begin).
+WAITS_TO_BEGIN = "_ackqueue_waits_to_begin"
+
+
+def begin_when_connected(
+    storage: Any, begin: Callable[[], T], timeout: float, closed: Callable[[], bool]
+) -> T:
+    """``begin()``, a ZEO client's ``tpc_begin``; if the server is away, wait for the client to
+    connect again, up to ``timeout`` seconds, and begin then.
+
+    ZEO raises ``ClientDisconnected`` at once in ``tpc_begin`` (having sent nothing, and undone
+    its own start), while its other calls, a commit already under way included, wait up to
+    the client's ``wait_timeout``: so a put or an ack right after a server restart failed or
+    not by chance (whether its commit needed an object id first, which waits), before the
+    client had reconnected (it tries every second)."""
+    from ZEO.Exceptions import ClientDisconnected
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return begin()
+        except ClientDisconnected:
+            if closed() or time.monotonic() > deadline:
+                raise
+            while not storage.is_connected() and time.monotonic() < deadline:
+                time.sleep(0.005)
+
+
+def waits_to_begin(storage: Any) -> None:
+    """Make a ZEO client ``storage`` (a URI's or a caller's) begin its commits when connected,
+    waiting up to its own ``wait_timeout`` (ZEO's 30 s unless the URI says), as the private
+    server's clients do (see :func:`begin_when_connected`)."""
+    if getattr(storage, WAITS_TO_BEGIN, False):
+        return
+    begin = storage.tpc_begin
+    # The client's wait_timeout, kept only by its connection thread.
+    timeout = float(getattr(getattr(storage, "_server", None), "timeout", ZEO_WAIT))
+
+    def tpc_begin(txn: Any, tid: Any = None, status: str = " ") -> Any:
+        return begin_when_connected(storage, lambda: begin(txn, tid, status), timeout,
+                                    lambda: False)
+
+    storage.tpc_begin = tpc_begin
+    setattr(storage, WAITS_TO_BEGIN, True)
+
+
 # -- object ids fetched before a restart --------------------------------------------------------
 
 # Set on a storage once it drops its fetched ids at each connection.
@@ -658,6 +702,7 @@ class ZEOEngine(Engine):
     def adopt(self, storage: Any) -> None:
         if is_zeo_client(storage):
             forget_ids_on_reconnect(storage)
+            waits_to_begin(storage)
 
     def disown(self, storage: Any) -> None:
         """A client of a private server holds a shared ``flock`` on its ``clients.lock``, and

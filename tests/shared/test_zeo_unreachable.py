@@ -59,6 +59,31 @@ def test_an_open_that_waits_for_a_server_says_so_at_once_and_goes_on_when_it_sta
 
 
 
+def test_a_commit_right_after_a_restart_waits_for_the_client_to_connect_again(
+    zeo_server,  # noqa: F811
+):
+    """ZEO's client raises ClientDisconnected at once in tpc_begin while it is not connected
+    (it tries to reconnect every second after its server went), where its other calls wait
+    up to wait_timeout. A commit whose first word to the server is its tpc_begin (no new
+    object id to fetch: a pause, or a put whose sequence block ran out, which is how an
+    asyncio pool's test met it in CI) failed right after a restart instead of waiting. A
+    client storage of the caller's, as a ``zeo://`` URI's, goes through the engine's adopt."""
+    from ZEO.ClientStorage import ClientStorage
+    from ZODB import DB
+
+    storage = ClientStorage(zeo_server.addr, wait_timeout=20)
+    with ackqueue.AckQueue(db=DB(storage)) as q:
+        q.put("before")
+        zeo_server.stop(signal.SIGKILL)
+        wait_until(lambda: not storage.is_connected(), timeout=30,
+                   what="the client to see its server gone")
+        zeo_server.start()
+        q.pause()  # a commit of the queue's record alone: tpc_begin is its first call
+        assert storage.is_connected()
+        q.resume()
+        assert q.get(timeout=10) == "before"
+
+
 # The first item's handler kills the server before it returns: the pool's ack of it then meets
 # no server, for sure (a get while the server is gone meets it only if something is ready).
 def test_a_worker_pool_goes_on_after_its_server_restarts(zeo_server, caplog):  # noqa: F811
