@@ -17,7 +17,9 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -84,15 +86,29 @@ class Runner:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads!r}")
         self._name = name
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix=f"ackqueue-aio-{name}"
-        )
+        self._pool = self._new_pool(threads)
         self._max_lanes = threads
         self._lanes = 0
         self._idle: list[Lane] = []
         self._lane_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._lock = threading.Lock()
         self.closed = False
+        _runners.add(self)
+
+    def _new_pool(self, threads: int) -> concurrent.futures.ThreadPoolExecutor:
+        return concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix=f"ackqueue-aio-{self._name}"
+        )
+
+    def forget_after_fork(self) -> None:
+        """In a child made by fork: the threads of the pool and the lanes are the parent's,
+        absent here, and a call handed to them waited for ever (a parent's ``AsyncAckQueue``
+        in the child: its ``get`` or ``close()`` hung). Fresh ones run the call, which then
+        says what the queue says here: that it is closed."""
+        self._lock = threading.Lock()
+        self._lanes, self._idle, self._lane_waiters = 0, [], []
+        if not self.closed:
+            self._pool = self._new_pool(self._max_lanes)
 
     def start(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Start ``fn(*args, **kwargs)`` on a thread (the current transaction's lane if the
@@ -147,6 +163,19 @@ class Runner:
             idle, self._idle = self._idle, []
         for lane in idle:
             lane.executor.shutdown(wait=True)
+
+
+# Every runner of this process, for _after_fork.
+_runners: weakref.WeakSet[Runner] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for runner in list(_runners):
+        runner.forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 async def shielded(future: asyncio.Future[T]) -> T:

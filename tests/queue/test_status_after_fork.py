@@ -148,3 +148,45 @@ def test_a_forked_child_does_not_keep_the_parents_hold_on_the_servers_directory(
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["free"]
+
+
+ASYNC_SCRIPT = r"""
+import asyncio, os, sys
+import ackqueue
+
+loop = asyncio.new_event_loop()
+q = ackqueue.AsyncAckQueue(sys.argv[1])
+loop.run_until_complete(q.put("job"))
+pid = os.fork()
+if pid == 0:
+    async def child():
+        told = []
+        for use in (lambda: q.put("from the child"), q.get):
+            try:
+                await use()
+            except ackqueue.QueueClosedError as exc:
+                told.append(f"process {os.getppid()}, before the fork" in str(exc))
+        await q.close()
+        return told
+    os._exit(0 if asyncio.run(child()) == [True, True] else 3)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(code, loop.run_until_complete(q.get()))
+loop.run_until_complete(q.close())
+"""
+
+
+def test_a_forked_child_is_told_the_parents_async_queue_is_closed(tmp_path: object) -> None:
+    """An AsyncAckQueue runs its calls on threads, which a child made by fork does not have:
+    the parent's queue's get and close() in the child waited for ever on a call handed to a
+    thread that was not there. The child gets threads of its own, which say the queue is
+    closed there."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore::DeprecationWarning", "-c", ASYNC_SCRIPT,
+             os.path.join(str(tmp_path), "q.fs")],
+            env=child_env(), capture_output=True, text=True, timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: a call handed to one of the parent's threads, absent in the child")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["0", "job"], proc.stderr[-3000:]
