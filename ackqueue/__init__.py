@@ -10,13 +10,9 @@
 (0, 0)
 """
 
-from ackqueue.aio import (
-    AsyncAckQueue,
-    AsyncConsumer,
-    AsyncLifoAckQueue,
-    AsyncPriorityAckQueue,
-)
-from ackqueue.aio.pool import AsyncWorkerPool
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ackqueue.base.clock import ManualClock
 from ackqueue.delivery.holds import Delivery
 from ackqueue.errors import (
@@ -51,6 +47,39 @@ from ackqueue.storage.deadletters import DeadLetter, UnloadableItem
 from ackqueue.storage.transactions import TransactionError
 from ackqueue.workers.pool import PoolStats, Retry, WorkerPool
 from ackqueue.workers.processes import ProcessPool
+
+if TYPE_CHECKING:
+    from ackqueue.aio import (
+        AsyncAckQueue,
+        AsyncConsumer,
+        AsyncLifoAckQueue,
+        AsyncPriorityAckQueue,
+    )
+    from ackqueue.aio.pool import AsyncWorkerPool
+
+# The asyncio API is imported when first named (``ackqueue.AsyncAckQueue``): importing
+# asyncio costs a tenth of a second of CPU at the start of every program, worker process
+# and command-line call, most of which never use it.
+_ASYNC = {
+    "AsyncAckQueue": "ackqueue.aio",
+    "AsyncConsumer": "ackqueue.aio",
+    "AsyncLifoAckQueue": "ackqueue.aio",
+    "AsyncPriorityAckQueue": "ackqueue.aio",
+    "AsyncWorkerPool": "ackqueue.aio.pool",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ASYNC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ackqueue' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ASYNC))
 
 __all__ = [
     "AckQueue",

@@ -8,7 +8,6 @@ with the mutex held, and each wakes the waiters its change concerns.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import sys
@@ -20,6 +19,13 @@ from dataclasses import dataclass, field
 
 from ackqueue.errors import AsyncUsageError, QueueClosedError, ShutDown
 
+
+def _running_loop() -> object | None:
+    """The event loop running in this thread, if any. asyncio is not imported for it: a loop
+    runs only where asyncio was imported, and importing it costs a program that never uses
+    it a tenth of a second at start (every worker process and command-line call)."""
+    aio = sys.modules.get("asyncio")
+    return None if aio is None else aio._get_running_loop()
 
 class ReadyListeners:
     """One-shot callbacks of waiters that do not wait on ``not_empty`` (coroutines awaiting a
@@ -82,7 +88,7 @@ class ReadyListeners:
         return (another thread puts), but every task of the loop stands still meanwhile, and
         code that did this knowingly goes on working.
         """
-        if asyncio._get_running_loop() is None:
+        if _running_loop() is None:
             return
         if self.loops:
             raise AsyncUsageError(

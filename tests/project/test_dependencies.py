@@ -92,3 +92,28 @@ except ImportError as exc:
 """)
     assert done.returncode == 0, done.stderr
     assert "ackqueue.contrib.scrapy needs Scrapy: pip install Scrapy" in done.stdout
+
+
+def test_a_program_that_uses_no_asyncio_does_not_import_it_and_the_async_api_is_there():
+    """Importing asyncio costs a tenth of a second of CPU at the start of every program,
+    worker process and command-line call: ``import ackqueue`` and a file queue's put, get,
+    ack and close leave it out; naming the async API imports it, and ``dir`` lists it."""
+    done = subprocess.run([sys.executable, "-c", """
+import os, sys, tempfile
+import ackqueue
+with ackqueue.AckQueue(os.path.join(tempfile.mkdtemp(), "q.fs")) as q, q.connect() as c:
+    q.put(1)
+    c.ack(c.get())
+print("asyncio" in sys.modules, "AsyncWorkerPool" in dir(ackqueue))
+print(ackqueue.AsyncAckQueue.__name__, ackqueue.AsyncWorkerPool.__name__, "asyncio" in sys.modules)
+try:
+    ackqueue.AsyncNothing
+except AttributeError as exc:
+    print(exc)
+"""], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "False True",
+        "AsyncAckQueue AsyncWorkerPool True",
+        "module 'ackqueue' has no attribute 'AsyncNothing'",
+    ]
