@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-domain", type=int, default=0, help="default: --concurrency")
     parser.add_argument("--delay", type=float, default=0.0, help="DOWNLOAD_DELAY")
     parser.add_argument("--durability", default="strict", help="ACKQUEUE_DURABILITY")
+    parser.add_argument("--concurrent-items", type=int, default=0,
+                        help="CONCURRENT_ITEMS (default: Scrapy's)")
     parser.add_argument("--spider-name", default="pages")
     parser.add_argument("--start-dont-filter", action="store_true")
     parser.add_argument("--bad-callback", action="store_true")
@@ -253,6 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     settings["CONCURRENT_REQUESTS_PER_DOMAIN"] = args.per_domain or args.concurrency
     settings["DOWNLOAD_DELAY"] = args.delay
     settings["ACKQUEUE_DURABILITY"] = args.durability
+    if args.concurrent_items:
+        settings["CONCURRENT_ITEMS"] = args.concurrent_items
     if args.no_jobdir:
         del settings["JOBDIR"]
     if args.shared:
