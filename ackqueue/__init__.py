@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from ackqueue.aio.pool import AsyncWorkerPool
 
 # The asyncio API is imported when first named (``ackqueue.AsyncAckQueue``): importing
-# asyncio costs a tenth of a second of CPU at the start of every program, worker process
-# and command-line call, most of which never use it.
+# asyncio (and what it imports) costs about a fifth of a second of CPU at the start of every
+# program, worker process and command-line call, most of which never use it.
 _ASYNC = {
     "AsyncAckQueue": "ackqueue.aio",
     "AsyncConsumer": "ackqueue.aio",

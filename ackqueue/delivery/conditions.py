@@ -23,9 +23,10 @@ from ackqueue.errors import AsyncUsageError, QueueClosedError, ShutDown
 def _running_loop() -> object | None:
     """The event loop running in this thread, if any. asyncio is not imported for it: a loop
     runs only where asyncio was imported, and importing it costs a program that never uses
-    it a tenth of a second at start (every worker process and command-line call)."""
+    it about a fifth of a second at start (every worker process and command-line call)."""
     aio = sys.modules.get("asyncio")
     return None if aio is None else aio._get_running_loop()
+
 
 class ReadyListeners:
     """One-shot callbacks of waiters that do not wait on ``not_empty`` (coroutines awaiting a

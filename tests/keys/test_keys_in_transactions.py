@@ -32,7 +32,8 @@ def drain(q: ackqueue.AckQueue) -> list[object]:
 
     Not ``qsize()`` gets: in shared mode it is an estimate, and what a thread that ended held
     goes back by the session thread's commit a few milliseconds later (docs/howto/scaling.rst),
-    so a get may find nothing ready yet while the store still has items (a CI run failed so).
+    so a get may find nothing ready yet while the store still has items (a run of the suite
+    failed so).
     """
     got: list[object] = []
     for _ in bounded(2_000, "draining the queue"):  # about 100 s at most

@@ -95,7 +95,7 @@ except ImportError as exc:
 
 
 def test_a_program_that_uses_no_asyncio_does_not_import_it_and_the_async_api_is_there():
-    """Importing asyncio costs a tenth of a second of CPU at the start of every program,
+    """Importing asyncio costs about a fifth of a second of CPU at the start of every program,
     worker process and command-line call: ``import ackqueue`` and a file queue's put, get,
     ack and close leave it out; naming the async API imports it, and ``dir`` lists it."""
     done = subprocess.run([sys.executable, "-c", """
