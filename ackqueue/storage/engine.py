@@ -21,7 +21,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import ZODB
 from ZODB.broken import Broken, find_global
@@ -253,12 +253,18 @@ def open_through_zodburi(
             f"opening {shown(uri)} needs the zodburi package, which ackqueue requires: "
             f"this environment lacks it ({install})"
         ) from None
+    read = resolved if resolved is not None else uri
     try:
-        factory, dbkw = zodburi.resolve_uri(resolved if resolved is not None else uri)
+        factory, dbkw = zodburi.resolve_uri(read)
     except Exception as exc:
         if failed is not None:
             raise failed(exc) from exc
         raise StorageError(f"cannot open storage {shown(uri)}: {exc}") from exc
+    # zodburi fills in a count of its own (10,000) where a URI's query names none: the count
+    # of a database ackqueue opens applies then. A zconfig file's <zodb> section says its own.
+    named = parse_qs(urlsplit(read).query)
+    if scheme_of(read) != "zconfig" and "connection_cache_size" not in named:
+        dbkw["cache_size"] = SHARED_CACHE_OBJECTS
 
     def opened() -> Any:
         try:

@@ -22,7 +22,7 @@ from zeo_server import ZEOServer
 
 import ackqueue
 from ackqueue.storage import store as stores
-from ackqueue.storage.engine import Engine
+from ackqueue.storage.engine import CACHE_BYTES, SHARED_CACHE_OBJECTS, Engine
 from ackqueue.storage.filestorage import FILE
 from ackqueue.storage.memory import MEMORY
 from ackqueue.storage.postgresql import POSTGRESQL
@@ -91,6 +91,69 @@ def test_each_scheme_chooses_its_engine_and_an_unknown_one_goes_to_zodburi() -> 
             assert engine_for(f"{scheme}://somewhere") is engine
     assert engine_for("zconfig:///etc/zodb.conf") is OTHER
     assert engine_for("POSTGRES://db/jobs") is POSTGRESQL
+
+
+@pytest.mark.parametrize(("where", "uri"), [
+    ("zeo://127.0.0.1:9100?storage=1", True),
+    ("postgresql://jobs@db/queues?connect_timeout=5&back=http://x", True),
+    ("memory://", True),
+    ("/srv/jobs.fs", False),
+    ("relative/jobs.fs", False),
+    # A file name may hold "?" (a URI's query begins there, so "://" after it is no scheme).
+    ("/srv/what?from=http://elsewhere", False),
+    ("/srv/a?b://c?d", False),
+    ("/srv/a b://c", True),  # before any "?": a URI, whatever the spaces
+])
+def test_a_uri_is_told_from_a_path_by_a_scheme_before_any_query(where: str, uri: bool) -> None:
+    from ackqueue.storage.engine import is_uri
+
+    assert is_uri(where) is uri
+
+
+def test_the_scheme_is_what_comes_before_the_first_separator_in_lower_case() -> None:
+    from ackqueue.storage.engine import scheme_of
+
+    assert scheme_of("ZEO://host:9100?next=file:///x") == "zeo"
+    assert engine_for("ZEO://host:9100?next=file:///x") is ZEO
+
+
+def test_a_file_uri_is_its_path_unquoted_and_other_uris_are_kept_as_they_are(
+    tmp_path: Any,
+) -> None:
+    from ackqueue.storage.engine import as_path
+
+    path = os.path.join(tmp_path, "my jobs.fs")
+    assert as_path("file://" + path.replace(" ", "%20")) == path
+    assert as_path("zeo://127.0.0.1:9100") == "zeo://127.0.0.1:9100"
+    with ackqueue.AckQueue("file://" + path.replace(" ", "%20")) as q:
+        q.put("through the URI")
+    with ackqueue.AckQueue(path) as q:
+        assert q.get_nowait() == "through the URI"
+
+
+def test_a_uri_is_shown_without_its_password() -> None:
+    from ackqueue.storage.engine import shown
+
+    assert shown("postgresql://jobs:s3cret@db:5432/q") == "postgresql://jobs:***@db:5432/q"
+    assert shown("postgresql://jobs@db/q") == "postgresql://jobs@db/q"
+    assert shown("zeo://127.0.0.1:9100") == "zeo://127.0.0.1:9100"
+
+
+def test_a_uris_database_options_reach_the_database_zodburi_opens() -> None:
+    uri = "memory://?connection_cache_size=123&connection_cache_size_bytes=1MB"
+    opened = Store.acquire(uri + "&database_name=jobs", None)
+    try:
+        assert opened.db.getCacheSize() == 123
+        assert opened.db.getCacheSizeBytes() == 1 << 20
+        assert opened.db.database_name == "jobs"
+    finally:
+        opened.release()
+    opened = Store.acquire("memory://", None)
+    try:  # without options, the cache of a database ackqueue opens (not zodburi's 10,000)
+        assert opened.db.getCacheSize() == SHARED_CACHE_OBJECTS
+        assert opened.db.getCacheSizeBytes() == CACHE_BYTES
+    finally:
+        opened.release()
 
 
 def test_the_engine_opens_commits_and_owns_what_it_opened(case: Case, store: Store) -> None:
