@@ -311,21 +311,24 @@ class _NamingConnection(Connection):
 
 
 def _state_misfits(kind: type, exc: BaseException) -> str | None:
-    """Why a record that reads back as whole pickles is damaged anyway: its class's own
-    ``__setstate__`` refused the state (ZODB's StateLoadError from it), and the class is one
-    whose code is not ackqueue's to get wrong: a BTree or bucket (an entry key of the wrong
-    type, a child of another class), or persistent's plain state (not a dict)."""
+    """Why a record that reads back as whole pickles is damaged anyway: the ``__setstate__``
+    it was loaded with refused the state (ZODB's StateLoadError from it), and that method is
+    one whose code is not ackqueue's (or a caller's) to get wrong: a BTree's or bucket's (an
+    entry key of the wrong type, a child of another class), or persistent's for a plain state
+    (not a dict)."""
     cause = exc.__cause__
     # BTrees' C __setstate__ parses the state with PyArg_ParseTuple, which raises SystemError
     # ("new style getargs format but argument is not a tuple") for a state of another shape;
-    # zodbpickle's unpickler refuses an opcode of a later protocol that the inert check
-    # (the standard library's) reads, with OverflowError ("character argument not in range").
-    refusals = (TypeError, ValueError, SystemError, OverflowError)
+    # persistent's takes the items of a dict state (AttributeError for a list); zodbpickle's
+    # unpickler refuses an opcode of a later protocol that the inert check (the standard
+    # library's) reads, with OverflowError ("character argument not in range").
+    refusals = (TypeError, ValueError, SystemError, OverflowError, AttributeError)
     if not isinstance(exc, StateLoadError) or not isinstance(cause, refusals):
         return None
-    if kind.__module__.partition(".")[0] != "BTrees" and "__setstate__" in vars(kind):
-        return None
-    if not any(c.__module__.partition(".")[0] in ("BTrees", "persistent") for c in kind.__mro__):
+    # The class that defines the __setstate__ used: a subclass of a caller's class that has
+    # its own inherits it, and its error may be that code's.
+    owner = next(c for c in kind.__mro__ if "__setstate__" in vars(c))
+    if owner.__module__.partition(".")[0] not in ("BTrees", "persistent"):
         return None
     return f"has a state its class refuses ({type(cause).__name__}: {cause})"
 

@@ -11,23 +11,27 @@ random byte of a known file at a time and classifies each outcome.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pickle
 import pickletools
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import transaction
 from conftest import child_argv, child_env
 from persistent import Persistent
+from persistent.mapping import PersistentMapping
 from side_effects import craft, entries_as_records
 from ZODB import DB
+from ZODB.Connection import TransactionMetaData
 from ZODB.FileStorage import FileStorage
 from ZODB.FileStorage.format import DATA_HDR_LEN
-from ZODB.POSException import StateLoadError
-from ZODB.utils import p64, u64
+from ZODB.POSException import ReadConflictError, StateLoadError
+from ZODB.utils import oid_repr, p64, u64
 
 import ackqueue
 from ackqueue.cli.commands import main as cli
@@ -146,17 +150,26 @@ def test_an_item_whose_own_bytes_are_damaged_is_set_aside_saying_so(tmp_path):
 class Refusing(Persistent):
     """A record whose own class fails to take its state: a bug, not damage."""
 
+    error: type[Exception] = RuntimeError
+
     def __setstate__(self, state):
-        raise RuntimeError("a bug in __setstate__")
+        raise self.error("a bug in __setstate__")
 
 
-def test_a_record_that_reads_back_whole_is_not_called_damaged(tmp_path):
+class RefusingType(Refusing):
+    error = TypeError  # what BTrees' and persistent's own __setstate__ raise for a bad state
+
+
+@pytest.mark.parametrize("kind", [Refusing, RefusingType])
+def test_a_record_that_reads_back_whole_is_not_called_damaged(tmp_path, kind):
+    # Whatever the error, a __setstate__ of a class that is not BTrees' or persistent's may be
+    # wrong: not the file's damage.
     path = str(tmp_path / "plain.fs")
     db = new_db(FileStorage(path))
     db.classFactory.restricted = False
     try:
         conn = db.open()
-        conn.root()["x"] = Refusing()
+        conn.root()["x"] = kind()
         transaction.commit()
         conn.close()
         db.cacheMinimize()
@@ -164,7 +177,7 @@ def test_a_record_that_reads_back_whole_is_not_called_damaged(tmp_path):
         with pytest.raises(StateLoadError) as raised:
             other.root()["x"]._p_activate()
         assert not isinstance(raised.value, ackqueue.DamagedFileError)
-        assert isinstance(raised.value.__cause__, RuntimeError)
+        assert type(raised.value.__cause__) is kind.error
         other.close()
     finally:
         db.close()
@@ -585,3 +598,134 @@ def test_a_due_time_changed_in_the_delay_index_is_a_damaged_file(tmp_path, store
         ackqueue.AckQueue(path)
     assert "the delay index of queue 'default' says entry" in str(raised.value)
     assert f"ackqueue salvage {path} --into" in str(raised.value)
+
+
+def stored_oid(path: str, class_name: bytes) -> bytes:
+    """The oid of the first stored object whose record names ``class_name`` as its class."""
+    storage = FileStorage(path, read_only=True)
+    try:
+        return next(
+            r.oid for t in storage.iterator() for r in t
+            if r.data and class_name in r.data[:class_pickle_end(r.data)]
+        )
+    finally:
+        storage.close()
+
+
+def store_state(path: str, oid: bytes, state: bytes) -> None:
+    """Store a new revision of record ``oid`` with its class as it is and ``state`` (a pickle)
+    as its state, at FileStorage's API: what a damaged byte could have left."""
+    storage = FileStorage(path)
+    try:
+        data, serial = storage.load(oid)
+        meta = TransactionMetaData()
+        storage.tpc_begin(meta)
+        storage.store(oid, serial, data[:class_pickle_end(data)] + state, "", meta)
+        storage.tpc_vote(meta)
+        storage.tpc_finish(meta)
+    finally:
+        storage.close()
+
+
+def test_a_record_whose_state_its_class_refuses_is_a_damaged_file_saying_why(tmp_path):
+    # The queue's record with a list for a state: persistent's own __setstate__ refuses it,
+    # and no code of ackqueue's ran, so the file is damaged (not a bug to let out).
+    path = queue_file(tmp_path)
+    store_state(path, stored_oid(path, b"QueueRecord"), pickle.dumps([1, 2], 3))
+    with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
+        q.qsize()
+    message = str(raised.value)
+    assert "(ackqueue.records.QueueRecord) has a state its class refuses (AttributeError: " \
+        "'list' object has no attribute 'items')" in message
+    assert f"ackqueue salvage {path} --into" in message
+
+
+def test_a_record_without_an_attribute_its_class_always_has_names_the_attribute(tmp_path):
+    path = queue_file(tmp_path)
+    craft(path, lambda queues: delattr(queues["default"], "seq_reserved"))
+    with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
+        q.qsize()
+    assert "(ackqueue.records.QueueRecord) its state has no seq_reserved" in str(raised.value)
+
+
+def test_a_record_packed_away_under_an_open_view_is_a_conflict_not_damage(tmp_path):
+    # A view opened before an object changed, whose older revision a pack then dropped, cannot
+    # load it: ZODB's ReadConflictError, which the caller retries. The record is whole, and
+    # stamped with the file's last transaction: not damage.
+    path = str(tmp_path / "plain.fs")
+    db = new_db(FileStorage(path))
+    try:
+        with db.transaction() as conn:
+            conn.root()["x"] = PersistentMapping({"n": 1})
+        viewer = transaction.TransactionManager()
+        view = db.open(transaction_manager=viewer)
+        view.cacheMinimize()  # (the pool's connection: x was loaded)
+        old = view.root()["x"]  # a ghost of the revision the view sees
+        with db.transaction() as conn:
+            conn.root()["x"]["n"] = 2
+        time.sleep(0.01)
+        db.pack()
+        with pytest.raises(ReadConflictError) as raised:
+            old._p_activate()
+        assert not isinstance(raised.value, ackqueue.DamagedFileError)
+        viewer.abort()
+        view.close()
+    finally:
+        db.close()
+
+
+def test_a_record_stamped_after_the_files_last_transaction_is_a_damaged_file(tmp_path):
+    # A changed byte in the transaction id of a record's header makes it newer than the file:
+    # its view then finds no revision to read (ZODB's ReadConflictError, "deleted, likely by
+    # simultaneous pack"), which would be retried for ever.
+    path = str(tmp_path / "plain.fs")
+    db = new_db(FileStorage(path))
+    try:
+        with db.transaction() as conn:
+            conn.root()["x"] = PersistentMapping({"n": 1})
+        with db.transaction() as conn:
+            conn.root()["y"] = 1  # the last transaction, after x's only revision
+            oid = conn.root()["x"]._p_oid
+    finally:
+        db.close()
+    storage = FileStorage(path, read_only=True)
+    try:
+        at = storage._lookup_pos(oid) + 8  # the tid in x's record header
+        later = p64(u64(storage.lastTransaction()) + (1 << 32))
+    finally:
+        storage.close()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(later)
+    db = new_db(FileStorage(path, read_only=True))
+    try:
+        conn = db.open()
+        with pytest.raises(ackqueue.DamagedFileError) as raised:
+            conn.root()["x"]._p_activate()
+        assert f"record {oid_repr(oid)} (persistent.mapping.PersistentMapping) is stamped " \
+            "with a transaction later than the file's last one" in str(raised.value)
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_zodbs_traceback_of_a_refused_record_is_left_out_and_every_other_log_kept(caplog):
+    # ZODB logs a record that fails to load with its traceback; for a record the restricted
+    # loader refused, the UnsafeRecordError raised says it all, once.
+    with ackqueue.AckQueue(None):
+        pass  # a database ackqueue opened: its filter is on ZODB's Connection logger
+    log = logging.getLogger("ZODB.Connection")
+
+    def raised(exc: BaseException) -> BaseException:
+        try:
+            raise exc
+        except BaseException as caught:
+            return caught
+
+    refused = StateLoadError()
+    refused.__cause__ = ackqueue.UnsafeRecordError("names os.system")
+    with caplog.at_level(logging.INFO, logger="ZODB.Connection"):
+        log.info("a plain notice")
+        log.error("a load failed", exc_info=raised(StateLoadError("other")))
+        log.error("a record refused", exc_info=raised(refused))
+    assert [r.getMessage() for r in caplog.records] == ["a plain notice", "a load failed"]
