@@ -92,7 +92,7 @@ def copy_tree(dest: str) -> None:
             shutil.copy2(src, os.path.join(dest, rel))
 
 
-def mutmut_config(modules: list[str], tests: list[str]) -> str:
+def mutmut_config(modules: list[str], tests: list[str], shared: bool = False) -> str:
     def toml_list(items: list[str]) -> str:
         return "[" + ", ".join(f'"{x}"' for x in items) + "]"
 
@@ -102,15 +102,43 @@ def mutmut_config(modules: list[str], tests: list[str]) -> str:
         f"only_mutate = {toml_list(modules)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         # pytest-timeout's 300 s is for hangs of whole tests; mutmut times each mutant itself.
-        # Shared-mode tests leave the shared server a child of the test process for a while
-        # after they end; mutmut's runner reaps every child with os.wait() and crashes
-        # (KeyError) on one it did not start. Shared mode is beyond the mutated core anyway.
         # One process (-n 0 over the suite's two xdist workers): mutmut's trampolines record
-        # which tests reach which function in the process that runs them.
-        'pytest_add_cli_args = ["-p", "no:timeout", "-p", "no:cacheprovider", "-q", "-n", "0", '
-        '"-k", "not shared"]\n'
+        # which tests reach which function in the process that runs them. Shared mode's tests
+        # (servers of their own, minutes) only with --shared.
+        'pytest_add_cli_args = ["-p", "no:timeout", "-p", "no:cacheprovider", "-q", "-n", "0"'
+        + ("" if shared else ', "-k", "not shared"')
+        + "]\n"
         "mutate_only_covered_lines = true\n"
     )
+
+
+# mutmut 3.8's runner reaps its workers with os.wait() and fails (KeyError) on a child it did
+# not start: a process a test started in mutmut's own process (its stats and clean runs) and
+# did not wait for, such as a private ZEO server going away by itself after the test. This
+# launcher runs mutmut with a runner that passes over such children.
+LAUNCHER = """
+import os, sys
+from mutmut.workers import isolation
+wait = isolation.ForkRunner.wait_for_result
+def wait_for_own(self, timeout=None):
+    if self._no_tests_results:
+        return wait(self, timeout)
+    real_wait = os.wait
+    def own():
+        while True:
+            pid, status = real_wait()
+            if pid in self._running:
+                return pid, status
+    os.wait = own
+    try:
+        return wait(self, timeout)
+    finally:
+        os.wait = real_wait
+isolation.ForkRunner.wait_for_result = wait_for_own
+from mutmut.__main__ import cli
+sys.argv[0] = "mutmut"
+cli()
+"""
 
 
 # mutmut names a mutant after its function: ``package.module.x_function__mutmut_N`` or
@@ -149,6 +177,8 @@ def main() -> int:
     parser.add_argument("--tests", nargs="+", default=FAST_TESTS, help="test files to run")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--keep", action="store_true", help="keep the copy and its mutants/")
+    parser.add_argument("--shared", action="store_true",
+                        help="run the given tests' shared-mode cases too (slower)")
     parser.add_argument("--whole", action="store_true",
                         help="every module of ackqueue/delivery, queue and storage (hours)")
     args = parser.parse_args()
@@ -164,10 +194,10 @@ def main() -> int:
     try:
         copy_tree(work)
         with open(os.path.join(work, "pyproject.toml"), "a") as f:
-            f.write(mutmut_config(args.modules, args.tests))
+            f.write(mutmut_config(args.modules, args.tests, args.shared))
         env = dict(os.environ, PYTHONPATH=work, CI=os.environ.get("CI", "1"))
         subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
+            [sys.executable, "-c", LAUNCHER, "run", "--max-children", str(args.max_children)],
             cwd=work, env=env, check=False,
         )
         results = subprocess.run(
