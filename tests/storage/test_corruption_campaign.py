@@ -75,15 +75,25 @@ def record_of(path: str, needle: bytes, last: bool = False) -> int:
     return at
 
 
-def state_of_current_record(path: str, class_name: bytes, own: bool = False) -> int:
-    """The offset of the state pickle of the current record of the first object whose
-    record names ``class_name`` (``own``: as its class, in the record's first pickle)."""
+def stored_oid(path: str, class_name: bytes, own: bool = False) -> bytes:
+    """The oid of the first stored object whose record names ``class_name`` (``own``: as
+    its class, in the record's first pickle)."""
     storage = FileStorage(path, read_only=True)
     try:
-        oid = next(
+        return next(
             r.oid for t in storage.iterator() for r in t
             if r.data and class_name in (r.data[:class_pickle_end(r.data)] if own else r.data)
         )
+    finally:
+        storage.close()
+
+
+def state_of_current_record(path: str, class_name: bytes, own: bool = False) -> int:
+    """The offset of the state pickle of the current record of the first object whose
+    record names ``class_name`` (``own``: as its class, in the record's first pickle)."""
+    oid = stored_oid(path, class_name, own)
+    storage = FileStorage(path, read_only=True)
+    try:
         pos = storage._lookup_pos(oid) + DATA_HDR_LEN
         data, _serial = storage.load(oid)
     finally:
@@ -463,6 +473,20 @@ def test_a_root_record_without_its_data_is_a_damaged_file(tmp_path, capsys):
     assert "record 0x00" in capsys.readouterr().err
 
 
+def stamp_after_the_last_transaction(path: str, oid: bytes) -> None:
+    """Change the transaction id in the header of record ``oid``'s current revision to a
+    minute after the file's last transaction, as a changed byte there could."""
+    storage = FileStorage(path, read_only=True)
+    try:
+        at = storage._lookup_pos(oid) + 8  # the tid, after the oid in the record's header
+        later = p64(u64(storage.lastTransaction()) + (1 << 32))
+    finally:
+        storage.close()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(later)
+
+
 def test_a_root_stamped_after_the_last_transaction_is_a_damaged_file_for_the_reader(
     tmp_path, capsys
 ):
@@ -472,15 +496,7 @@ def test_a_root_stamped_after_the_last_transaction_is_a_damaged_file_for_the_rea
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path, autopack=False) as q:  # the root written once, with "ackqueue"
         q.put_many(range(5))
-    storage = FileStorage(path, read_only=True)
-    try:
-        at = storage._lookup_pos(b"\0" * 8) + 8  # the tid in the root record's header
-        later = p64(u64(storage.lastTransaction()) + (1 << 32))  # a minute after the last
-    finally:
-        storage.close()
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(later)
+    stamp_after_the_last_transaction(path, b"\0" * 8)  # the root record
     assert cli(["stats", path]) != 0
     err = capsys.readouterr().err
     assert "root record 0x00 is stamped with a transaction later" in err
@@ -502,8 +518,8 @@ def test_a_class_name_whose_dot_was_changed_is_a_damaged_file_not_a_foreign_reco
     # "BTrees.OOBTree" with its dot changed ("BTrees4OOBTree"), or a letter changed into the
     # newline that ends a module's name in a pickle (module "BT", class "ees.OOBTree"), names
     # no package ackqueue's records name, so the restricted loader took it for a record
-    # another program wrote (corrupt_bytes.py --seeds 6 and 11). A pickle queue's loader
-    # (ZODB's own) loads it as ZODB's Broken stand-in for a class no module has.
+    # another program wrote (corrupt_bytes.py --seeds 6 and 11). A pickle queue's record is
+    # read through the restricted loader too, until the queue says which serializer it uses.
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path, serializer=serializer) as q:
         q.put("x", key="k")  # the queue's record now refers to its key index, an OOBTree
@@ -607,18 +623,6 @@ def test_a_due_time_changed_in_the_delay_index_is_a_damaged_file(tmp_path, store
     assert f"ackqueue salvage {path} --into" in str(raised.value)
 
 
-def stored_oid(path: str, class_name: bytes) -> bytes:
-    """The oid of the first stored object whose record names ``class_name`` as its class."""
-    storage = FileStorage(path, read_only=True)
-    try:
-        return next(
-            r.oid for t in storage.iterator() for r in t
-            if r.data and class_name in r.data[:class_pickle_end(r.data)]
-        )
-    finally:
-        storage.close()
-
-
 def store_state(path: str, oid: bytes, state: bytes) -> None:
     """Store a new revision of record ``oid`` with its class as it is and ``state`` (a pickle)
     as its state, at FileStorage's API: what a damaged byte could have left."""
@@ -638,7 +642,7 @@ def test_a_record_whose_state_its_class_refuses_is_a_damaged_file_saying_why(tmp
     # The queue's record with a list for a state: persistent's own __setstate__ refuses it,
     # and no code of ackqueue's ran, so the file is damaged (not a bug to let out).
     path = queue_file(tmp_path)
-    store_state(path, stored_oid(path, b"QueueRecord"), pickle.dumps([1, 2], 3))
+    store_state(path, stored_oid(path, b"QueueRecord", own=True), pickle.dumps([1, 2], 3))
     with pytest.raises(ackqueue.DamagedFileError) as raised, ackqueue.AckQueue(path) as q:
         q.qsize()
     message = str(raised.value)
@@ -695,15 +699,7 @@ def test_a_record_stamped_after_the_files_last_transaction_is_a_damaged_file(tmp
             oid = conn.root()["x"]._p_oid
     finally:
         db.close()
-    storage = FileStorage(path, read_only=True)
-    try:
-        at = storage._lookup_pos(oid) + 8  # the tid in x's record header
-        later = p64(u64(storage.lastTransaction()) + (1 << 32))
-    finally:
-        storage.close()
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(later)
+    stamp_after_the_last_transaction(path, oid)
     db = new_db(FileStorage(path, read_only=True))
     try:
         conn = db.open()
@@ -736,7 +732,6 @@ def test_zodbs_traceback_of_a_refused_record_is_left_out_and_every_other_log_kep
         log.error("a load failed", exc_info=raised(StateLoadError("other")))
         log.error("a record refused", exc_info=raised(refused))
     assert [r.getMessage() for r in caplog.records] == ["a plain notice", "a load failed"]
-
 
 
 def test_a_garbled_class_name_loaded_for_a_pickle_queue_is_a_damaged_file(tmp_path):
