@@ -99,6 +99,15 @@ class WriterTransactions(transaction.TransactionManager):
         writer.newTransaction(txn)
         return txn
 
+    def abort(self) -> None:
+        """Abort the transaction begun; with none begun, nothing (an explicit manager of the
+        package raises ``NoTransaction``). ``ZODB.DB.close`` aborts every connection's manager,
+        begun or not: a caller's ``db.close()`` under an open queue raised it halfway, and
+        left the database half closed, its storage (and its file's lock) open for good."""
+        if self._txn is None:  # type: ignore[has-type]
+            return
+        super().abort()
+
     def commit(self) -> None:
         txn = self.get()
         writer = self.writer

@@ -430,9 +430,17 @@ class Store:
     def _describe_failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StorageError):
             return exc
+        if not self.owns_db and not hasattr(self.db, "_mvcc_storage"):
+            # ZODB.DB.close deletes its storage: what fails next is ZODB's AttributeError.
+            err: BaseException = StorageError(
+                f"queue storage {self.where} was closed (db.close()) while a queue on it was "
+                "open: close the queue before its database"
+            )
+            err.__cause__ = exc
+            return err
         damage = self._conflict_damage(exc)
         if damage is not None:
-            err: BaseException = DamagedFileError(damaged_message(self.where, damage))
+            err = DamagedFileError(damaged_message(self.where, damage))
             err.__cause__ = exc
             return err
         if isinstance(exc, OSError):
@@ -449,7 +457,6 @@ class Store:
             err = StorageError(f"commit to queue storage {self.where} was interrupted ({exc!r})")
         err.__cause__ = exc
         return err
-
 
     def _conflict_damage(self, exc: BaseException) -> str | None:
         """Why the file is damaged, if the commit gave up on conflicts that no other writer

@@ -11,6 +11,7 @@ from persistent.mapping import PersistentMapping
 from transaction.interfaces import TransactionFailedError
 from ZODB.POSException import ConflictError
 
+import ackqueue
 from ackqueue.storage.commit import WriterTransactions
 from ackqueue.storage.filestorage import QueueFileStorage
 from ackqueue.storage.store import Store
@@ -225,3 +226,31 @@ def test_a_begin_with_another_synchronizer_is_the_packages(db, monkeypatch):
         other.close()
         other_db.close()
         conn.close()
+
+
+def test_a_callers_db_closed_under_an_open_queue_closes_and_the_queue_says_so(tmp_path):
+    """``ZODB.DB.close`` aborts every connection's manager, begun or not; the writer's is
+    explicit, and raised ``NoTransaction`` there: the database stayed half closed, its file
+    locked (``close`` is a no-op after its first call). Now it closes; the queue's next commit
+    says the database was closed, and the file opens again in the same process."""
+    path = str(tmp_path / "callers.fs")
+    db = ZODB.DB(QueueFileStorage(path))
+    q = ackqueue.AckQueue(db=db)
+    q.put("kept")
+    q.put("second")
+    consumer = q.connect()
+    held = consumer.get()
+    db.close()  # raised NoTransaction before
+    for operation in (lambda: q.put("after"), lambda: consumer.ack(held), q.get_nowait):
+        with pytest.raises(ackqueue.StorageError, match=r"was closed \(db.close\(\)\) while a "
+                           r"queue on it was open: close the queue before its database"):
+            operation()
+    q.close()
+    again = ZODB.DB(QueueFileStorage(path))  # the lock was let go: the storage was closed
+    try:
+        reopened = ackqueue.AckQueue(db=again)
+        # Nothing of the failed commits was made; the hold went with the closed queue.
+        assert [reopened.get_nowait() for _ in range(reopened.qsize())] == ["kept", "second"]
+        reopened.close()
+    finally:
+        again.close()
