@@ -104,7 +104,7 @@ class WriterTransactions(transaction.TransactionManager):
         package raises ``NoTransaction``). ``ZODB.DB.close`` aborts every connection's manager,
         begun or not: a caller's ``db.close()`` under an open queue raised it halfway, and
         left the database half closed, its storage (and its file's lock) open for good."""
-        if self._txn is None:  # type: ignore[has-type]
+        if self._txn is None:
             return
         super().abort()
 
