@@ -81,8 +81,10 @@ class AckQueue(queue.Queue[T], Generic[T]):
     ``path`` is the storage file (created if missing; ``~`` is expanded, and a ``bytes`` or
     ``os.PathLike`` path is taken as ``open()`` takes it); ``None`` keeps the queue in memory;
     a URI (``zeo://host:port``, ``postgresql://...``, ``file://``, ``memory://``) opens that
-    storage. ``db`` is an open ``ZODB.DB`` to use instead; ``name`` tells apart several
-    queues of one database. ``maxsize`` bounds the queue as for ``queue.Queue`` (0: no bound).
+    storage. ``db`` is an open ``ZODB.DB`` to use instead (close the queue before it: a
+    queue whose database was closed raises :exc:`~ackqueue.StorageError`); ``name`` tells
+    apart several queues of one database. ``maxsize`` bounds the queue as for
+    ``queue.Queue`` (0: no bound).
     ``put`` returns once the item is durable; plain ``get`` removes it for good. For
     acknowledgements, each thread calls :meth:`connect` and uses the consumer.
 
