@@ -648,18 +648,17 @@ def takes_commit_nothing(queue: AckQueue[Any]) -> bool:
 
 def join_unless(
     queue: AckQueue[Any], give_up: threading.Event | None, poll: float = 0.05
-) -> bool:
+) -> None:
     """``queue.join()``; with ``give_up``, waiting in slices of ``poll`` seconds and returning
-    False once it is set (the asyncio queue's join, whose task was cancelled: a thread left
-    waiting in a join would hold up the loop's shutdown for ever). True once all is done."""
+    once it is set, done or not (the asyncio queue's join, whose task was cancelled: a thread
+    left waiting in a join would hold up the loop's shutdown for ever)."""
     done = queue.all_tasks_done
     with done:
         while queue.unfinished_tasks:
             queue._life.check_open()
             if give_up is not None and give_up.is_set():
-                return False
+                return
             done.wait(None if give_up is None else poll)
-    return True
 
 
 def ready_listeners(queue: AckQueue[Any]) -> ReadyListeners:

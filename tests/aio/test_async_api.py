@@ -228,6 +228,27 @@ def test_maxsize_back_pressure_and_forwarded_pause(qpath):
     assert stored(qpath) == [3]
 
 
+def test_a_join_cancelled_while_the_queue_stays_open_lets_the_loop_end(tmp_path):
+    """The join's thread waits in slices and stops once its join is cancelled, though the
+    queue stays open and nothing wakes it (a close would): ``asyncio.run`` then ends (it waits
+    for every thread of the loop's executor). Closed after the loop, the item is still there."""
+    opened: list[AsyncAckQueue[str]] = []
+
+    async def main() -> None:
+        q = AsyncAckQueue(str(tmp_path / "q.fs"))
+        opened.append(q)
+        await q.put("never done")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(q.join(), 0.2)
+
+    try:
+        run_ends(main, 20, "asyncio.run() did not end: a cancelled join's thread still waits")
+        assert not opened[0].sync.closed and opened[0].sync.qsize() == 1
+    finally:
+        if opened:
+            opened[0].sync.close()  # wakes a join's thread left waiting, so the test can end
+
+
 def test_a_cancelled_join_leaves_no_thread_waiting(tmp_path):
     """``asyncio.wait_for(q.join(), t)`` with an item never done: the join raises TimeoutError
     and its thread stops waiting, so ``asyncio.run`` can end (it waits for the loop's

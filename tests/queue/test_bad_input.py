@@ -262,6 +262,7 @@ BAD_ARGUMENTS = [
     pytest.param((), {"ack_timeout": "5"}, ValueError, "ack_timeout must be", id="lease-str"),
     pytest.param((), {"session_timeout": "5"}, ValueError, "session_timeout must be",
                  id="session-str"),
+    pytest.param((), {"unique": "sometimes"}, ValueError, "unique must be", id="unique-word"),
 ]
 
 

@@ -41,6 +41,19 @@ def put_nowait_raises_full(q: ackqueue.AckQueue[Any], item: object, **options: A
     return False
 
 
+def test_a_queue_without_maxsize_is_never_full(qpath):
+    """``maxsize`` 0 (the default) bounds nothing: ``full()`` stays False however many items
+    wait, as ``queue.Queue``'s does, and ``put_nowait`` never raises ``Full``."""
+    with ackqueue.AckQueue(qpath) as q:
+        assert not q.full()
+        for i in range(3):
+            assert not put_nowait_raises_full(q, i)
+            assert not q.full()
+        q.pause_group("a", 60)
+        q.put("a0", group="a")  # waiting, but taking no place: there are no places
+        assert not q.full() and q.qsize() == 3
+
+
 def test_full_counts_the_items_of_a_paused_group(qpath):
     with ackqueue.AckQueue(qpath, maxsize=2) as q:
         q.put_many(["x", "y"], group="host")

@@ -235,3 +235,16 @@ def test_a_priority_queue_with_another_serializer_orders_by_the_decoded_item(qpa
         q.put((0, "z"))
         with q.connect() as c:
             assert [c.get_nowait() for _ in range(3)] == [[0, "z"], [1, "a"], [2, "b"]]
+
+
+def test_put_nowait_passes_its_options_on_to_put(qpath):
+    """``put_nowait(item, **options)`` is ``put(item, block=False, **options)``: a priority,
+    a delay and a key each take effect."""
+    with AckQueue(qpath) as q:
+        q.put_nowait("later", delay=60)
+        q.put_nowait("low", priority=5)
+        q.put_nowait("high", priority=1)
+        q.put_nowait("keyed", priority=9, key="k")
+        assert q.delayed_count() == 1 and q.qsize() == 3
+        assert q.put("again", key="k") is False  # the key is live
+        assert [q.get_nowait() for _ in range(3)] == ["high", "low", "keyed"]
