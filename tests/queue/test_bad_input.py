@@ -278,6 +278,13 @@ def test_a_bad_constructor_argument_is_refused_before_anything_opens(
         q.put(1)
 
 
+def test_a_queues_options_can_be_read_back(qpath):
+    with ackqueue.AckQueue(qpath, max_attempts=3, ack_timeout=7.5) as q:
+        assert (q.max_attempts, q.ack_timeout) == (3, 7.5)
+    with ackqueue.AckQueue(qpath) as q:
+        assert (q.max_attempts, q.ack_timeout) == (None, None)
+
+
 def test_an_async_queue_refuses_a_bad_argument_the_same_way(qpath):
     from ackqueue.aio import AsyncAckQueue
 

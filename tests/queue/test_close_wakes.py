@@ -132,9 +132,9 @@ def test_a_closed_queue_says_so_and_a_second_close_changes_nothing(qpath):
         assert c.get() == "kept"
         q.close()
         assert q.closed
-        with pytest.raises(QueueClosedError):
+        with pytest.raises(QueueClosedError, match="queue 'default' is closed"):
             q.put("refused")
-        with pytest.raises(QueueClosedError):
+        with pytest.raises(QueueClosedError, match="queue 'default' is closed"):
             q.get_nowait()
         q.close()
         other.put("still open")  # the file stays open for the other queue on it

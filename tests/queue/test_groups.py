@@ -106,6 +106,29 @@ def test_group_interval_spaces_deliveries_of_one_group() -> None:
         assert drain_held(c) == ["a1"]
 
 
+def test_set_group_changes_only_what_it_names_and_a_bare_one_gives_the_queues_back() -> None:
+    """``set_group(g, max_held=n)`` leaves ``g``'s interval the queue's ``group_interval``
+    (None is the queue's option, not 0); ``set_group(g)`` gives ``g`` the queue's options
+    back; a bad interval is refused naming it."""
+    clock = ManualClock(1000.0)
+    with AckQueue(None, clock=clock, group_interval=10) as q, q.connect() as c:
+        q.set_group("a", max_held=5)
+        q.put_many(["a0", "a1"], group="a")
+        assert drain_held(c) == ["a0"]  # still 10 s apart
+        clock.advance(10)
+        assert drain_held(c) == ["a1"]
+        q.set_group("a", interval=0)
+        q.put_many(["a2", "a3"], group="a")
+        assert drain_held(c) == ["a2", "a3"]
+        q.set_group("a")  # the queue's options again: 10 s apart (from a3's delivery)
+        q.put_many(["a4", "a5"], group="a")
+        assert drain_held(c) == []
+        clock.advance(10)
+        assert drain_held(c) == ["a4"]
+        with pytest.raises(ValueError, match="interval must be a finite number of seconds"):
+            q.set_group("a", interval=-1)
+
+
 def test_a_get_waiting_for_a_group_wakes_when_its_interval_ends() -> None:
     with AckQueue(None, group_interval=0.2) as q, q.connect() as c:
         q.put_many(["a0", "a1"], group="a")
