@@ -28,6 +28,15 @@ def test_a_delayed_item_is_not_ready_before_it_is_due(qpath):
         assert q.get_nowait() == "later"
 
 
+def test_a_batch_put_with_not_before_waits_until_then(qpath):
+    clock = ManualClock()
+    with AckQueue(qpath, clock=clock) as q:
+        q.put_many(["b0", "b1"], not_before=clock() + 30)
+        assert (q.qsize(), q.delayed_count()) == (0, 2)
+        clock.advance(30)
+        assert [q.get_nowait(), q.get_nowait()] == ["b0", "b1"]
+
+
 def test_nack_with_delay_retries_later_and_keeps_the_attempt_count(qpath):
     clock = ManualClock()
     with AckQueue(qpath, clock=clock, max_attempts=5) as q:
