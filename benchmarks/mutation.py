@@ -115,12 +115,31 @@ def mutmut_config(modules: list[str], tests: list[str], shared: bool = False) ->
 # mutmut 3.8's runner reaps its workers with os.wait() and fails (KeyError) on a child it did
 # not start: a process a test started in mutmut's own process (its stats and clean runs) and
 # did not wait for, such as a private ZEO server going away by itself after the test. This
-# launcher runs mutmut with a runner that passes over such children.
+# launcher runs mutmut with a runner that passes over such children. It also ends a mutant
+# that runs for HUNG_SECONDS (a worker gets SIGXCPU, which mutmut counts as a timeout, as it
+# does when its own limit ends one): that limit is on CPU time, and a mutant that deadlocks
+# a test waits without using any (queues.py's run of 2026-11-28 stopped on four such).
+HUNG_SECONDS = 300
 LAUNCHER = """
-import os, sys
+import os, signal, sys, threading, time
 from mutmut.workers import isolation
 wait = isolation.ForkRunner.wait_for_result
+HUNG = HUNG_SECONDS_HERE
+def watch(runner):
+    first_seen = {}
+    while True:
+        time.sleep(10)
+        now = time.monotonic()
+        for pid in list(runner._running):
+            if now - first_seen.setdefault(pid, now) > HUNG:
+                try:
+                    os.kill(pid, signal.SIGXCPU)
+                except OSError:
+                    pass
 def wait_for_own(self, timeout=None):
+    if not getattr(self, "_watched", False):
+        self._watched = True
+        threading.Thread(target=watch, args=(self,), daemon=True).start()
     if self._no_tests_results:
         return wait(self, timeout)
     real_wait = os.wait
@@ -138,7 +157,7 @@ isolation.ForkRunner.wait_for_result = wait_for_own
 from mutmut.__main__ import cli
 sys.argv[0] = "mutmut"
 cli()
-"""
+""".replace("HUNG_SECONDS_HERE", str(HUNG_SECONDS))
 
 
 # mutmut names a mutant after its function: ``package.module.x_function__mutmut_N`` or
