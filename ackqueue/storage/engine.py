@@ -418,6 +418,12 @@ def restricts(db: Any) -> bool:
     )
 
 
+def database_closed(db: ZODB.DB) -> bool:
+    """Whether ``db.close()`` was called: ``ZODB.DB.close`` deletes its storage attributes
+    (a caller's database, closed under a queue still open on it)."""
+    return "_mvcc_storage" not in vars(db)
+
+
 def new_db(storage: Any, where: str | None = None, **dbkw: Any) -> ZODB.DB:
     """A database on ``storage`` as ackqueue opens every one of its own, loading through a
     :class:`RecordLoader` (whatever ``dbkw`` says: a URI may not choose another class

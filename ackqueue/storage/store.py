@@ -43,6 +43,7 @@ from ackqueue.storage.engine import (
     Packer,
     RecordLoader,
     as_path,
+    database_closed,
     is_uri,
     scheme_of,
     shown,
@@ -430,8 +431,8 @@ class Store:
     def _describe_failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StorageError):
             return exc
-        if not self.owns_db and not hasattr(self.db, "_mvcc_storage"):
-            # ZODB.DB.close deletes its storage: what fails next is ZODB's AttributeError.
+        if not self.owns_db and database_closed(self.db):
+            # What fails next is ZODB's AttributeError on the storage DB.close deleted.
             err: BaseException = StorageError(
                 f"queue storage {self.where} was closed (db.close()) while a queue on it was "
                 "open: close the queue before its database"
