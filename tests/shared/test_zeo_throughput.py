@@ -171,7 +171,10 @@ def test_an_item_an_ack_took_goes_back_to_the_others_when_not_come_back_for(
                 assert item == "three"
                 o.ack(item)
                 c.close()
-            assert q.qsize() == 0
+            # q's count is an estimate that its watcher brings up to date: the ride that ran
+            # out may have made "three" ready there before the other database's ack reached
+            # it (CI, 2026-11-28: 1 ready, 0 held at once after the ack).
+            wait_until(lambda: q.qsize() == 0, 10, "q's estimate to count the other's ack")
     finally:
         db.close()
 
