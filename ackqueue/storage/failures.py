@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from transaction.interfaces import NoTransaction
-
 log = logging.getLogger("ackqueue")
 
 # The base classes PEP 249 (DB-API 2.0) asks every database driver to define; RelStorage lets
@@ -67,8 +65,6 @@ def abort_quietly(tm: Any) -> None:
     storage (RelStorage rolls back on a connection that is gone) has nothing to undo there:
     that is logged, not raised over the failure being handled."""
     try:
-        tm.abort()
-    except NoTransaction:
-        pass  # an explicit manager with nothing begun: nothing to undo
+        tm.abort()  # with nothing begun, nothing (the writer's explicit manager too)
     except Exception as exc:
         log.debug("ackqueue: abort could not reach the storage: %r", exc)
