@@ -181,17 +181,21 @@ def test_a_dict_priority_item_put_with_a_delay_is_delivered_when_due(tmp_path):
 
 def test_dict_priority_items_work_in_shared_mode_with_delays_nacks_and_acks(tmp_path):
     # Shared mode files held and taken keys in memory too: those sets must not need hashing.
+    # A manual clock: with real delays a slow machine let both delays pass before the second
+    # get, which then rightly returned a ready (1, ...) before (2, ...) (CI failed so once).
     path = os.path.join(tmp_path, "q.fs")
-    with ackqueue.PriorityAckQueue(path, shared=True) as q:
+    clock = ManualClock()
+    with ackqueue.PriorityAckQueue(path, shared=True, clock=clock) as q:
         assert q.shared
         q.put((2, {"url": "b"}))
         q.put((1, {"url": "a"}))
-        q.put((1, {"url": "a"}), delay=0.2)  # an equal item, delayed
+        q.put((1, {"url": "a"}), delay=60)  # an equal item, delayed
         with q.connect() as c:
             first = c.get(timeout=5)
             assert first == (1, {"url": "a"})
-            c.nack(first, delay=0.1)
+            c.nack(first, delay=30)
             assert c.get(timeout=5) == (2, {"url": "b"})
+            clock.advance(60)
             got = [c.get(timeout=5), c.get(timeout=5)]
             assert got == [(1, {"url": "a"})] * 2
             c.ack_many(got)
