@@ -273,8 +273,8 @@ class Store:
         """Drop one reference (and ``name``'s claim); True if it was the last one."""
         if name is not None:
             self._names.pop(name, None)
-            if self._pickles.pop(name, None) is not None:
-                self._update_loader_locked()
+            self._pickles.pop(name, None)
+            self._update_loader_locked()
         self._refs -= 1
         if self._refs > 0:
             return False

@@ -276,6 +276,21 @@ def test_beside_a_json_queue_a_file_loads_only_ackqueues_classes(qpath, tmp_path
     assert not os.path.exists(marker)
 
 
+def test_once_the_json_queue_beside_them_closes_pickle_queues_load_any_class_again(qpath) -> None:
+    """The restriction lasts while a queue with another serializer is open, not after: with
+    only pickle queues left open, a priority queue's tree of dates loads (the closed queue's
+    serializer was left counted before, and kept the file restricted for good)."""
+    days = [datetime.date(2026, 11, d) for d in (3, 1, 2)]
+    with ackqueue.PriorityAckQueue(qpath, name="days") as q:
+        q.put_many(days)
+    with ackqueue.AckQueue(qpath, name="jobs") as jobs:  # keeps the file open throughout
+        with ackqueue.AckQueue(qpath, name="data", serializer="json") as data:
+            data.put({"a": 1})
+        with ackqueue.PriorityAckQueue(qpath, name="days") as q:
+            assert [q.get_nowait() for _ in days] == sorted(days)
+        jobs.put("still open")
+
+
 @pytest.mark.parametrize("serializer", ["json", Upper()])
 def test_the_command_line_changes_a_queue_with_the_serializer_its_record_names(
     qpath, serializer
