@@ -60,10 +60,13 @@ def test_the_writer_keeps_each_queues_count_off_its_commits_and_folds_it_every_s
         db.close()
 
 
-def test_a_pack_keeps_what_a_reader_adds_to_the_folded_counts(tmp_path, monkeypatch):
+@pytest.mark.parametrize("autopack", [True, False])
+def test_a_pack_keeps_what_a_reader_adds_to_the_folded_counts(tmp_path, monkeypatch, autopack):
+    """``pack()`` folds the counts first and packs up to that fold, with automatic packing
+    (its packer packs) or without (the store packs the database itself)."""
     monkeypatch.setattr(counts, "FOLD_EVERY", 1000)  # only the pack folds
     path = str(tmp_path / "q.fs")
-    with ackqueue.AckQueue(path) as q:
+    with ackqueue.AckQueue(path, autopack=autopack) as q:
         c = q.connect()
         for i in range(20):
             q.put(i)

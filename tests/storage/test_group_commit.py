@@ -503,3 +503,44 @@ def test_a_change_that_fails_partway_changes_nothing_and_the_rest_of_its_group_c
         assert "half" not in check.root()
     finally:
         check.close()
+
+
+def test_a_queue_files_next_put_commits_while_the_one_before_is_being_fsynced(
+    tmp_path, monkeypatch
+):
+    """Strict durability on a queue file: a group's fsync runs after its commit, outside the
+    commit lock (the store hands its file to the committer as the syncer), so a second put is
+    written while the first is still being fsynced, and each returns once its own is on disk.
+    An fsync inside the commit would hold the second put back until the first's was done."""
+    import os
+
+    import ackqueue
+
+    path = str(tmp_path / "q.fs")
+    real_fsync = os.fsync
+    entered, gate = threading.Event(), threading.Event()
+
+    def slow_first_fsync(fd: int) -> None:
+        if threading.current_thread().name == "first put" and not entered.is_set():
+            entered.set()
+            gate.wait(30)
+        real_fsync(fd)
+
+    with ackqueue.AckQueue(path, autopack=False) as q:
+        q.put("warm")
+        monkeypatch.setattr(os, "fsync", slow_first_fsync)
+        first = threading.Thread(target=q.put, args=("first",), name="first put")
+        second = threading.Thread(target=q.put, args=("second",))
+        try:
+            first.start()
+            assert entered.wait(10)
+            size = os.path.getsize(path)  # the first put is written; its fsync waits
+            second.start()
+            wait_until(lambda: os.path.getsize(path) > size, timeout=10,
+                       what="the second put to be written during the first's fsync")
+            assert first.is_alive()  # still waiting for its fsync: it has not returned
+        finally:
+            gate.set()
+            first.join(10)
+            second.join(10)
+        assert [q.get_nowait() for _ in range(3)] == ["warm", "first", "second"]

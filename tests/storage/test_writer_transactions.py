@@ -243,8 +243,9 @@ def test_a_callers_db_closed_under_an_open_queue_closes_and_the_queue_says_so(tm
     db.close()  # raised NoTransaction before
     for operation in (lambda: q.put("after"), lambda: consumer.ack(held), q.get_nowait):
         with pytest.raises(ackqueue.StorageError, match=r"was closed \(db.close\(\)\) while a "
-                           r"queue on it was open: close the queue before its database"):
+                           r"queue on it was open: close the queue before its database") as told:
             operation()
+        assert told.value.__cause__ is not None  # ZODB's own error, for the traceback
     q.close()
     again = ZODB.DB(QueueFileStorage(path))  # the lock was let go: the storage was closed
     try:
