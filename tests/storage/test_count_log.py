@@ -8,6 +8,7 @@ in the mutation run's fast tests."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 import time
@@ -112,6 +113,35 @@ def test_a_queue_closed_and_reopened_while_its_file_stays_open_keeps_its_count(t
     db = ZODB.DB(QueueFileStorage(path, read_only=True))
     try:
         assert db.open().root()[ROOT_KEY]["default"].length() == 4
+    finally:
+        db.close()
+
+
+def test_a_close_folds_its_own_count_and_a_dropped_queues_count_waits_for_the_files_close(
+    tmp_path, monkeypatch
+):
+    """Closing a queue folds its own count only: the others of the file stay deferred (a fold
+    of theirs would have them write their Length at every commit). A queue dropped without
+    ``close()`` is folded when the file's last queue closes, as a closed one is."""
+    monkeypatch.setattr(counts, "FOLD_EVERY", 1000)
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path, name="other") as other:
+        other.put("o")
+        q = ackqueue.AckQueue(path)
+        q.put_many(range(3))
+        q.close()
+        assert other._book.record.counted_in_log
+        dropped = ackqueue.AckQueue(path, name="dropped")
+        dropped.put_many(range(2))
+        del dropped
+        gc.collect()
+        other.put("p")
+    db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    try:
+        queues = db.open().root()[ROOT_KEY]
+        for name, count in [("default", 3), ("other", 2), ("dropped", 2)]:
+            assert not queues[name].counted_in_log, name
+            assert queues[name].length() == count, name
     finally:
         db.close()
 
