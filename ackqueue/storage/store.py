@@ -104,10 +104,6 @@ def _opener(path: str | None, shared: bool | None) -> tuple[Engine, str | None]:
     return (ZEO if shared else FILE), os.path.realpath(path)
 
 
-def _strong_claim() -> object:
-    return True  # a claim made without an owner object: never considered dropped
-
-
 class Store:
     """One database as ackqueue uses it: a writer connection with group commit."""
 
@@ -204,7 +200,7 @@ class Store:
             store._start_autopack()
         return store
 
-    def claim_name(self, name: str, owner: object | None = None) -> object:
+    def claim_name(self, name: str, owner: object) -> object:
         """Reserve ``name`` for ``owner``, one open queue per name and database; return the
         claim, which :meth:`release_dropped` takes.
 
@@ -223,14 +219,14 @@ class Store:
             )
         return claim
 
-    def _try_claim(self, name: str, owner: object | None) -> object | None:
+    def _try_claim(self, name: str, owner: object) -> object | None:
         with _registry_lock:
             holder = self._names.get(name)
             if holder is not None:
                 if holder() is not None:
                     return None
                 self._refs -= 1  # the reference its dropped owner has not released yet
-            claim = weakref.ref(owner) if owner is not None else _strong_claim
+            claim = weakref.ref(owner)
             self._names[name] = claim
             return claim
 
