@@ -949,34 +949,69 @@ def transactions_damage(path: str) -> str | None:
 
 
 def only_an_unfinished_commit(tail: bytes) -> bool:
-    """Whether a tail FileStorage cut holds no finished transaction: one commit still flagged
-    ``c`` (between its vote and its finish) with nothing after it, or a piece in which no whole
-    finished transaction can be found (a commit cut short by a crash).
+    """Whether a tail FileStorage cut holds no finished transaction: the last commit, voted
+    and never finished (flagged ``c``), alone; or bytes in which no whole finished transaction
+    can be found (a commit cut short by a crash or a power loss).
 
-    A finished transaction ends with its length repeated; walking that chain back from the
-    end finds the finished ones. A damaged length in the first header (the byte that made
-    FileStorage cut) is why the first one is also accepted when it spans the whole tail.
+    Anything else is kept: a tail that starts otherwise than with that commit is a finished
+    one FileStorage could not read (a damaged byte), and what it holds had returned.
     """
     if len(tail) < TRANS_HDR_LEN:
         return True
     _tid, length, status, *_ = struct.unpack(TRANS_HDR, tail[:TRANS_HDR_LEN])
     if status == b"c" and len(tail) <= length + 8:
         return True
+    return not _holds_a_finished_transaction(tail)
+
+
+# A transaction's length repeated after it is below 2**40 (a terabyte): its first bytes are 0.
+_LENGTH_HIGH_BYTES = b"\x00\x00\x00"
+
+
+def _holds_a_finished_transaction(tail: bytes) -> bool:
+    """Whether a whole finished transaction lies in ``tail``: a header with a finished status
+    whose length is repeated right after the transaction. From the end, the chain of repeated
+    lengths leads back over commits still flagged ``c`` to a finished one; a torn end is
+    passed over (:func:`_whole_transaction_end`)."""
     end = len(tail)
-    while end >= TRANS_HDR_LEN + 8:
-        (length,) = struct.unpack(">Q", tail[end - 8 : end])
-        start = end - 8 - length
-        if length < TRANS_HDR_LEN or start < 0:
-            return True
-        _tid, header_length, status, *_ = struct.unpack(
-            TRANS_HDR, tail[start : start + TRANS_HDR_LEN]
-        )
-        if header_length != length and start != 0:
-            return True
-        if status in (b" ", b"p", b"u"):
+    while True:
+        end = _whole_transaction_end(tail, end)
+        start = _transaction_ending_at(tail, end) if end else None
+        if start is None:
             return False
-        end = start  # a commit still flagged "c": look at the one before it
-    return True
+        if tail[start + 16 : start + 17] in (b" ", b"p", b"u"):
+            return True
+        end = start  # a commit still flagged "c": look before it
+
+
+def _whole_transaction_end(tail: bytes, end: int) -> int:
+    """Where the last whole transaction of ``tail[:end]`` ends (its repeated length), 0 if
+    none does. A torn end (the last commit cut short during its write, by a crash or a power
+    loss) repeats no length: the search goes on back from each place where one could end."""
+    while end >= TRANS_HDR_LEN + 8:
+        if _transaction_ending_at(tail, end) is not None:
+            return end
+        found = tail.rfind(_LENGTH_HIGH_BYTES, 0, end - 6)  # a place before ``end``
+        if found < 0:
+            return 0
+        end = found + 8
+    return 0
+
+
+def _transaction_ending_at(tail: bytes, end: int) -> int | None:
+    """Where the transaction whose repeated length ends at ``end`` starts, if one does. A
+    damaged length in the first header (the byte that made FileStorage cut) is why the first
+    transaction is also taken when its repeated length alone spans it."""
+    length: int = struct.unpack(">Q", tail[end - 8 : end])[0]
+    start = end - 8 - length
+    if length < TRANS_HDR_LEN or start < 0:
+        return None
+    _tid, header_length, _status, *_ = struct.unpack(
+        TRANS_HDR, tail[start : start + TRANS_HDR_LEN]
+    )
+    if header_length != length and start != 0:
+        return None
+    return start
 
 
 def _keep_for_salvage(path: str, name: str, size: int) -> None:
@@ -1386,16 +1421,16 @@ def recover_structure(damaged: str, recovered: str) -> None:
 def repaired_tail(tail: bytes) -> bytes | None:
     """``tail`` with its first transaction header put right, when the damage is one that
     FileStorage cuts at (its length or its status) and the length every transaction repeats at
-    its end leads back from the end of the tail to its start; else None."""
-    end = len(tail)
-    while end > TRANS_HDR_LEN + 8:
-        (length,) = struct.unpack(">Q", tail[end - 8 : end])
-        start = end - 8 - length
-        if length < TRANS_HDR_LEN or start < 0:
+    its end leads back from the last whole transaction to the start of the tail; else None.
+    A torn end after that transaction (a commit cut short: it never returned) is left out."""
+    whole = end = _whole_transaction_end(tail, len(tail))
+    while whole and end >= TRANS_HDR_LEN + 8:
+        start = _transaction_ending_at(tail, end)
+        if start is None:
             return None
         if start == 0:
-            fixed = bytearray(tail)
-            fixed[8:16] = struct.pack(">Q", length)
+            fixed = bytearray(tail[:whole])
+            fixed[8:16] = struct.pack(">Q", end - 8)
             fixed[16:17] = b" "  # a transaction followed by finished ones had finished
             return bytes(fixed)
         end = start

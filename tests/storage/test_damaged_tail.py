@@ -17,6 +17,7 @@ import shutil
 import pytest
 import ZODB
 from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage.format import TRANS_HDR_LEN
 
 import ackqueue
 from ackqueue.cli.commands import main as cli
@@ -103,6 +104,32 @@ def test_a_damaged_header_mid_file_keeps_the_commits_after_it_and_salvage_puts_t
     assert acked & set(left) == acked & set(got)
     # A copy is salvaged once: a second run refuses instead of putting the items twice.
     assert cli(["salvage", path + ".tr0", "--into", path]) != 0
+
+
+def test_a_damaged_header_mid_file_and_a_torn_last_commit_keep_the_commits_between(
+    tmp_path, caplog
+):
+    """Both at once: a damaged byte mid-file and a kill during the last commit's write (its
+    record cut short inside its data, still flagged "c"). The tail FileStorage cuts then ends
+    in bytes that repeat no length, so walking back from its end finds no transaction; the
+    finished ones before the torn commit are there all the same, and must be kept (they were
+    taken for an unfinished commit and deleted: every put after the damage was lost)."""
+    path, put, _ = killed_file(tmp_path)
+    starts = transaction_starts(path)
+    middle, last = starts[-PUT_AFTER // 2], starts[-1]
+    with open(path, "r+b") as f:
+        f.truncate(last + TRANS_HDR_LEN + 20)  # the last put's commit torn inside its data
+    damage(path, last + 16, b"c")
+    damage(path, middle + 8, b"\x7f")  # the high byte of a returned commit's length
+    with caplog.at_level(logging.WARNING, logger="ackqueue"):
+        left = stored(path)
+    assert len(left) < len(put) - 1
+    copies = sorted(n for n in os.listdir(tmp_path / "killed") if ".tr" in n)
+    assert copies == ["q.fs.tr0", "q.fs.tr0.before"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("q.fs.tr0" in e and "ackqueue salvage" in e for e in errors), errors
+    assert cli(["salvage", path + ".tr0", "--into", path]) == 0
+    assert drained(path) == put[:-1]  # every put that returned; the torn one never did
 
 
 def test_an_unfinished_last_commit_after_a_kill_is_still_dropped(tmp_path):
