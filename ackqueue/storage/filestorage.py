@@ -1410,10 +1410,18 @@ def rejoin_cut_file(before: str, tail: str, recovered: str) -> None:
 
 
 def recover_structure(damaged: str, recovered: str) -> None:
-    """Write to ``recovered`` what ZODB's ``fsrecover`` can read of ``damaged``: it skips the
-    transactions it cannot read."""
+    """Write to ``recovered`` what ZODB's ``fsrecover`` can read of ``damaged`` (a scratch
+    copy, which this changes): it skips the transactions it cannot read.
+
+    ``fsrecover`` looks for the end of an unreadable transaction at each "." (a pickle's last
+    byte) followed by 8 bytes; when a "." lies among the file's last 8 bytes it reads the same
+    bytes again for ever (ZODB 6.x, ``fsrecover.scan``). Eight zero bytes after the end give
+    each "." its 8 bytes; they are too short for a transaction header, where fsrecover stops.
+    """
     from ZODB import fsrecover
 
+    with open(damaged, "ab") as f:
+        f.write(bytes(8))
     with contextlib.redirect_stdout(io.StringIO()):
         fsrecover.recover(damaged, recovered)
 

@@ -124,3 +124,35 @@ def test_the_last_commits_filestorage_wrote_read_as_finished_and_a_torn_one_as_n
     assert only_an_unfinished_commit(flagged)
     assert not only_an_unfinished_commit(two[:len(two) - len(last)] + flagged[:-8])
 
+
+def test_salvaging_what_ends_in_a_dot_within_its_last_bytes_ends(tmp_path):
+    """ZODB's fsrecover, which salvage falls back on, looks for a transaction's end at each
+    "." (a pickle's last byte); one among a file's last 8 bytes made it read the same bytes
+    for ever, and ``ackqueue salvage`` never returned. A tail no repeated length leads back
+    through, ending so: the commits of the file before it come back, and the call returns."""
+    import threading
+
+    from ackqueue.storage.filestorage import rejoin_cut_file
+
+    before = str(tmp_path / "q.fs.tr0.before")
+    with ackqueue.AckQueue(before) as q:
+        q.put_many(["a", "b"])
+    tail = str(tmp_path / "q.fs.tr0")
+    with open(tail, "wb") as f:
+        f.write(record(b" ", b"x" * 50, length=10**6)[:-8] + b"x.")
+    recovered = str(tmp_path / "recovered.fs")
+    outcome: list[object] = []
+
+    def rejoin() -> None:
+        try:
+            rejoin_cut_file(before, tail, recovered)
+            outcome.append("done")
+        except Exception as exc:  # reported by the assertion below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=rejoin, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert outcome == ["done"]
+    with ackqueue.AckQueue(recovered) as q:
+        assert [q.get_nowait() for _ in range(q.qsize())] == ["a", "b"]
