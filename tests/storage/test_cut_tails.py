@@ -59,6 +59,11 @@ def an_unfinished_commit_holding(inner: bytes, extra: int = 0) -> bytes:
         (FINISHED + UNFINISHED, False),
         (FINISHED + FINISHED, False),
         (UNFINISHED + UNFINISHED, True),
+        # Finished commits, then the last one torn during its write: its end repeats no
+        # length, and the finished ones before it are found all the same.
+        (FINISHED + UNFINISHED[:TRANS_HDR_LEN + 10], False),
+        (record(b" ", b"\x00" * 40, length=10**6) + FINISHED + UNFINISHED[:-3], False),
+        (FINISHED[:30] + UNFINISHED[:-3], True),  # nothing whole before the torn end
         # The first header's length damaged (what made FileStorage cut): still read as whole.
         (record(b" ", b"\x00" * 40, length=TRANS_HDR_LEN + 41), False),
         # A repeated length pointing inside a tail at a header that disagrees: not a
