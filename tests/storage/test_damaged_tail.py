@@ -132,6 +132,29 @@ def test_a_damaged_header_mid_file_and_a_torn_last_commit_keep_the_commits_betwe
     assert drained(path) == put[:-1]  # every put that returned; the torn one never did
 
 
+def test_a_read_only_look_at_a_file_damaged_mid_way_says_so_instead_of_showing_less(
+    tmp_path, capsys
+):
+    """Opened read-only (``ackqueue stats``), FileStorage stops at the damage without a word
+    and would show the file without the commits after it: the look is refused, naming the
+    byte and the way back. A file that merely ends in a commit a kill cut short is shown."""
+    path, put, _ = killed_file(tmp_path)
+    starts = transaction_starts(path)
+    middle, last = starts[-PUT_AFTER // 2], starts[-1]
+    torn = str(tmp_path / "torn.fs")
+    shutil.copy(path, torn)
+    with open(torn, "r+b") as f:
+        f.truncate(last + TRANS_HDR_LEN + 20)
+    damage(torn, last + 16, b"c")
+    damage(path, middle + 8, b"\x7f")
+    assert cli(["stats", path]) == 1
+    said = capsys.readouterr().err
+    assert f"damaged at byte {middle}" in said and "hold commits that had returned" in said
+    assert f"ackqueue salvage {path}.trN --into {path}" in said
+    assert cli(["stats", torn]) == 0
+    assert f"stored  {len(put) - 1} (ready" in capsys.readouterr().out
+
+
 def test_an_unfinished_last_commit_after_a_kill_is_still_dropped(tmp_path):
     path, put, _ = killed_file(tmp_path)
     last = transaction_starts(path)[-1]
