@@ -119,8 +119,15 @@ def test_other_zodb_index_warnings_still_reach_their_logger(tmp_path):
     handler = Keep()
     zodb_log = logging.getLogger("ZODB.FileStorage")
     zodb_log.addHandler(handler)
+    other = str(tmp_path / "someone-elses.fs")
     try:
-        zodb_log.warning("Ignoring index for %s", str(tmp_path / "someone-elses.fs"))
+        zodb_log.warning("Ignoring index for %s", other)
+        zodb_log.warning("%s time-stamp reduction at %s", other, 4)  # damage, in another file
+        zodb_log.warning("a message without arguments")
     finally:
         zodb_log.removeHandler(handler)
-    assert len(records) == 1
+    assert [r.getMessage() for r in records] == [
+        f"Ignoring index for {other}",
+        f"{other} time-stamp reduction at 4",
+        "a message without arguments",
+    ]
