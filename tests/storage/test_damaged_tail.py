@@ -13,6 +13,7 @@ import logging
 import os
 import pickletools
 import shutil
+import stat
 
 import pytest
 import ZODB
@@ -92,6 +93,7 @@ def test_a_damaged_header_mid_file_keeps_the_commits_after_it_and_salvage_puts_t
     assert len(left) < len(put)  # FileStorage cut the file: the later puts are not in it
     copies = sorted(n for n in os.listdir(tmp_path / "killed") if ".tr" in n)
     assert copies == ["q.fs.tr0", "q.fs.tr0.before"]
+    assert stat.S_IMODE(os.stat(path + ".tr0.before").st_mode) == 0o600  # the user's items
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("q.fs.tr0" in e and "ackqueue salvage" in e for e in errors), errors
 
@@ -153,6 +155,22 @@ def test_a_read_only_look_at_a_file_damaged_mid_way_says_so_instead_of_showing_l
     assert f"ackqueue salvage {path}.trN --into {path}" in said
     assert cli(["stats", torn]) == 0
     assert f"stored  {len(put) - 1} (ready" in capsys.readouterr().out
+
+
+def test_the_copy_of_the_cut_file_is_never_written_through_a_planted_link(tmp_path, caplog):
+    """Where the file as FileStorage cut it is to be kept, another user may have planted a
+    symlink first: the copy is not written through it (the file it points to is left as it
+    was), and the error says the copy could not be saved."""
+    path, _put, _ = killed_file(tmp_path)
+    damage(path, transaction_starts(path)[-PUT_AFTER // 2] + 8, b"\x7f")
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's")
+    os.symlink(victim, path + ".tr0.before")
+    with caplog.at_level(logging.WARNING, logger="ackqueue"):
+        stored(path)
+    assert victim.read_text() == "someone else's"
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("could not be saved to" in e and "q.fs.tr0" in e for e in errors), errors
 
 
 def test_an_unfinished_last_commit_after_a_kill_is_still_dropped(tmp_path):

@@ -133,3 +133,15 @@ def test_strict_puts_from_many_threads_share_fsyncs_and_each_is_durable(qpath):
         assert q._store.commits < 300  # groups formed
         assert not storage.unsynced()
         assert fsyncs and all(synced >= mark for mark, synced in fsyncs)
+
+
+def test_a_relaxed_queue_never_closed_lets_its_process_exit_with_its_puts(qpath):
+    """Code written for ``queue.Queue`` never closes its queue: the background fsync thread of
+    a relaxed file must not keep the process from exiting (a non-daemon thread is joined
+    before the exit handlers that would stop it run), and the exit still syncs the puts."""
+    code = "import sys, ackqueue\nq = ackqueue.AckQueue(sys.argv[1], durability='relaxed')\n"
+    code += "q.put('kept')\n"
+    child = subprocess.run(child_argv(code, qpath), env=child_env(), timeout=60)
+    assert child.returncode == 0
+    with ackqueue.AckQueue(qpath) as q:
+        assert q.get_nowait() == "kept"
