@@ -95,7 +95,11 @@ def test_a_damaged_header_mid_file_keeps_the_commits_after_it_and_salvage_puts_t
     assert copies == ["q.fs.tr0", "q.fs.tr0.before"]
     assert stat.S_IMODE(os.stat(path + ".tr0.before").st_mode) == 0o600  # the user's items
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert any("q.fs.tr0" in e and "ackqueue salvage" in e for e in errors), errors
+    told = [e for e in errors if e.startswith(f"{path} is damaged: FileStorage cut it at byte ")]
+    assert len(told) == 1, errors
+    assert f"cut it at byte {middle} and saved the " in told[0]
+    assert f"in {path}.tr0 and the file as it was cut in {path}.tr0.before." in told[0]
+    assert told[0].endswith(f"until you run: ackqueue salvage {path}.tr0 --into {path}")
 
     assert cli(["salvage", path + ".tr0", "--into", path]) == 0
     got = drained(path)
