@@ -2,6 +2,7 @@
 index checkpoints make reopening after kill -9 read only the tail."""
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -377,3 +378,24 @@ def test_a_pack_whose_copy_cannot_be_synced_releases_the_commit_lock_and_the_que
         q.pack()  # and packing works again
     with ackqueue.AckQueue(path) as q:
         assert q.qsize() == 25
+
+
+def test_a_session_killed_before_recording_its_estimate_has_half_its_writes_counted(tmp_path):
+    """The garbage estimate is recorded at index saves and at close: of what a session killed
+    before that wrote, the next one takes half for garbage (module docstring), so processes
+    that each write a little and die still get their file packed."""
+    work, image = str(tmp_path / "work.fs"), str(tmp_path / "image.fs")
+    with ackqueue.AckQueue(work, autopack=False) as q, q.connect() as c:
+        for i in range(1500):
+            q.put((i, "x" * 1000))
+            c.ack(c.get())
+        shutil.copyfile(work, image)  # what a kill -9 leaves: no estimate was ever recorded
+    size = os.path.getsize(image)
+    assert size > 2 * 1024 * 1024  # twice the least garbage a pack waits for
+    with ackqueue.AckQueue(image) as q, q.connect() as c:
+        assert size // 2 <= q._store.packer.garbage() <= size // 2 + 4096
+        for i in range(20):
+            q.put(i)
+            c.ack(c.get())
+        assert q._store.packer.packs == 1
+    assert os.path.getsize(image) < size // 4
