@@ -28,7 +28,7 @@ from persistent.mapping import PersistentMapping
 from side_effects import craft, entries_as_records
 from ZODB import DB
 from ZODB.Connection import TransactionMetaData
-from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage import FileStorage, packed_version
 from ZODB.FileStorage.format import DATA_HDR_LEN
 from ZODB.POSException import ReadConflictError, StateLoadError
 from ZODB.utils import oid_repr, p64, u64
@@ -233,6 +233,27 @@ def test_salvage_puts_every_item_still_readable_into_a_new_file_and_leaves_the_d
     with open(path, "rb") as f:
         assert f.read() == damaged  # the damaged file is left as it was, for another try
     assert cli(["salvage", path, "--into", path]) != 0  # never into the damaged file itself
+
+
+def test_a_damaged_first_byte_is_a_damaged_queue_file_that_salvage_reads_whole(
+    tmp_path, capsys
+):
+    """FileStorage's first bytes a byte off (b"FS30" read b"GS30") are damage, not a foreign
+    file: the open says so, and salvage reads the file with them put right, every item."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(["a", "b", "c"])
+    with open(path, "r+b") as f:
+        f.write(b"G")
+    with pytest.raises(ackqueue.DamagedFileError, match="a byte away from FileStorage's"):
+        ackqueue.AckQueue(path)
+    new = str(tmp_path / "new.fs")
+    assert cli(["salvage", path, "--into", new]) == 0
+    assert "its first bytes (put right in the copy read)" in capsys.readouterr().err
+    with ackqueue.AckQueue(new) as q:
+        assert [q.get_nowait() for _ in range(q.qsize())] == ["a", "b", "c"]
+    with open(path, "rb") as f:
+        assert f.read(4) == b"G" + packed_version[1:]  # the damaged file is left as it was
 
 
 @pytest.mark.parametrize("named", ["unloaded", "loaded"])

@@ -12,6 +12,7 @@ import pytest
 from conftest import child_argv, child_env
 from polling import bounded, wait_until
 from ZODB.FileStorage import FileStorage
+from ZODB.fsIndex import fsIndex
 
 import ackqueue
 from ackqueue.storage.filestorage import PACK_STATE_KEY
@@ -241,6 +242,9 @@ def test_index_is_saved_as_the_file_grows_so_reopen_after_kill_reads_only_the_ta
     assert out.returncode == -signal.SIGKILL
     size = int(out.stdout)
     assert size > 500_000
+    # The last index save was at most index_every (128 KB) and a commit before the kill.
+    saved = fsIndex.load(qpath + ".index")
+    assert size - 128 * 1024 - 4096 < saved["pos"] <= size
     # FileStorage starts from the saved index when it is sane, and scans only past its end.
     storage = FileStorage(qpath, read_only=True)
     try:
