@@ -3,7 +3,9 @@
     python3 benchmarks/mutation.py                       # the core modules, the fast tests
     python3 benchmarks/mutation.py --whole               # delivery/, queue/, storage/ (hours)
     python3 benchmarks/mutation.py ackqueue/storage/filestorage.py \
-        -- tests/storage/test_power_loss.py
+        --tests tests/storage/test_power_loss.py
+    python3 benchmarks/mutation.py ackqueue/storage/filestorage.py \
+        --only '*x_own_file__mutmut_*' --tests tests/queue/test_planted_links.py
 
 mutmut (``pip install -e '.[dev]'``) changes the code one small edit at a time (a ``<`` for a
 ``<=``, a ``True`` for a ``False``, a call dropped...) and runs the tests that reach the edited
@@ -200,6 +202,10 @@ def main() -> int:
                         help="run the given tests' shared-mode cases too (slower)")
     parser.add_argument("--whole", action="store_true",
                         help="every module of ackqueue/delivery, queue and storage (hours)")
+    parser.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                        help="only the mutants whose names match (fnmatch, repeatable), e.g. "
+                        "'*x_own_file__mutmut_*': a module's slow functions run apart with the "
+                        "few tests that matter to them")
     args = parser.parse_args()
     if args.whole:
         args.modules = sorted(
@@ -216,7 +222,8 @@ def main() -> int:
             f.write(mutmut_config(args.modules, args.tests, args.shared))
         env = dict(os.environ, PYTHONPATH=work, CI=os.environ.get("CI", "1"))
         subprocess.run(
-            [sys.executable, "-c", LAUNCHER, "run", "--max-children", str(args.max_children)],
+            [sys.executable, "-c", LAUNCHER, "run", "--max-children", str(args.max_children),
+             *args.only],
             cwd=work, env=env, check=False,
         )
         results = subprocess.run(
