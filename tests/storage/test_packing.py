@@ -1,6 +1,7 @@
 """Automatic packing keeps a churning queue file small; packs never lose or repeat items;
 index checkpoints make reopening after kill -9 read only the tail."""
 
+import logging
 import os
 import shutil
 import signal
@@ -165,7 +166,7 @@ def test_an_automatic_pack_that_fails_in_line_leaves_the_put_that_set_it_off_don
             q.put(i)
             c.ack(c.get())
         assert packer.packs == 0
-        assert "automatic pack of" in caplog.text
+        assert f"automatic pack of {path} failed" in caplog.text
         q.put("last")
     with ackqueue.AckQueue(path) as q:
         assert q.get_nowait() == "last"
@@ -338,7 +339,7 @@ def test_a_burn_down_is_packed_near_its_end_not_halfway(tmp_path):
 
 
 def test_a_pack_whose_copy_cannot_be_synced_releases_the_commit_lock_and_the_queue_goes_on(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, caplog
 ):
     """The packed copy vanishes (its directory was taken away, say) after FileStorage's
     packer wrote it and took the commit lock, and before ackqueue fsyncs it: the pack fails
@@ -367,6 +368,11 @@ def test_a_pack_whose_copy_cannot_be_synced_releases_the_commit_lock_and_the_que
         monkeypatch.setattr(durability, "fsync_path", vanishing)
         with pytest.raises(ackqueue.StorageError, match="pack"):
             q.pack()
+        said = [r.getMessage() for r in caplog.records
+                if r.name == "ackqueue" and r.levelno >= logging.ERROR]
+        assert len(said) == 1 and said[0].startswith(
+            f"packing {path} failed: its packed copy could not be synced ([Errno 2] "
+        ) and said[0].endswith("); the file is unchanged"), said
         monkeypatch.setattr(durability, "fsync_path", real_fsync_path)
         done = threading.Event()
 
