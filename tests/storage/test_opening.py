@@ -136,5 +136,6 @@ def test_a_failed_commit_on_a_callers_open_database_is_not_called_a_closed_one(q
                 q.put("refused")
             assert "ReadOnlyError" in str(failed.value)
             assert "was closed" not in str(failed.value)
+            assert failed.value.__cause__ is not None  # ZODB's own error, for the traceback
     finally:
         db.close()
