@@ -989,6 +989,11 @@ def _whole_transaction_end(tail: bytes, end: int) -> int:
     none does. A torn end (the last commit cut short during its write, by a crash or a power
     loss) repeats no length: the search goes on back from each place where one could end."""
     while end >= TRANS_HDR_LEN + 8:
+        if not any(tail[end - 8 : end]):
+            # Inside a run of zero bytes (an item's, or blocks a power loss left unwritten):
+            # no length ends there, only one that takes in the last byte before the run.
+            end = min(end - 1, len(tail[:end].rstrip(b"\x00")) + 7)
+            continue
         if _transaction_ending_at(tail, end) is not None:
             return end
         found = tail.rfind(_LENGTH_HIGH_BYTES, 0, end - 6)  # a place before ``end``

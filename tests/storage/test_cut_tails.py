@@ -64,6 +64,11 @@ def an_unfinished_commit_holding(inner: bytes, extra: int = 0) -> bytes:
         (FINISHED + UNFINISHED[:TRANS_HDR_LEN + 10], False),
         (record(b" ", b"\x00" * 40, length=10**6) + FINISHED + UNFINISHED[:-3], False),
         (FINISHED[:30] + UNFINISHED[:-3], True),  # nothing whole before the torn end
+        # A torn end of zero bytes (an item's, or blocks a power loss left unwritten), after
+        # a finished transaction whose repeated length itself ends in a zero byte (256).
+        (record(b" ", b"\x01" * 233) + UNFINISHED[:TRANS_HDR_LEN] + bytes(5000), False),
+        (bytes(5000), True),
+        (UNFINISHED[:TRANS_HDR_LEN] + bytes(5000), True),
         # The first header's length damaged (what made FileStorage cut): still read as whole.
         (record(b" ", b"\x00" * 40, length=TRANS_HDR_LEN + 41), False),
         # A repeated length pointing inside a tail at a header that disagrees: not a
