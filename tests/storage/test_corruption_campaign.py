@@ -245,8 +245,9 @@ def test_a_damaged_first_byte_is_a_damaged_queue_file_that_salvage_reads_whole(
         q.put_many(["a", "b", "c"])
     with open(path, "r+b") as f:
         f.write(b"G")
-    with pytest.raises(ackqueue.DamagedFileError, match="a byte away from FileStorage's"):
+    with pytest.raises(ackqueue.DamagedFileError, match="a byte away from FileStorage's") as told:
         ackqueue.AckQueue(path)
+    assert path in str(told.value)
     new = str(tmp_path / "new.fs")
     assert cli(["salvage", path, "--into", new]) == 0
     assert "its first bytes (put right in the copy read)" in capsys.readouterr().err
