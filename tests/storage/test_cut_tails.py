@@ -11,12 +11,17 @@ corruption campaign's; these pin the reading itself, case by case.
 from __future__ import annotations
 
 import struct
+import threading
 
 import pytest
 from ZODB.FileStorage.format import TRANS_HDR, TRANS_HDR_LEN
 
 import ackqueue
-from ackqueue.storage.filestorage import _finished_transaction_first, only_an_unfinished_commit
+from ackqueue.storage.filestorage import (
+    _finished_transaction_first,
+    only_an_unfinished_commit,
+    rejoin_cut_file,
+)
 
 TID = b"\x03\xd5\x00\x00\x00\x00\x00\x01"
 
@@ -140,10 +145,6 @@ def test_salvaging_what_ends_in_a_dot_within_its_last_bytes_ends(tmp_path):
     "." (a pickle's last byte); one among a file's last 8 bytes made it read the same bytes
     for ever, and ``ackqueue salvage`` never returned. A tail no repeated length leads back
     through, ending so: the commits of the file before it come back, and the call returns."""
-    import threading
-
-    from ackqueue.storage.filestorage import rejoin_cut_file
-
     before = str(tmp_path / "q.fs.tr0.before")
     with ackqueue.AckQueue(before) as q:
         q.put_many(["a", "b"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -15,6 +16,7 @@ from polling import wait_until
 from ZODB.POSException import ConflictError
 from ZODB.POSException import StorageError as POSStorageError
 
+import ackqueue
 from ackqueue.errors import QueueClosedError
 from ackqueue.storage import commit
 from ackqueue.storage.commit import GroupCommitter
@@ -512,10 +514,6 @@ def test_a_queue_files_next_put_commits_while_the_one_before_is_being_fsynced(
     commit lock (the store hands its file to the committer as the syncer), so a second put is
     written while the first is still being fsynced, and each returns once its own is on disk.
     An fsync inside the commit would hold the second put back until the first's was done."""
-    import os
-
-    import ackqueue
-
     path = str(tmp_path / "q.fs")
     real_fsync = os.fsync
     entered, gate = threading.Event(), threading.Event()
