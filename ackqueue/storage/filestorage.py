@@ -160,6 +160,8 @@ T = TypeVar("T")
 
 DURABILITIES = ("strict", "relaxed")
 DEFAULT_SYNC_INTERVAL = 1.0
+# The status bytes of a finished transaction (FileStorage writes "c" until its finish).
+FINISHED_STATUSES = (b" ", b"p", b"u")
 
 # Data record headers of recent commits kept in memory (see QueueFileStorage.store): the
 # newest HEADER_CACHE, trimmed to that once HEADER_SLACK more were added. Trimmed one at a time,
@@ -655,7 +657,7 @@ def _finished_transaction_first(tail: bytes) -> bool:
     if len(tail) < TRANS_HDR_LEN:
         return False
     _tid, length, status, *_ = struct.unpack(TRANS_HDR, tail[:TRANS_HDR_LEN])
-    if status not in (b" ", b"p", b"u") or length < TRANS_HDR_LEN or len(tail) < length + 8:
+    if status not in FINISHED_STATUSES or length < TRANS_HDR_LEN or len(tail) < length + 8:
         return False
     return bool(struct.unpack(">Q", tail[length : length + 8])[0] == length)
 
@@ -937,7 +939,7 @@ def transactions_damage(path: str) -> str | None:
                 return f"its transaction at byte {pos} is stamped before the one before it"
             if status == b"c":
                 return None  # a commit cut short: the last, from a crash
-            if status not in (b" ", b"p", b"u"):
+            if status not in FINISHED_STATUSES:
                 return f"its transaction at byte {pos} has status {status!r}"
             f.seek(pos + length)
             repeated = f.read(8)
@@ -972,35 +974,35 @@ def _holds_a_finished_transaction(tail: bytes) -> bool:
     """Whether a whole finished transaction lies in ``tail``: a header with a finished status
     whose length is repeated right after the transaction. From the end, the chain of repeated
     lengths leads back over commits still flagged ``c`` to a finished one; a torn end is
-    passed over (:func:`_whole_transaction_end`)."""
-    end = len(tail)
-    while True:
-        end = _whole_transaction_end(tail, end)
-        start = _transaction_ending_at(tail, end) if end else None
-        if start is None:
-            return False
-        if tail[start + 16 : start + 17] in (b" ", b"p", b"u"):
+    passed over (:func:`_last_whole_transaction`)."""
+    found = _last_whole_transaction(tail, len(tail))
+    while found is not None:
+        start, _end = found
+        if tail[start + 16 : start + 17] in FINISHED_STATUSES:
             return True
-        end = start  # a commit still flagged "c": look before it
+        found = _last_whole_transaction(tail, start)  # one still flagged "c": look before it
+    return False
 
 
-def _whole_transaction_end(tail: bytes, end: int) -> int:
-    """Where the last whole transaction of ``tail[:end]`` ends (its repeated length), 0 if
-    none does. A torn end (the last commit cut short during its write, by a crash or a power
-    loss) repeats no length: the search goes on back from each place where one could end."""
+def _last_whole_transaction(tail: bytes, end: int) -> tuple[int, int] | None:
+    """Where the last whole transaction of ``tail[:end]`` starts and ends (after its repeated
+    length), None if there is none. A torn end (the last commit cut short during its write, by
+    a crash or a power loss) repeats no length: the search goes on back from each place where
+    one could end."""
     while end >= TRANS_HDR_LEN + 8:
         if not any(tail[end - 8 : end]):
             # Inside a run of zero bytes (an item's, or blocks a power loss left unwritten):
             # no length ends there, only one that takes in the last byte before the run.
             end = min(end - 1, len(tail[:end].rstrip(b"\x00")) + 7)
             continue
-        if _transaction_ending_at(tail, end) is not None:
-            return end
+        start = _transaction_ending_at(tail, end)
+        if start is not None:
+            return start, end
         found = tail.rfind(_LENGTH_HIGH_BYTES, 0, end - 6)  # a place before ``end``
         if found < 0:
-            return 0
+            return None
         end = found + 8
-    return 0
+    return None
 
 
 def _transaction_ending_at(tail: bytes, end: int) -> int | None:
@@ -1436,15 +1438,20 @@ def repaired_tail(tail: bytes) -> bytes | None:
     FileStorage cuts at (its length or its status) and the length every transaction repeats at
     its end leads back from the last whole transaction to the start of the tail; else None.
     A torn end after that transaction (a commit cut short: it never returned) is left out."""
-    whole = end = _whole_transaction_end(tail, len(tail))
-    while whole and end >= TRANS_HDR_LEN + 8:
-        start = _transaction_ending_at(tail, end)
-        if start is None:
-            return None
-        if start == 0:
-            fixed = bytearray(tail[:whole])
-            fixed[8:16] = struct.pack(">Q", end - 8)
-            fixed[16:17] = b" "  # a transaction followed by finished ones had finished
-            return bytes(fixed)
+    last = _last_whole_transaction(tail, len(tail))
+    if last is None:
+        return None
+    start, whole = last
+    end = whole
+    while start != 0:  # back along the repeated lengths to the tail's first transaction
         end = start
-    return None
+        if end < TRANS_HDR_LEN + 8:
+            return None
+        found = _transaction_ending_at(tail, end)
+        if found is None:
+            return None
+        start = found
+    fixed = bytearray(tail[:whole])
+    fixed[8:16] = struct.pack(">Q", end - 8)
+    fixed[16:17] = b" "  # a transaction followed by finished ones had finished
+    return bytes(fixed)
