@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import pathlib
 
 import pytest
@@ -9,6 +12,7 @@ import transaction
 import ZODB
 from ZODB.DemoStorage import DemoStorage
 from ZODB.FileStorage import FileStorage
+from ZODB.FileStorage.FileStorage import packed_version
 
 import ackqueue
 
@@ -139,3 +143,37 @@ def test_a_failed_commit_on_a_callers_open_database_is_not_called_a_closed_one(q
             assert failed.value.__cause__ is not None  # ZODB's own error, for the traceback
     finally:
         db.close()
+
+
+def test_a_failed_open_lets_go_of_the_file_while_its_error_is_still_held(tmp_path):
+    """ZODB's FileStorage takes the ``.lock`` file first and raises later, on a damaged file
+    say, without letting go; the half-built storage, kept alive by the error's traceback and
+    the reference cycles of its frames, would hold the lock until the collector ran, and every
+    open meanwhile was refused as "open in another process" (this process). The ``.lock`` file
+    is one an earlier session left, as any closed queue leaves it."""
+    path = tmp_path / "q.fs"
+    path.write_bytes(packed_version + b"\xff" * 200)  # a damaged first transaction
+    (tmp_path / "q.fs.lock").write_bytes(b"")
+    errors = []
+    gc.disable()  # no collection may free the first try's half-built storage
+    try:
+        for _ in range(2):
+            with pytest.raises(ackqueue.DamagedFileError) as raised:
+                ackqueue.AckQueue(str(path))
+            errors.append(raised.value)  # held, as a caller logging it holds it
+    finally:
+        gc.enable()
+    assert all(str(path) in str(error) for error in errors)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.fs", "q.fs.lock"]
+    assert open_beside(tmp_path) == []  # nor its data file, scratch file or file pool
+
+
+def open_beside(directory: pathlib.Path) -> list[str]:
+    """The files in ``directory`` this process has a descriptor of (Linux's /proc)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(directory)):
+                found.append(target)
+    return found
