@@ -320,6 +320,8 @@ def test_tilde_is_expanded_and_bytes_and_pathlike_paths_name_the_same_file(tmp_p
     assert (tmp_path / "jobs.fs").exists() and not (tmp_path / "~").exists()
     with ackqueue.AckQueue(os.fsencode(tmp_path / "jobs.fs")) as q:  # type: ignore[arg-type]
         q.put("by bytes")
+    with ackqueue.AckQueue("jobs.fs") as q:  # a bare name: in the working directory
+        assert q.qsize() == 2
     with ackqueue.AckQueue(tmp_path / "jobs.fs") as q:
         assert [q.get_nowait(), q.get_nowait()] == ["by tilde", "by bytes"]
 

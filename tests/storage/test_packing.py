@@ -10,10 +10,12 @@ import threading
 import time
 
 import pytest
+import zc.lockfile
 from conftest import child_argv, child_env
 from polling import bounded, wait_until
 from ZODB.FileStorage import FileStorage
 from ZODB.fsIndex import fsIndex
+from ZODB.serialize import referencesf
 
 import ackqueue
 from ackqueue.storage.filestorage import PACK_STATE_KEY
@@ -268,6 +270,60 @@ def test_a_pack_killed_between_its_renames_is_completed_at_the_next_open(qpath):
     with ackqueue.AckQueue(qpath) as q:
         assert q.qsize() == 20
         assert [q.get_nowait() for _ in range(20)] == list(range(20))
+    assert not any(os.path.exists(qpath + end) for end in (".old", ".pack"))
+
+
+def test_the_restore_of_a_pack_killed_between_its_renames_is_logged_and_leaves_nothing(
+    qpath, caplog
+):
+    """No ``.pack`` copy and no index beside the ``.old`` file: what a user who deleted
+    them, or a pack killed before its copy was written, leaves."""
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        q.put_many(range(5))
+    os.remove(qpath + ".index")
+    os.rename(qpath, qpath + ".old")
+    with caplog.at_level(logging.WARNING, logger="ackqueue"), ackqueue.AckQueue(qpath) as q:
+        assert [q.get_nowait() for _ in range(5)] == list(range(5))
+    assert (
+        f"{qpath} was missing after an interrupted pack; restoring it from {qpath}.old"
+        in caplog.messages
+    )
+    assert not any(os.path.exists(qpath + end) for end in (".old", ".pack"))
+
+
+def test_a_pack_between_its_renames_in_a_live_process_is_left_to_it(qpath):
+    """The file missing and ``.old`` beside it is also what a live process's pack looks like
+    for a moment: an open then must not move ``.old`` back under that pack's feet (its next
+    rename puts the packed copy in place), and says the file is in use."""
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        q.put_many(range(5))
+    os.rename(qpath, qpath + ".old")
+    lock = zc.lockfile.LockFile(qpath + ".lock")  # the packing process's
+    try:
+        with pytest.raises(ackqueue.QueueLockedError):
+            ackqueue.AckQueue(qpath)
+        assert os.path.exists(qpath + ".old") and not os.path.exists(qpath)
+    finally:
+        lock.close()
+
+
+def test_an_old_copy_beside_a_whole_file_is_left_alone(qpath):
+    """FileStorage's own pack keeps the file as it was before as ``.old`` (``pack_keep_old``,
+    its default: ZODB's tools, a program packing the file itself). With the file there, that
+    copy is history, never the file: items put after it stay."""
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        q.put_many(range(5))
+    storage = FileStorage(qpath)
+    try:
+        storage.pack(time.time(), referencesf)
+    finally:
+        storage.close()
+    assert os.path.exists(qpath + ".old")
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        q.put_many(range(5, 10))
+    with ackqueue.AckQueue(qpath) as q:
+        assert [q.get_nowait() for _ in range(q.qsize())] == list(range(10))
+    assert os.path.exists(qpath + ".old")
 
 
 def test_backlog_read_after_a_pack_that_dropped_the_readers_snapshot(qpath):
