@@ -103,7 +103,8 @@ def small_fs(tmp_path):
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+        # Lazily: a test that failed may still have the queue's files open on it.
+        subprocess.run(["umount", "--lazy", str(mnt)], check=True)
 
 
 def fill(directory, leave: int) -> str:
@@ -129,9 +130,10 @@ def test_a_full_filesystem_gives_a_clear_error_and_recovers_in_process(small_fs,
             q.put(("full", i, b"z" * 200))
             confirmed.append(("full", i, b"z" * 200))
     assert "No space left on device" in str(failure.value) and path in str(failure.value)
-    with pytest.raises(ackqueue.StorageError):
+    with pytest.raises(ackqueue.StorageError) as still:
         for item in held:
             c.ack(item)  # there is no room for these either
+    assert path in str(still.value) and "since an earlier write failed" in str(still.value)
     assert q.unacked_count() == len(held), "a failed ack must leave the item held"
     os.remove(ballast)  # the space comes back
 
@@ -144,6 +146,28 @@ def test_a_full_filesystem_gives_a_clear_error_and_recovers_in_process(small_fs,
     caplog.set_level(logging.WARNING)
     assert stored_items(path) == PRE[1:] + confirmed + [("after", 0, b"")]
     assert_file_is_clean(path, caplog)
+
+
+def test_a_queue_closed_as_soon_as_space_returns_leaves_a_clean_file(small_fs, caplog):
+    """The put that failed left the unwritten rest of its commit in the file's buffer; with
+    no commit after it to cut that off, the close must, or the buffer lands past the last
+    commit and the next open cuts it off as a torn commit."""
+    path = str(small_fs / "q.fs")
+    q = ackqueue.AckQueue(path)
+    for item in PRE:
+        q.put(item)
+    ballast = fill(small_fs, leave=16 * 1024)
+    confirmed = []
+    with pytest.raises(ackqueue.StorageError):
+        for i in range(10_000):
+            q.put(("full", i, b"z" * 200))
+            confirmed.append(("full", i, b"z" * 200))
+    os.remove(ballast)
+    q.close()
+    caplog.set_level(logging.WARNING)
+    assert stored_items(path) == PRE + confirmed
+    assert_file_is_clean(path, caplog)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 CLOSE_WHEN_FULL = """
