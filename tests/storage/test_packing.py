@@ -465,3 +465,28 @@ def test_a_session_killed_before_recording_its_estimate_has_half_its_writes_coun
             c.ack(c.get())
         assert q._store.packer.packs == 1
     assert os.path.getsize(image) < size // 4
+
+
+def test_an_index_that_points_a_record_at_anothers_is_a_damaged_file(qpath):
+    """The ``.index`` file is trusted at open (FileStorage checks only its last transaction):
+    one whose positions of two tree buckets were swapped (a changed byte, an index written
+    for another file) must be reported as damage when a bucket is read, not hand out the
+    other bucket's items in its place."""
+    with ackqueue.AckQueue(qpath, autopack=False) as q:
+        q.put_many(range(200))
+    storage = FileStorage(qpath, read_only=True)
+    try:
+        buckets = [
+            oid for oid in storage._index
+            if b"LOBucket" in storage.load(oid)[0][:60]  # the record's class, first
+        ]
+    finally:
+        storage.close()
+    saved = fsIndex.load(qpath + ".index")
+    index = saved["index"]
+    one, other = buckets[1], buckets[2]
+    index[one], index[other] = index[other], index[one]
+    index.save(saved["pos"], qpath + ".index")
+    damaged = pytest.raises(ackqueue.DamagedFileError, match=f"{qpath} is damaged: record")
+    with damaged, ackqueue.AckQueue(qpath) as q:
+        [q.get_nowait() for _ in range(q.qsize())]
