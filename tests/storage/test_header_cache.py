@@ -10,8 +10,10 @@ import transaction
 import ZODB
 from BTrees.Length import Length
 from persistent.mapping import PersistentMapping
+from ZODB.FileStorage.format import FileStorageFormatter
 from ZODB.POSException import ConflictError
 
+from ackqueue.storage import filestorage
 from ackqueue.storage.filestorage import QueueFileStorage
 
 
@@ -79,5 +81,62 @@ def test_after_a_pack_the_cached_positions_are_not_used(tmp_path):
     try:
         root = db.open().root()
         assert root["obj"]["n"] == 39 and root["count"]() == 40
+    finally:
+        db.close()
+
+
+def test_commits_rewriting_an_object_check_it_without_reading_the_file(tmp_path, monkeypatch):
+    """What the cache is for: the conflict check of a store, and ``getTid`` of an object a
+    commit only read, answered from the headers of records this storage wrote (a file read
+    each was a tenth of an ack's CPU)."""
+    reads = []
+    read = FileStorageFormatter._read_data_header
+
+    def counted(self, pos, oid=None, _file=None):
+        if _file is None:  # the storage's own file: the checks' reads (loads use the pool's)
+            reads.append(oid)
+        return read(self, pos, oid, _file)
+
+    db = open_db(tmp_path)
+    try:
+        with db.transaction() as conn:
+            conn.root()["obj"] = Plain(n=0)
+            conn.root()["other"] = Plain(n=0)
+    finally:
+        db.close()
+    db = open_db(tmp_path)  # reopened: nothing cached
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        obj, other = conn.root()["obj"], conn.root()["other"]
+        other["n"]  # loaded: readCurrent of a ghost records nothing
+        monkeypatch.setattr(FileStorageFormatter, "_read_data_header", counted)
+        for n in range(1, 50):
+            obj["n"] = n
+            conn.readCurrent(other)  # never written here: checked with getTid at the vote
+            tm.commit()
+        # The first checks of each (before the first commit the cache is not the file's yet),
+        # not one a commit.
+        assert set(reads) <= {obj._p_oid, other._p_oid} and len(reads) <= 4, reads
+    finally:
+        db.close()
+
+
+def test_the_cache_keeps_only_the_newest_headers(tmp_path, monkeypatch):
+    cache, slack = 64, 16  # HEADER_CACHE and HEADER_SLACK, made small to be quick
+    monkeypatch.setattr(filestorage, "HEADER_CACHE", cache)
+    monkeypatch.setattr(filestorage, "HEADER_SLACK", slack)
+    db = open_db(tmp_path)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        root = conn.root()
+        commits = cache + 3 * slack + 5
+        for n in range(commits):
+            root[n % 7] = Plain(n=n)  # a new record each commit, and the root rewritten
+            tm.commit()
+        headers = db.storage._headers
+        assert cache <= len(headers) <= cache + slack
+        assert headers[max(headers)].oid == root[(commits - 1) % 7]._p_oid  # the newest kept
     finally:
         db.close()
