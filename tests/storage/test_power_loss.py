@@ -217,6 +217,41 @@ def test_commits_after_a_pack_are_fsynced_on_the_packed_file(qpath, fsyncs):
         db.close()
 
 
+def test_a_commit_made_without_the_group_committer_is_fsynced_before_it_returns(qpath, fsyncs):
+    """The private server of a shared file commits its clients' changes on the queue storage
+    with ZODB's own commit, not inside ``deferring_sync``: each must be fsynced before it
+    returns, as FileStorage's are; also in a thread whose earlier commit did defer its fsync
+    (the group committer's, then another's)."""
+    storage = QueueFileStorage(qpath, pack_keep_old=False)
+    db = ZODB.DB(storage)
+    try:
+        tm = transaction.TransactionManager()
+        root = db.open(transaction_manager=tm).root()
+
+        def covered(n: int) -> None:
+            size = os.path.getsize(qpath)
+            assert fsyncs.covered_since(mark, size), (
+                f"commit {n} returned before the file was fsynced up to {size} bytes: fsyncs "
+                f"since covered {fsyncs.sizes[mark:]}"
+            )
+
+        for n in range(3):
+            mark = fsyncs.mark()
+            root["n"] = n
+            tm.commit()
+            covered(n)
+        with storage.deferring_sync():  # as the group committer commits
+            root["n"] = 3
+            tm.commit()
+        storage.sync_through(storage.flushed())
+        mark = fsyncs.mark()
+        root["n"] = 4
+        tm.commit()
+        covered(4)
+    finally:
+        db.close()
+
+
 def test_closing_the_queue_closes_every_descriptor_of_its_file(qpath):
     def descriptors_of_file() -> int:
         ours = os.stat(qpath)
