@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
 import pickletools
 import shutil
 import stat
@@ -24,7 +25,7 @@ import ackqueue
 from ackqueue.cli.commands import main as cli
 from ackqueue.records import ROOT_KEY
 from ackqueue.storage import counts
-from ackqueue.storage.filestorage import QueueFileStorage
+from ackqueue.storage.filestorage import QueueFileStorage, open_file_storage
 
 CLOSED_WITH = 100  # items in the file when its index was last saved
 PUT_AFTER = 200  # items put afterwards, each its own commit, before the "kill -9"
@@ -110,6 +111,43 @@ def test_a_damaged_header_mid_file_keeps_the_commits_after_it_and_salvage_puts_t
     assert acked & set(left) == acked & set(got)
     # A copy is salvaged once: a second run refuses instead of putting the items twice.
     assert cli(["salvage", path + ".tr0", "--into", path]) != 0
+
+
+@pytest.mark.parametrize(
+    ("field", "found"),
+    [("id", "time-stamp reduction at {at}"), ("status", "has invalid status, X, at {at}")],
+)
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_header_the_scan_reads_past_makes_the_file_damaged_not_opened(
+    tmp_path, field, found, read_only
+):
+    """Damage FileStorage's scan after a stale index only logs and goes on past (a
+    transaction id not after the one before it, a status byte no commit writes): what it read
+    there may be wrong, so the open is refused, saying what it found, where, and to salvage;
+    a read-only look (``ackqueue stats``) too. Nothing is cut or written."""
+    path, _, _ = killed_file(tmp_path)
+    starts = transaction_starts(path)
+    at = starts[-PUT_AFTER // 2]
+    if field == "id":
+        with open(path, "rb") as f:
+            f.seek(starts[-PUT_AFTER // 2 - 2])
+            earlier = f.read(8)
+        damage(path, at, earlier)
+    else:
+        damage(path, at + 16, b"X")
+    before = pathlib.Path(path).read_bytes()
+    with pytest.raises(ackqueue.DamagedFileError) as raised:
+        if read_only:
+            open_file_storage(path, read_only=True)
+        else:
+            ackqueue.AckQueue(path)
+    assert str(raised.value).startswith(
+        f"queue file {path} is damaged: reading its transactions, FileStorage found: "
+        + found.format(at=at)
+    ), raised.value
+    assert f"ackqueue salvage {path} --into NEW" in str(raised.value)
+    assert pathlib.Path(path).read_bytes() == before
+    assert sorted(os.listdir(tmp_path / "killed")) == ["q.fs", "q.fs.index"]
 
 
 def test_a_damaged_header_mid_file_and_a_torn_last_commit_keep_the_commits_between(
