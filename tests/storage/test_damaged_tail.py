@@ -15,6 +15,7 @@ import pathlib
 import pickletools
 import shutil
 import stat
+import struct
 
 import pytest
 import ZODB
@@ -115,16 +116,19 @@ def test_a_damaged_header_mid_file_keeps_the_commits_after_it_and_salvage_puts_t
 
 @pytest.mark.parametrize(
     ("field", "found"),
-    [("id", "time-stamp reduction at {at}"), ("status", "has invalid status, X, at {at}")],
+    [
+        ("id", "reading its transactions, FileStorage found: time-stamp reduction at {at}"),
+        ("status", "reading its transactions, FileStorage found: has invalid status, X, at {at}"),
+        ("lengths", "has invalid transaction header at {at}"),
+    ],
 )
 @pytest.mark.parametrize("read_only", [False, True])
-def test_a_header_the_scan_reads_past_makes_the_file_damaged_not_opened(
-    tmp_path, field, found, read_only
-):
+def test_damage_the_open_does_not_cut_off_refuses_the_file(tmp_path, field, found, read_only):
     """Damage FileStorage's scan after a stale index only logs and goes on past (a
-    transaction id not after the one before it, a status byte no commit writes): what it read
-    there may be wrong, so the open is refused, saying what it found, where, and to salvage;
-    a read-only look (``ackqueue stats``) too. Nothing is cut or written."""
+    transaction id not after the one before it, a status byte no commit writes), or raises
+    at (the lengths of a header's user and description running past it): what it read may be
+    wrong, so the open is refused as damaged (not as a foreign file), saying what it found,
+    where, and to salvage; a read-only look (``ackqueue stats``) too. Nothing is changed."""
     path, _, _ = killed_file(tmp_path)
     starts = transaction_starts(path)
     at = starts[-PUT_AFTER // 2]
@@ -133,8 +137,10 @@ def test_a_header_the_scan_reads_past_makes_the_file_damaged_not_opened(
             f.seek(starts[-PUT_AFTER // 2 - 2])
             earlier = f.read(8)
         damage(path, at, earlier)
-    else:
+    elif field == "status":
         damage(path, at + 16, b"X")
+    else:
+        damage(path, at + 17, b"\xff")  # the high byte of the user name's length
     before = pathlib.Path(path).read_bytes()
     with pytest.raises(ackqueue.DamagedFileError) as raised:
         if read_only:
@@ -142,8 +148,7 @@ def test_a_header_the_scan_reads_past_makes_the_file_damaged_not_opened(
         else:
             ackqueue.AckQueue(path)
     assert str(raised.value).startswith(
-        f"queue file {path} is damaged: reading its transactions, FileStorage found: "
-        + found.format(at=at)
+        f"queue file {path} is damaged: {found.format(at=at)}. Keep a copy of it as it is"
     ), raised.value
     assert f"ackqueue salvage {path} --into NEW" in str(raised.value)
     assert pathlib.Path(path).read_bytes() == before
@@ -281,7 +286,11 @@ def test_a_wrong_total_recorded_by_a_commit_is_caught_and_the_count_recounted(tm
     with open(path, "r+b") as f:
         f.seek(start)
         head = f.read(300)
-        metadata = head.index(b"\x80")  # the pickled metadata of the transaction
+        # The pickled metadata of the transaction, after its user name and description (a
+        # search for the pickle's first byte found one in the transaction id now and then).
+        user, description = struct.unpack(">HH", head[17:21])
+        metadata = TRANS_HDR_LEN + user + description
+        assert head[metadata] == 0x80, head[:metadata + 1]
         after = None
         for opcode, arg, at in pickletools.genops(head[metadata:]):
             if arg == "ackqueue.totals":
