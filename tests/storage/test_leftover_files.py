@@ -73,3 +73,18 @@ def test_reopening_after_a_torn_commit_leaves_no_truncation_copy(tmp_path, statu
     assert files(tmp_path / "torn") == EXPECTED_AFTER_CLOSE | {"q.fs.tr0"}
     with open(path + ".tr0", "rb") as f:
         assert f.read() == b"not ours"
+
+
+def test_a_commit_scratch_file_removed_under_a_running_queue_costs_nothing(qpath):
+    """Someone cleaning the directory deletes ``jobs.fs.tmp`` (FileStorage's scratch file, which
+    it keeps open) while the queue runs: puts go on, and the close, which removes that file,
+    finds it gone and closes all the same."""
+    q = ackqueue.AckQueue(qpath)
+    q.put(1)
+    os.remove(qpath + ".tmp")
+    q.put(2)
+    q.close()
+    name = os.path.basename(qpath)
+    assert files(os.path.dirname(qpath)) == {name, name + ".index", name + ".lock"}
+    with ackqueue.AckQueue(qpath) as q:
+        assert [q.get_nowait(), q.get_nowait()] == [1, 2]
