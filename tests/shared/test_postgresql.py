@@ -7,8 +7,10 @@ nothing confirmed, and an open that cannot reach the server says where it tried 
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -114,9 +116,14 @@ def test_no_server_at_the_address_says_where_it_tried_and_what_to_do() -> None:
     with pytest.raises(ackqueue.StorageError) as caught:
         ackqueue.AckQueue(uri)
     message = str(caught.value)
-    assert f"127.0.0.1 port {port}" in message
-    assert "database 'jobs'" in message and "user 'queue'" in message
-    assert "start the server" in message
+    assert message.startswith(
+        f"cannot open the queue database postgresql://queue:***@127.0.0.1:{port}/jobs: tried "
+        f"the PostgreSQL server 127.0.0.1 port {port}, database 'jobs', user 'queue': "
+    ), message
+    assert message.endswith(
+        "; start the server, or fix the host and port in the URI; a server on another host "
+        "must listen on that address (listen_addresses) and let this host in (pg_hba.conf)"
+    ), message
     assert "s3cret" not in message
 
 
@@ -124,11 +131,43 @@ def test_a_missing_database_says_to_create_it(postgres_server: PostgresServer) -
     with pytest.raises(ackqueue.StorageError, match="createdb") as caught:
         ackqueue.AckQueue(postgres_server.uri("no_such_database"))
     assert "'no_such_database'" in str(caught.value)
+    assert str(caught.value).endswith(
+        "; create the database first (createdb NAME, or CREATE DATABASE as its owner)"
+    )
+
+
+def test_an_unknown_user_is_told_to_check_the_user_and_password(postgres_uri: str) -> None:
+    uri = postgres_uri.replace("://postgres@", "://nobody@")
+    with pytest.raises(ackqueue.StorageError) as caught:
+        ackqueue.AckQueue(uri)
+    message = str(caught.value)
+    assert "user 'nobody'" in message and 'role "nobody" does not exist' in message, message
+    # It mentions the connection too: the user is the first thing to check, not the server.
+    assert message.endswith(
+        "; check the user and password in the URI, and the server's pg_hba.conf"
+    ), message
+
+
+def test_a_database_made_with_other_options_says_to_open_it_with_them(postgres_uri: str) -> None:
+    with ackqueue.AckQueue(postgres_uri) as q:  # keep_history=false, the queue's default
+        q.put("kept")
+    with pytest.raises(ackqueue.StorageError) as caught:
+        ackqueue.AckQueue(postgres_uri + "?keep_history=true")
+    assert str(caught.value).endswith(
+        "; the database holds RelStorage tables made with other options: open it with the "
+        "keep_history= it was created with (the queue's default is false), or give the queue "
+        "a database of its own"
+    ), caught.value
+    with ackqueue.AckQueue(postgres_uri) as q:
+        assert q.get_nowait() == "kept"
 
 
 def test_an_unknown_option_is_named_and_nothing_is_created(postgres_uri: str) -> None:
-    with pytest.raises(ackqueue.StorageError, match="unknown option"):
+    with pytest.raises(ackqueue.StorageError, match="unknown option") as caught:
         ackqueue.AckQueue(postgres_uri + "?no_such_option=1")
+    assert str(caught.value).endswith(
+        "; fix or remove the unknown option in the URI's query (after the ?)"
+    ), caught.value
     import psycopg2
 
     dbname = postgres_uri.rsplit("/", 1)[1]
@@ -143,8 +182,12 @@ def test_an_unknown_option_is_named_and_nothing_is_created(postgres_uri: str) ->
 
 
 def test_a_port_that_is_not_a_number_is_a_clear_error() -> None:
-    with pytest.raises(ackqueue.StorageError, match="the port is not a number"):
+    with pytest.raises(ackqueue.StorageError, match="the port is not a number") as caught:
         ackqueue.AckQueue("postgresql://queue:s3cret@127.0.0.1:x/jobs")
+    assert str(caught.value) == (
+        "postgresql://queue:***@127.0.0.1:x/jobs: the port is not a number; write "
+        "postgresql://USER@HOST:PORT/DBNAME"
+    )
 
 
 def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
@@ -161,6 +204,19 @@ def test_the_queue_defaults_apply_only_where_the_uri_sets_nothing() -> None:
         "postgres://queue@db:6543/jobs?keep_history=true&connect_timeout=3"))
     assert parse_qs(given.query) == {"keep_history": ["true"], "connect_timeout": ["3"]}
     assert postgres.shown("postgresql://queue:s3cret@db/jobs") == "postgresql://queue:***@db/jobs"
+    # An option given empty is given: passed on as it is, no default in its place.
+    blank = urlsplit(postgres.for_zodburi("postgresql://queue@db/jobs?connect_timeout="))
+    assert parse_qs(blank.query, keep_blank_values=True) == {
+        "connect_timeout": [""], "keep_history": ["false"]}
+    # A user or password holding a "/" stays escaped (else the rest reads as the path), and
+    # what zodburi reads has no fragment.
+    slashed = urlsplit(postgres.for_zodburi("postgresql://qu%2Feue:p%2Fss@db/jobs"))
+    assert (slashed.username, slashed.password, slashed.hostname, slashed.path) == (
+        "qu%2Feue", "p%2Fss", "db", "/jobs")
+    assert slashed.fragment == ""
+    # Neither user nor host: libpq's defaults, this process's user on localhost.
+    bare = urlsplit(postgres.for_zodburi("postgresql:///jobs"))
+    assert (bare.username, bare.hostname, bare.port) == (getpass.getuser(), "localhost", 5432)
 
 
 def test_the_command_line_never_prints_the_uris_password(
@@ -203,6 +259,19 @@ def test_without_zodburi_a_postgresql_uri_names_the_postgresql_extra() -> None:
     child = spawn_child(code)
     out, _ = child.communicate(timeout=60)
     assert "pip install '.[postgresql]'" in out and "s3cret" not in out, out
+
+
+def test_without_zodburi_the_message_names_the_uri_and_the_postgresql_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "zodburi", None)  # as a plain `pip install .` has it
+    with pytest.raises(ackqueue.StorageError) as caught:
+        ackqueue.AckQueue("postgresql://queue:s3cret@127.0.0.1:1/jobs")
+    assert str(caught.value) == (
+        "opening postgresql://queue:***@127.0.0.1:1/jobs needs the zodburi package, which "
+        "ackqueue requires: this environment lacks it (pip install zodburi relstorage "
+        "psycopg2-binary, or pip install '.[postgresql]' in a checkout of ackqueue)"
+    )
 
 
 def test_a_drivers_message_quoting_the_password_is_scrubbed() -> None:
@@ -251,3 +320,56 @@ def test_a_database_that_refuses_connections_raises_storage_error_and_the_queue_
         assert sorted(got) == ["after", "before"]  # "during" raised: never stored
     finally:
         q.close()
+
+
+INSTALL = ("install RelStorage and the driver: pip install relstorage psycopg2-binary (from a "
+           "checkout of ackqueue: pip install '.[postgresql]')")
+UNREACHABLE = "start the server, or fix the host and port in the URI"
+
+
+@pytest.mark.parametrize(("error", "advice"), [
+    (ImportError("No module named 'psycopg2'"), INSTALL),
+    (RuntimeError("Driver 'psycopg2' is not available. Reason=No module named 'psycopg2'"),
+     INSTALL),
+    (RuntimeError('FATAL:  password authentication failed for user "queue"'),
+     "check the user and password in the URI"),
+    (RuntimeError('invalid dsn: invalid connection option "no_such_option"'),
+     "fix or remove the unknown option"),
+    (RuntimeError('relation "object_state" does not exist'),
+     "the database holds RelStorage tables made with other options"),
+    (RuntimeError("timeout expired"), UNREACHABLE),
+    (RuntimeError('could not translate host name "db.example.org" to address: Name or service '
+                  "not known"), UNREACHABLE),
+    (RuntimeError("server closed the connection unexpectedly"), UNREACHABLE),
+    # "unavailable" is no missing driver.
+    (RuntimeError('connection to server on socket "/run/postgresql/.s.PGSQL.5432" failed: '
+                  "Resource temporarily unavailable"), UNREACHABLE),
+    (RuntimeError("out of shared memory"),
+     "see the server's log for why, or give the queue a database of its own"),
+])
+def test_each_kind_of_failure_gets_its_own_advice(error: BaseException, advice: str) -> None:
+    """The drivers' and RelStorage's messages, as each kind of failure words them (the kinds
+    a real server cannot be made to give here: no driver, a wrong password under ``trust``, a
+    host that does not resolve, a timeout, the server's own trouble)."""
+    from ackqueue.storage import postgresql as postgres
+
+    uri = "postgresql://queue:s3cret@db.example.org/jobs"
+    message = str(postgres.open_error(uri, error))
+    detail = " ".join(str(error).split())  # on one line
+    said = (
+        "cannot open the queue database postgresql://queue:***@db.example.org/jobs: tried the "
+        f"PostgreSQL server db.example.org port 5432, database 'jobs', user 'queue': {detail}; "
+    )
+    assert message.startswith(said), message
+    assert message[len(said):].startswith(advice), message
+
+
+def test_an_error_without_words_is_shown_by_its_repr() -> None:
+    from ackqueue.storage import postgresql as postgres
+
+    message = str(postgres.open_error("postgresql://queue@db.example.org:6543/", OSError()))
+    assert message == (
+        "cannot open the queue database postgresql://queue@db.example.org:6543/: tried the "
+        "PostgreSQL server db.example.org port 6543, database '(none given)', user 'queue': "
+        "OSError(); see the server's log for why, or give the queue a database of its own"
+    )
