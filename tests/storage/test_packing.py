@@ -470,8 +470,8 @@ def test_a_session_killed_before_recording_its_estimate_has_half_its_writes_coun
 def test_an_index_that_points_a_record_at_anothers_is_a_damaged_file(qpath):
     """The ``.index`` file is trusted at open (FileStorage checks only its last transaction):
     one whose positions of two tree buckets were swapped (a changed byte, an index written
-    for another file) must be reported as damage when a bucket is read, not hand out the
-    other bucket's items in its place."""
+    for another file) must be reported as damage when a bucket is read, not read as the other
+    bucket (without FileStorage's check of the record's oid: "entry 16 ... is not stored")."""
     with ackqueue.AckQueue(qpath, autopack=False) as q:
         q.put_many(range(200))
     storage = FileStorage(qpath, read_only=True)

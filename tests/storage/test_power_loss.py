@@ -228,7 +228,10 @@ def test_a_commit_made_without_the_group_committer_is_fsynced_before_it_returns(
         tm = transaction.TransactionManager()
         root = db.open(transaction_manager=tm).root()
 
-        def covered(n: int) -> None:
+        def commit_covered(n: int) -> None:
+            mark = fsyncs.mark()
+            root["n"] = n
+            tm.commit()
             size = os.path.getsize(qpath)
             assert fsyncs.covered_since(mark, size), (
                 f"commit {n} returned before the file was fsynced up to {size} bytes: fsyncs "
@@ -236,18 +239,12 @@ def test_a_commit_made_without_the_group_committer_is_fsynced_before_it_returns(
             )
 
         for n in range(3):
-            mark = fsyncs.mark()
-            root["n"] = n
-            tm.commit()
-            covered(n)
+            commit_covered(n)
         with storage.deferring_sync():  # as the group committer commits
             root["n"] = 3
             tm.commit()
         storage.sync_through(storage.flushed())
-        mark = fsyncs.mark()
-        root["n"] = 4
-        tm.commit()
-        covered(4)
+        commit_covered(4)
     finally:
         db.close()
 
