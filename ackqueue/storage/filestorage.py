@@ -968,6 +968,7 @@ def only_an_unfinished_commit(tail: bytes) -> bool:
 
 # A transaction's length repeated after it is below 2**40 (a terabyte): its first bytes are 0.
 _LENGTH_HIGH_BYTES = b"\x00\x00\x00"
+ZERO_RUN_WINDOW = 4096  # bytes looked at a time for where a run of zero bytes starts
 
 
 def _holds_a_finished_transaction(tail: bytes) -> bool:
@@ -993,7 +994,7 @@ def _last_whole_transaction(tail: bytes, end: int) -> tuple[int, int] | None:
         if not any(tail[end - 8 : end]):
             # Inside a run of zero bytes (an item's, or blocks a power loss left unwritten):
             # no length ends there, only one that takes in the last byte before the run.
-            end = min(end - 1, len(tail[:end].rstrip(b"\x00")) + 7)
+            end = min(end - 1, _after_last_nonzero(tail, end) + 7)
             continue
         start = _transaction_ending_at(tail, end)
         if start is not None:
@@ -1003,6 +1004,19 @@ def _last_whole_transaction(tail: bytes, end: int) -> tuple[int, int] | None:
             return None
         end = found + 8
     return None
+
+
+def _after_last_nonzero(tail: bytes, end: int) -> int:
+    """Where the run of zero bytes that ends at ``end`` starts (0: at the start of ``tail``).
+    Looked for a window at a time: stripping all of ``tail[:end]`` copied the tail before each
+    run, and a torn commit holding thousands of them took minutes of CPU on a large tail."""
+    while end > 0:
+        start = max(0, end - ZERO_RUN_WINDOW)
+        kept = len(tail[start:end].rstrip(b"\x00"))
+        if kept:
+            return start + kept
+        end = start
+    return 0
 
 
 def _transaction_ending_at(tail: bytes, end: int) -> int | None:

@@ -74,6 +74,10 @@ def an_unfinished_commit_holding(inner: bytes, extra: int = 0) -> bytes:
         (record(b" ", b"\x01" * 233) + UNFINISHED[:TRANS_HDR_LEN] + bytes(5000), False),
         (bytes(5000), True),
         (UNFINISHED[:TRANS_HDR_LEN] + bytes(5000), True),
+        # A torn end holding many runs of zero bytes (the serials of new records), each a
+        # window's look, not a copy of the tail before it.
+        (FINISHED + UNFINISHED[:TRANS_HDR_LEN] + (bytes(8) + b"abcdefgh") * 500, False),
+        ((bytes(8) + b"abcdefgh") * 500, True),
         # The first header's length damaged (what made FileStorage cut): still read as whole.
         (record(b" ", b"\x00" * 40, length=TRANS_HDR_LEN + 41), False),
         # A repeated length pointing inside a tail at a header that disagrees: not a
