@@ -11,15 +11,22 @@ call it records has returned, so the log never claims more than the queue did:
     acking N  written before ack(N) is called: until then N was certainly not acked
     ack N     ack(N) returned: N is gone for good
 
+With ``ACKQUEUE_TEST_PACK_EVERY`` set (seconds), a thread packs the queue file that often
+(``q.pack()``), beside the producer and consumers, so that kills land inside packs too; each
+pack is logged ("packing N" before, "packed N" after).
+
 Numbers are unique across runs (RUN_NUMBER * 1,000,000 + i), so a put whose log line was lost
 in a kill can never be confused with a later item. "drain" consumes everything left and exits.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
+import time
+from typing import Any
 
 import ackqueue
 
@@ -64,11 +71,38 @@ def consume(q: ackqueue.AckQueue, log: Log, idle_timeout: float) -> None:
                 log.write(f"ack {item}")
 
 
+def log_packs(packer: Any, log: Log) -> None:
+    """Log "packing N" before each pack and "packed N" after it."""
+    pack = packer._pack
+    count = itertools.count(1)
+
+    def logged(*args: Any, **kw: Any) -> None:
+        n = next(count)
+        log.write(f"packing {n}")
+        pack(*args, **kw)
+        log.write(f"packed {n}")
+
+    packer._pack = logged
+
+
+def pack_often(q: ackqueue.AckQueue, every: float) -> None:
+    while True:
+        time.sleep(every)
+        try:
+            q.pack()
+        except ackqueue.QueueClosedError:
+            return
+
+
 def main() -> int:
     path, log_path, run, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     log = Log(log_path)
     q = ackqueue.AckQueue(path)
     log.write(f"run {run} {mode}")
+    pack_every = os.environ.get("ACKQUEUE_TEST_PACK_EVERY")
+    if pack_every:  # pack all along, beside the producer and consumers: kills land in packs
+        log_packs(q._store.packer, log)
+        threading.Thread(target=pack_often, args=(q, float(pack_every)), daemon=True).start()
     threads = [
         threading.Thread(target=consume, args=(q, log, 0.5 if mode == "drain" else 30))
         for _ in range(2)

@@ -46,16 +46,21 @@ class Run:
     gots: list[int] = field(default_factory=list)
     ackings: list[int] = field(default_factory=list)
     acks: list[int] = field(default_factory=list)
+    packings: list[int] = field(default_factory=list)
+    packeds: list[int] = field(default_factory=list)
     ended: bool = False
 
     def held_at_end(self) -> Counter[int]:
         return Counter(self.gots) - Counter(self.acks)
 
 
-def start_child(path: str, log: str, run: int, mode: str) -> subprocess.Popen[bytes]:
+def start_child(
+    path: str, log: str, run: int, mode: str, pack_every: float | None = None
+) -> subprocess.Popen[bytes]:
+    extra = {"ACKQUEUE_TEST_PACK_EVERY": str(pack_every)} if pack_every else {}
     return subprocess.Popen(
         [sys.executable, CHILD, path, log, str(run), mode],
-        env=child_env(),
+        env=child_env(**extra),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -103,19 +108,23 @@ def parse(log: str) -> tuple[list[Run], list[tuple[str, int, int]]]:
             else:
                 n = int(rest)
                 getattr(runs[-1], word + "s").append(n)
-                events.append((word, n, runs[-1].number))
+                if word not in ("packing", "packed"):
+                    events.append((word, n, runs[-1].number))
     return runs, events
 
 
 @pytest.mark.campaign
-def test_sigkill_at_random_moments_loses_no_put_and_bounds_duplicates(tmp_path):
+# None: packed as it comes (after 1 MB of garbage, rarely within a run); 0.002: packed every
+# 2 ms besides, by a thread of its own, so that kills land inside packs.
+@pytest.mark.parametrize("pack_every", [None, 0.002], ids=["default", "packing-often"])
+def test_sigkill_at_random_moments_loses_no_put_and_bounds_duplicates(tmp_path, pack_every):
     seed = seed_for(2026)
     rng = random.Random(seed)
     path, log = str(tmp_path / "q.fs"), str(tmp_path / "events.log")
 
     killed_runs = set()
     for run in range(1, KILLS + 1):
-        child = start_child(path, log, run, "work")
+        child = start_child(path, log, run, "work", pack_every)
         kill_at_random_moment(child, log, rng)
         killed_runs.add(run)
 
@@ -170,9 +179,14 @@ def test_sigkill_at_random_moments_loses_no_put_and_bounds_duplicates(tmp_path):
 
     with ackqueue.AckQueue(path) as q:
         assert (q.qsize(), q.unacked_count()) == (0, 0)
+    packs = sum(len(r.packeds) for r in runs)
+    in_packs = sum(len(r.packings) > len(r.packeds) for r in runs[:-1])
+    if pack_every:  # packed all along, and many kills cut a pack short (20-25 of 32 here)
+        assert packs >= KILLS // 2 and in_packs >= KILLS // 4, (packs, in_packs)
 
     print(
         f"\ncrash test (seed {seed}): {KILLS} SIGKILLs, {len(put_returned)} items put "
         f"(put returned), {len(delivered)} distinct items delivered, {duplicates} duplicate "
-        f"deliveries, {sum(held_at_kills.values())} items held at the kills, 0 lost"
+        f"deliveries, {sum(held_at_kills.values())} items held at the kills, 0 lost; "
+        f"{packs} packs finished, {in_packs} kills inside a pack"
     )
