@@ -95,7 +95,10 @@ byte for byte FileStorage's (``tests/storage/test_live_pack.py`` packs the same 
 ways and compares the bytes). Everything around the copy is FileStorage's: the transactions
 after the pack time are copied by its ``copyRest`` under its commit lock, and the copy
 replaces the file in ``FileStorage.pack``. A storage with blobs is packed by FileStorage's
-packer (its blob bookkeeping reads every record).
+packer (its blob bookkeeping reads every record). One difference: damage in a transaction
+none of whose records is live any more is not read, so not reported (FileStorage's packer
+refused to pack then); what is copied is checked as FileStorage's packer checks it, and the
+open that follows a kill -9 checks the rest (see Opening).
 
 Automatic packing
 -----------------
