@@ -97,8 +97,8 @@ after the pack time are copied by its ``copyRest`` under its commit lock, and th
 replaces the file in ``FileStorage.pack``. A storage with blobs is packed by FileStorage's
 packer (its blob bookkeeping reads every record). One difference: damage in a transaction
 none of whose records is live any more is not read, so not reported (FileStorage's packer
-refused to pack then); what is copied is checked as FileStorage's packer checks it, and the
-open that follows a kill -9 checks the rest (see Opening).
+refused to pack then, leaving the damaged file as it was); the pack drops that transaction,
+and what it copies is checked as FileStorage's packer checks it.
 
 Automatic packing
 -----------------
