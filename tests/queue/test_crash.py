@@ -113,10 +113,10 @@ def parse(log: str) -> tuple[list[Run], list[tuple[str, int, int]]]:
     return runs, events
 
 
-@pytest.mark.campaign
 # None: packed as it comes (after 1 MB of garbage, rarely within a run); 0.002: packed every
 # 2 ms besides, by a thread of its own, so that kills land inside packs.
 @pytest.mark.parametrize("pack_every", [None, 0.002], ids=["default", "packing-often"])
+@pytest.mark.campaign
 def test_sigkill_at_random_moments_loses_no_put_and_bounds_duplicates(tmp_path, pack_every):
     seed = seed_for(2026)
     rng = random.Random(seed)
