@@ -14,6 +14,9 @@ fold: a few hundred at most, or since the queue was opened). The record says whe
 count is kept this way (``QueueRecord.counted_in_log``), so that every other reader (a
 shared-mode process over ZEO, ``ackqueue stats`` opening the file read-only, an opener after a
 ``kill -9``) knows to add the recorded changes; the next opener of the file folds them for good.
+A queue's count is deferred from the first commit of the session that changes it (that commit
+sets the flag and writes the ``Length``), not from its open, so that a session which changes
+nothing (a consumer that finds nothing to do, a look at ``qsize``) writes nothing at all.
 
 Each commit records its own change, also the one that folds (the folded ``Length`` includes
 it, and a reader starts after the ``Length``'s revision), so a reader that loaded an older
@@ -69,6 +72,8 @@ class LogCounts:
         self._writer = writer
         self._tm = tm
         self._names: dict[bytes, str] = {}  # record oid -> queue name, for queues deferring
+        self._waiting: dict[bytes, str] = {}  # the same, for queues opened but not changed yet
+        self._starting: dict[bytes, str] = {}  # records that start deferring in this commit
         self._pending: dict[bytes, int] = {}  # committed changes not yet in the Length
         self._txn: dict[bytes, int] = {}  # changes in the commit being made
         self._fold: set[bytes] = set()  # records to fold in the commit being made
@@ -83,18 +88,31 @@ class LogCounts:
     def defers(self, record: Any) -> bool:
         return record._p_oid in self._names and bool(record.counted_in_log)
 
+    def keeps(self, record: Any) -> bool:
+        """Whether ``record``'s changes go through :meth:`change`: it defers, or will from its
+        first change on."""
+        oid = record._p_oid
+        return (oid in self._names and bool(record.counted_in_log)) or oid in self._waiting
+
     def change(self, record: Any, n: int) -> None:
         oid = record._p_oid
         self._txn[oid] = self._txn.get(oid, 0) + n
 
     def start(self, record: Any, name: str) -> None:
-        """Defer ``record``'s count from this commit on (inside the change opening it)."""
+        """Defer ``record``'s count from the first commit that changes it on (called inside
+        the change opening it). Until then the Length holds the count and nothing is written:
+        an open and close that change nothing append nothing to the file."""
         if record._p_oid is None:
             self._writer.add(record)  # a new queue: give it its oid now
         if not record.counted_in_log:
-            record.counted_in_log = True
-        self._names[record._p_oid] = name
+            self._waiting[record._p_oid] = name
+            return
+        self._names[record._p_oid] = name  # deferring already: no opener settled it
         self._fold.add(record._p_oid)  # anchors the Length at this commit: a short replay
+
+    def forget(self, record: Any) -> None:
+        """A queue closed before any change: nothing to fold (memory only)."""
+        self._waiting.pop(record._p_oid, None)
 
     def stop(self, record: Any) -> None:
         """Fold ``record``'s count and keep it in the Length again (inside a change).
@@ -116,6 +134,8 @@ class LogCounts:
         # New containers only when used: committed() keeps the ones it reads as they are.
         if self._txn:
             self._txn = {}
+        if self._starting:
+            self._starting = {}
         if self._fold:
             self._fold = set()
         if self._stopped:
@@ -125,6 +145,8 @@ class LogCounts:
         txn, names, pending = self._txn, self._names, self._pending
         record_info = self._tm.get().setExtendedInfo
         changed = [(oid, n) for oid, n in txn.items() if n]
+        if self._waiting:
+            names = self._start_changed(changed)
         if txn:
             self._since_fold += 1
             record_info(COUNTS_KEY, {names[oid]: n for oid, n in changed})
@@ -147,7 +169,23 @@ class LogCounts:
         if totals:
             record_info(TOTALS_KEY, totals)
 
+    def _start_changed(self, changed: list[tuple[bytes, int]]) -> dict[bytes, str]:
+        """Start deferring the counts this commit changes first (see :meth:`start`): their
+        records say so from this commit on, whose fold anchors their Length. The names of
+        every queue the commit counts."""
+        waiting, starting = self._waiting, self._starting
+        for oid, _n in changed:
+            name = waiting.get(oid)
+            if name is not None and oid not in self._names:
+                self._writer.get(oid).counted_in_log = True
+                starting[oid] = name
+                self._fold.add(oid)
+        return {**self._names, **starting} if starting else self._names
+
     def committed(self) -> None:
+        for oid, name in self._starting.items():  # deferring from this commit on
+            self._names[oid] = name
+            del self._waiting[oid]
         folded, names, pending = self._fold, self._names, self._pending
         for oid in self._stopped:  # no longer deferred: the Length holds it all
             del names[oid]
@@ -328,7 +366,7 @@ def detach(connection: Any) -> None:
 def count_change(record: Any, n: int) -> None:
     """``n`` entries were added to ``record`` (removed, if negative), inside a change."""
     counts = _by_connection.get(record._p_jar)
-    if counts is not None and counts.defers(record):
+    if counts is not None and counts.keeps(record):
         counts.change(record, n)
     else:
         record.length.change(n)

@@ -1347,7 +1347,9 @@ class AutoPacker:
         self._index_lock = threading.Lock()
         self.packs = 0
         self._commits = 0
-        self._recorded_at = (0, 0)  # (commits, packs) when the estimate was last recorded
+        # (file size, packs) when the estimate was last recorded, or the session began: a
+        # session that wrote nothing records nothing.
+        self._recorded_at = (size, 0)
         self._pack_lock = threading.Lock()  # guards _thread and _closed
         self._run_lock = threading.Lock()  # one pack at a time, automatic or asked for
         self._thread: threading.Thread | None = None
@@ -1433,11 +1435,10 @@ class AutoPacker:
 
     def record(self) -> None:
         """Keep the garbage estimate in the database for the next session (if it moved)."""
-        marker = (self._commits, self.packs)
-        if marker == self._recorded_at:
+        if (self._storage.getSize(), self.packs) == self._recorded_at:
             return  # nothing written since: do not append a commit of its own
         self._record_state(self.state())
-        self._recorded_at = marker
+        self._recorded_at = (self._storage.getSize(), self.packs)
 
     def _pack_inline(self) -> None:
         """Pack in this committing thread, unless a pack is running already. Its commit is

@@ -321,6 +321,8 @@ class Store:
                 record = queues.get(key) if queues is not None else None
                 if record is not None and counts.defers(record):
                     counts.stop(record)
+                elif record is not None:
+                    counts.forget(record)  # never changed: nothing to fold
 
         try:
             self._committer.run(stop)

@@ -40,12 +40,13 @@ def test_the_writer_keeps_each_queues_count_off_its_commits_and_folds_it_every_s
     path = str(tmp_path / "q.fs")
     with ackqueue.AckQueue(path) as q:
         record = q._book.record
-        assert record.counted_in_log
+        assert not record.counted_in_log  # from the first change on: an open writes nothing
         lags = []
         for i in range(13):
             if i == 3:  # opening a queue folds only its own count: the others' cadence holds
                 ackqueue.AckQueue(path, name="other").close()
             q.put(i)
+            assert record.counted_in_log
             lags.append(i + 1 - record.length())
         # not written by every put, and folded within every FOLD_EVERY commits
         assert all(0 <= lag < 5 for lag in lags), lags
@@ -254,3 +255,52 @@ def test_counts_stay_exact_when_the_wall_clock_stands_still(tmp_path, monkeypatc
             q.put(i)
             found = stored_counts(crash_image(path, str(tmp_path / f"i{i}.fs")))
             assert found["default"] == (i + 1, i + 1)
+
+
+def test_an_open_and_close_that_change_nothing_leave_the_file_as_it_was(tmp_path):
+    """A count is deferred from a queue's first change, not from its open: a process that
+    opens a queue, finds nothing to do and closes (a cron consumer, a look at ``qsize``)
+    writes nothing, where it used to append three commits, each fsynced."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put(1)
+    with ackqueue.AckQueue(path, name="other") as q:
+        q.put(2)
+        c = q.connect()
+        c.ack(c.get())
+    with open(path, "rb") as f:
+        before = f.read()
+    for _ in range(3):
+        with ackqueue.AckQueue(path) as q:
+            assert q.qsize() == 1
+            with ackqueue.AckQueue(path, name="other") as other:
+                assert other.qsize() == 0
+    with open(path, "rb") as f:
+        assert f.read() == before
+
+
+@pytest.mark.parametrize("first", ["put", "ack"])
+def test_a_queue_killed_after_its_first_change_counts_every_change(tmp_path, first):
+    """The commit of a session's first change starts its deferral (the record says so, and
+    its Length is written with that change in it): a kill -9 after it, and after more
+    changes, leaves a count an opener reads right."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        for i in range(5):
+            q.put(i)
+    with ackqueue.AckQueue(path) as q:
+        c = q.connect()
+        if first == "put":
+            q.put(5)
+        else:
+            c.ack(c.get())
+        assert q._book.record.counted_in_log
+        right_after = crash_image(path, str(tmp_path / "first.fs"))
+        q.put(6)
+        c.ack(c.get())
+        later = crash_image(path, str(tmp_path / "later.fs"))
+        expected = q.qsize()
+    with ackqueue.AckQueue(right_after) as q:
+        assert q.qsize() == (6 if first == "put" else 4)
+    with ackqueue.AckQueue(later) as q:
+        assert q.qsize() == expected
