@@ -94,8 +94,11 @@ order. Its cost follows the live data (objects, not transactions), and the copy 
 byte for byte FileStorage's (``tests/storage/test_live_pack.py`` packs the same files both
 ways and compares the bytes). Everything around the copy is FileStorage's: the transactions
 after the pack time are copied by its ``copyRest`` under its commit lock, and the copy
-replaces the file in ``FileStorage.pack``. A storage with blobs is packed by FileStorage's
-packer (its blob bookkeeping reads every record). One difference: damage in a transaction
+replaces the file in ``FileStorage.pack``. It subclasses fspack's ``GC`` and
+``FileStoragePacker`` and uses their attributes (``oid2curpos``, ``packpos``, ``reachable``,
+``_tfile``...), which ZODB does not document: that byte-for-byte test is what checks them
+against each ZODB release CI installs. A storage with blobs is packed by FileStorage's packer
+(its blob bookkeeping reads every record). One difference: damage in a transaction
 none of whose records is live any more is not read, so not reported (FileStorage's packer
 refused to pack then, leaving the damaged file as it was); the pack drops that transaction,
 and what it copies is checked as FileStorage's packer checks it.
