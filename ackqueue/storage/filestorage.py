@@ -226,12 +226,26 @@ def durable_packer(storage: Any, referencesf: Any, stop: Any, gc: Any) -> Any:
     FileStorage renames the data file to ``.old`` and the ``.pack`` copy into its place right
     after the packer returns, and does not fsync the copy; a power loss soon after would find
     a file whose contents never reached the disk. ``packer`` is FileStorage's documented hook.
+
+    The ``.index`` file goes too, before the renames: it describes the file being replaced
+    (as of its last save, often the last pack), and FileStorage writes the packed file's only
+    after the renames. A kill between the two left the old index beside the packed file;
+    FileStorage's check of an index then read a transaction header at the position the old
+    index gave, which in the packed file is any bytes: the next open failed on them (the
+    fault tests' kill during a pack, 1 run in CI), and one that happened to parse would have
+    been trusted. Without an index, the next open scans the file instead.
     """
     result = live_packer(storage, referencesf, stop, gc)
     if result is not None:
-        copy = storage.getName() + ".pack"
+        name = storage.getName()
+        copy = name + ".pack"
+        failing = "its packed copy could not be synced"
         try:
             fsync_path(copy)
+            failing = "the index of the file it replaces could not be removed"
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(name + ".index")
+            fsync_path(os.path.dirname(name) or ".")
         except BaseException as exc:
             # The packer returns holding the commit lock, and FileStorage.pack releases it
             # only once the packer has returned: failing here would leave every later commit
@@ -239,8 +253,7 @@ def durable_packer(storage: Any, referencesf: Any, stop: Any, gc: Any) -> Any:
             storage._commit_lock.release()
             with contextlib.suppress(OSError):
                 os.remove(copy)
-            log.error("packing %s failed: its packed copy could not be synced (%s); the "
-                      "file is unchanged", storage.getName(), exc)
+            log.error("packing %s failed: %s (%s); the file is unchanged", name, failing, exc)
             raise
     return result
 
