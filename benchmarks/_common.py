@@ -42,8 +42,9 @@ _log.propagate = False
 
 
 @contextlib.contextmanager
-def tmpdir() -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="ackqueue-bench-")
+def tmpdir(base: str | None = None) -> Iterator[str]:
+    """A scratch directory, in ``base`` (a tmpfs, a disk) or the system's default, removed after."""
+    d = tempfile.mkdtemp(prefix="ackqueue-bench-", dir=base)
     try:
         yield d
     finally:

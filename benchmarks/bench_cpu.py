@@ -42,9 +42,7 @@ import os
 import pickle
 import pstats
 import queue
-import shutil
 import struct
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,15 +61,6 @@ from ZODB.utils import p64, z64
 import ackqueue
 
 Figures = dict[str, float]  # operation -> CPU us an item
-
-
-@contextmanager
-def workdir(base: str) -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="ackqueue-cpu-", dir=base)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def cpu_us(n: int, fn: Callable[[], object]) -> float:
@@ -95,7 +84,7 @@ def packs_of(q: ackqueue.AckQueue) -> int:
 def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
     items = [c.item(i) for i in range(n)]
     out: Figures = {}
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         path = os.path.join(d, "q.fs")
         q = ackqueue.AckQueue(path, autopack=autopack)
         out["put"] = cpu_us(n, lambda: [q.put(x) for x in items])
@@ -135,7 +124,7 @@ def run_ackqueue_unpacked(base: str, n: int) -> Figures:
 def run_persistqueue(base: str, n: int) -> Figures:
     items = [c.item(i) for i in range(n)]
     out: Figures = {}
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         path = os.path.join(d, "pq")
         filling = persistqueue.SQLiteAckQueue(path, multithreading=True)
         out["put"] = cpu_us(n, lambda: [filling.put(x) for x in items])
@@ -175,7 +164,7 @@ def run_stdlib(base: str, n: int) -> Figures:
 def run_storage_floor(base: str, n: int) -> Figures:
     """One new 120-byte record a commit, at FileStorage's own API (fsync included)."""
     data = b"x" * 120
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         fs = FileStorage(os.path.join(d, "floor.fs"))
         try:
 
@@ -195,7 +184,7 @@ def run_storage_floor(base: str, n: int) -> Figures:
 @contextmanager
 def zodb(base: str) -> Iterator[tuple[Any, transaction.TransactionManager]]:
     """A Connection, with a transaction manager of its own, on a new FileStorage file."""
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         db = ZODB.DB(FileStorage(os.path.join(d, "floor.fs")))
         tm = transaction.TransactionManager()
         conn = db.open(transaction_manager=tm)
@@ -365,7 +354,7 @@ def run_segment_storage_floor(base: str, n: int) -> Figures:
     segment also rewrites the index record (once every ``SEGMENT`` puts); an ack stores its
     segment's marks record. Records are pickled here, as ZODB would (:func:`zodb_record`)."""
     items = [c.item(i) for i in range(n)]
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         fs = FileStorage(os.path.join(d, "floor.fs"))
         serials: dict[bytes, bytes] = {}
         oids = iter(range(2, 4 * n + 8))
@@ -435,7 +424,7 @@ OPERATIONS = ["put", "get+ack", "get"]
 
 def profile(base: str, n: int, what: str, top: int) -> None:
     items = [c.item(i) for i in range(n)]
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         path = os.path.join(d, "q.fs")
         q = ackqueue.AckQueue(path)
         prof = cProfile.Profile()

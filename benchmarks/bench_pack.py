@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,15 +40,6 @@ PACKERS: dict[str, Callable[..., Any]] = {
     "FileStorage's packer": FileStorage.packer,
     "ackqueue's packer": filestorage.live_packer,
 }
-
-
-@contextmanager
-def workdir(base: str) -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="ackqueue-pack-", dir=base)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @contextmanager
@@ -100,7 +90,7 @@ def cpu_us(n: int, fn: Callable[[], object]) -> float:
 def operations(base: str, n: int, autopack: bool) -> dict[str, float]:
     """CPU us an operation: puts, held get + acks, put + get + ack cycles."""
     items = [c.item(i) for i in range(n)]
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         path = os.path.join(d, "q.fs")
         q = ackqueue.AckQueue[Any](path, autopack=autopack)
         put = cpu_us(n, lambda: [q.put(x) for x in items])
@@ -128,7 +118,7 @@ def operations(base: str, n: int, autopack: bool) -> dict[str, float]:
 
 def idle_sessions(base: str, sessions: int = 20) -> tuple[float, float, int]:
     """Median wall and CPU ms of an open + qsize + close, and the bytes the file grew by."""
-    with workdir(base) as d:
+    with c.tmpdir(base) as d:
         path = os.path.join(d, "q.fs")
         queue_file(path, 100, 0)
         before = os.path.getsize(path)
@@ -156,7 +146,7 @@ def main() -> None:
         f"{10 * args.n:,} puts": (10 * args.n, 0),
     }
     packs: dict[tuple[str, str], list[float]] = {}
-    with workdir(args.dir) as d:
+    with c.tmpdir(args.dir) as d:
         for label, (puts, acks) in files.items():
             source = os.path.join(d, "source.fs")
             queue_file(source, puts, acks)
