@@ -63,12 +63,6 @@ import ackqueue
 Figures = dict[str, float]  # operation -> CPU us an item
 
 
-def cpu_us(n: int, fn: Callable[[], object]) -> float:
-    start = time.process_time()
-    fn()
-    return (time.process_time() - start) / n * 1e6
-
-
 # -- each implementation: {operation: CPU us an item} ----------------------------------------
 
 
@@ -87,7 +81,7 @@ def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
     with c.tmpdir(base) as d:
         path = os.path.join(d, "q.fs")
         q = ackqueue.AckQueue(path, autopack=autopack)
-        out["put"] = cpu_us(n, lambda: [q.put(x) for x in items])
+        out["put"] = c.cpu_us(n, lambda: [q.put(x) for x in items])
         if autopack:
             PACKS.setdefault("put", []).append(packs_of(q))
         q.close()
@@ -98,7 +92,7 @@ def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
             for _ in range(n):
                 cons.ack(cons.get_nowait())
 
-        out["get+ack"] = cpu_us(n, get_ack)
+        out["get+ack"] = c.cpu_us(n, get_ack)
         if autopack:
             PACKS.setdefault("get+ack", []).append(packs_of(q))
         q.close()
@@ -109,7 +103,7 @@ def run_ackqueue(base: str, n: int, autopack: bool = True) -> Figures:
         q.put_many(items)
         q.close()
         q = ackqueue.AckQueue(plain, autopack=autopack)
-        out["get"] = cpu_us(n, lambda: [q.get_nowait() for _ in range(n)])
+        out["get"] = c.cpu_us(n, lambda: [q.get_nowait() for _ in range(n)])
         q.close()
     return out
 
@@ -127,37 +121,37 @@ def run_persistqueue(base: str, n: int) -> Figures:
     with c.tmpdir(base) as d:
         path = os.path.join(d, "pq")
         filling = persistqueue.SQLiteAckQueue(path, multithreading=True)
-        out["put"] = cpu_us(n, lambda: [filling.put(x) for x in items])
+        out["put"] = c.cpu_us(n, lambda: [filling.put(x) for x in items])
         q = persistqueue.SQLiteAckQueue(path, multithreading=True)  # reopened, as ackqueue's
 
         def get_ack() -> None:
             for _ in range(n):
                 q.ack(q.get(block=False))
 
-        out["get+ack"] = cpu_us(n, get_ack)
+        out["get+ack"] = c.cpu_us(n, get_ack)
         path = os.path.join(d, "pq-plain")
         plain = persistqueue.SQLiteQueue(path, multithreading=True, auto_commit=True)
         for x in items:
             plain.put(x)
         p = persistqueue.SQLiteQueue(path, multithreading=True, auto_commit=True)
-        out["get"] = cpu_us(n, lambda: [p.get(block=False) for _ in range(n)])
+        out["get"] = c.cpu_us(n, lambda: [p.get(block=False) for _ in range(n)])
     return out
 
 
 def run_stdlib(base: str, n: int) -> Figures:
     items = [c.item(i) for i in range(n)]
     q: queue.Queue[bytes] = queue.Queue()
-    out: Figures = {"put": cpu_us(n, lambda: [q.put(x) for x in items])}
+    out: Figures = {"put": c.cpu_us(n, lambda: [q.put(x) for x in items])}
 
     def get_ack() -> None:
         for _ in range(n):
             q.get_nowait()
             q.task_done()
 
-    out["get+ack"] = cpu_us(n, get_ack)
+    out["get+ack"] = c.cpu_us(n, get_ack)
     for x in items:
         q.put(x)
-    out["get"] = cpu_us(n, lambda: [q.get_nowait() for _ in range(n)])
+    out["get"] = c.cpu_us(n, lambda: [q.get_nowait() for _ in range(n)])
     return out
 
 
@@ -176,7 +170,7 @@ def run_storage_floor(base: str, n: int) -> Figures:
                     fs.tpc_vote(t)
                     fs.tpc_finish(t)
 
-            return {"put": cpu_us(n, commits)}
+            return {"put": c.cpu_us(n, commits)}
         finally:
             fs.close()
 
@@ -198,9 +192,9 @@ def zodb(base: str) -> Iterator[tuple[Any, transaction.TransactionManager]]:
 def put_then_get_ack(
     n: int, conn: Any, puts: Callable[[], None], get_acks: Callable[[], None]
 ) -> Figures:
-    out = {"put": cpu_us(n, puts)}
+    out = {"put": c.cpu_us(n, puts)}
     conn.cacheMinimize()  # as after a reopen: what was put is read from the file
-    out["get+ack"] = cpu_us(n, get_acks)
+    out["get+ack"] = c.cpu_us(n, get_acks)
     return out
 
 
@@ -220,7 +214,7 @@ def run_connection_floor(base: str, n: int) -> Figures:
                 obj.value = x
                 tm.commit()
 
-        return {"put": cpu_us(n, commits)}
+        return {"put": c.cpu_us(n, commits)}
 
 
 class SmallNodes(LOBTree):
@@ -400,8 +394,8 @@ def run_segment_storage_floor(base: str, n: int) -> Figures:
                     commit([(marks, zodb_record(Marks, {"done": done}))])
 
         try:
-            out = {"put": cpu_us(n, puts)}
-            out["get+ack"] = cpu_us(n, get_acks)
+            out = {"put": c.cpu_us(n, puts)}
+            out["get+ack"] = c.cpu_us(n, get_acks)
             return out
         finally:
             fs.close()

@@ -81,19 +81,13 @@ def one_pack(source: str, packer: Callable[..., Any], d: str) -> float:
                 os.remove(os.path.join(d, name))
 
 
-def cpu_us(n: int, fn: Callable[[], object]) -> float:
-    start = time.process_time()
-    fn()
-    return (time.process_time() - start) / n * 1e6
-
-
 def operations(base: str, n: int, autopack: bool) -> dict[str, float]:
     """CPU us an operation: puts, held get + acks, put + get + ack cycles."""
     items = [c.item(i) for i in range(n)]
     with c.tmpdir(base) as d:
         path = os.path.join(d, "q.fs")
         q = ackqueue.AckQueue[Any](path, autopack=autopack)
-        put = cpu_us(n, lambda: [q.put(x) for x in items])
+        put = c.cpu_us(n, lambda: [q.put(x) for x in items])
         q.close()
         q = ackqueue.AckQueue[Any](path, autopack=autopack)
         consumer = q.connect()
@@ -102,7 +96,7 @@ def operations(base: str, n: int, autopack: bool) -> dict[str, float]:
             for _ in range(n):
                 consumer.ack(consumer.get_nowait())
 
-        get_ack = cpu_us(n, get_acks)
+        get_ack = c.cpu_us(n, get_acks)
         for x in items[:100]:
             q.put(x)
 
@@ -111,7 +105,7 @@ def operations(base: str, n: int, autopack: bool) -> dict[str, float]:
                 q.put(x)
                 consumer.ack(consumer.get_nowait())
 
-        cycle = cpu_us(n, cycles)
+        cycle = c.cpu_us(n, cycles)
         q.close()
     return {"put": put, "get+ack": get_ack, "put+get+ack, 100 queued": cycle}
 

@@ -30,12 +30,6 @@ ITEM: dict[str, Any] = {"url": "https://example.org/some/page/1234", "depth": 3,
 SERIALIZERS = ("pickle", "json")
 
 
-def cpu_us(fn: Any, n: int) -> float:
-    start = time.process_time()
-    fn()
-    return (time.process_time() - start) / n * 1e6
-
-
 def one_run(directory: str, serializer: str, n: int) -> tuple[float, float]:
     """CPU microseconds a put, and a get+ack, for ``n`` items in a fresh file."""
     d = tempfile.mkdtemp(prefix="ackqueue-ser-", dir=directory)
@@ -48,7 +42,7 @@ def one_run(directory: str, serializer: str, n: int) -> tuple[float, float]:
                 for item in items:
                     q.put(item)
 
-            put = cpu_us(puts, n)
+            put = c.cpu_us(n, puts)
         with ackqueue.AckQueue(path, serializer=serializer, autopack=False) as q, \
                 q.connect() as consumer:
 
@@ -56,7 +50,7 @@ def one_run(directory: str, serializer: str, n: int) -> tuple[float, float]:
                 for _ in range(n):
                     consumer.ack(consumer.get_nowait())
 
-            get_ack = cpu_us(gets, n)
+            get_ack = c.cpu_us(n, gets)
         return put, get_ack
     finally:
         shutil.rmtree(d, ignore_errors=True)
