@@ -91,8 +91,7 @@ class LogCounts:
     def keeps(self, record: Any) -> bool:
         """Whether ``record``'s changes go through :meth:`change`: it defers, or will from its
         first change on."""
-        oid = record._p_oid
-        return (oid in self._names and bool(record.counted_in_log)) or oid in self._waiting
+        return self.defers(record) or record._p_oid in self._waiting
 
     def change(self, record: Any, n: int) -> None:
         oid = record._p_oid
