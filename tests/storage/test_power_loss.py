@@ -11,10 +11,12 @@ wrote. Relaxed mode promises the same within its sync interval (once a second), 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import transaction
@@ -183,14 +185,23 @@ def test_relaxed_queue_fsyncs_everything_when_closed(qpath, fsyncs):
     assert fsyncs.covered_since(mark, size_after), "close() left commits that were never fsynced"
 
 
-def test_commits_after_a_pack_are_fsynced_on_the_packed_file(qpath, fsyncs):
-    """The fsync's descriptor is kept from one commit to the next; a pack puts a new file in
-    place, and the commits after it must be fsynced there, not on the file it replaced."""
+@contextlib.contextmanager
+def _zodb_on_queue_storage(qpath: str) -> Iterator[tuple[QueueFileStorage, Any, Any, Any]]:
+    """The queue storage opened by ZODB alone (as the private server of a shared file opens
+    it): the storage, its database, a transaction manager, and a root using it."""
     storage = QueueFileStorage(qpath, pack_keep_old=False)
     db = ZODB.DB(storage)
     try:
         tm = transaction.TransactionManager()
-        root = db.open(transaction_manager=tm).root()
+        yield storage, db, tm, db.open(transaction_manager=tm).root()
+    finally:
+        db.close()
+
+
+def test_commits_after_a_pack_are_fsynced_on_the_packed_file(qpath, fsyncs):
+    """The fsync's descriptor is kept from one commit to the next; a pack puts a new file in
+    place, and the commits after it must be fsynced there, not on the file it replaced."""
+    with _zodb_on_queue_storage(qpath) as (storage, db, tm, root):
 
         def commit(n: int) -> None:
             root["n"] = n
@@ -213,8 +224,6 @@ def test_commits_after_a_pack_are_fsynced_on_the_packed_file(qpath, fsyncs):
                 f"commit {n} after the pack returned before the packed file was fsynced up to "
                 f"{size} bytes: fsyncs of it since covered {fsyncs.sizes[mark:]}"
             )
-    finally:
-        db.close()
 
 
 def test_a_commit_made_without_the_group_committer_is_fsynced_before_it_returns(qpath, fsyncs):
@@ -222,11 +231,7 @@ def test_a_commit_made_without_the_group_committer_is_fsynced_before_it_returns(
     with ZODB's own commit, not inside ``deferring_sync``: each must be fsynced before it
     returns, as FileStorage's are; also in a thread whose earlier commit did defer its fsync
     (the group committer's, then another's)."""
-    storage = QueueFileStorage(qpath, pack_keep_old=False)
-    db = ZODB.DB(storage)
-    try:
-        tm = transaction.TransactionManager()
-        root = db.open(transaction_manager=tm).root()
+    with _zodb_on_queue_storage(qpath) as (storage, _db, tm, root):
 
         def commit_covered(n: int) -> None:
             mark = fsyncs.mark()
@@ -245,8 +250,6 @@ def test_a_commit_made_without_the_group_committer_is_fsynced_before_it_returns(
             tm.commit()
         storage.sync_through(storage.flushed())
         commit_covered(4)
-    finally:
-        db.close()
 
 
 def test_closing_the_queue_closes_every_descriptor_of_its_file(qpath):
