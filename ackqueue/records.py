@@ -30,8 +30,10 @@ are the serializer's business: a pickle item is code, a JSON item is data.
 from __future__ import annotations
 
 import importlib
+import io
 import itertools
 import math
+import pickle
 import struct
 import sys
 import zlib
@@ -1247,6 +1249,37 @@ def restricted_class_factory(connection: Any, module: str, name: str) -> type[Pe
         f"ackqueue, BTrees or persistent: a queue file holds no other, so this record was not "
         f"written by ackqueue; nothing of it was loaded or run"
     )
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Loads plain data only: a pickle that names any global (a function, a class) or
+    refers to a record is refused before anything of it is imported or called."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise UnsafeRecordError(
+            f"names {module}.{name}, which ackqueue never writes there (its metadata is "
+            "plain data: names and numbers)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafeRecordError("refers to a record, which ackqueue never writes there")
+
+
+def transaction_metadata(data: bytes) -> dict[str, Any]:
+    """A transaction's metadata (``extension_bytes``: where ackqueue records each commit's
+    change of its counts, see storage/counts.py), loaded as plain data only.
+
+    ZODB loads it with an unrestricted pickle loader, so a file from elsewhere whose metadata
+    names ``os.system`` ran it as soon as anything read the metadata: an open after an
+    unclean stop, ``ackqueue stats``, the private server serving a shared-mode opener. Here
+    such metadata raises :class:`~ackqueue.UnsafeRecordError` instead, whatever the queue's
+    serializer. A pickle that is not whole raises the unpickler's own error."""
+    if not data:
+        return {}
+    loaded = _PlainDataUnpickler(io.BytesIO(data)).load()
+    if not isinstance(loaded, dict):
+        raise UnsafeRecordError(f"is a {type(loaded).__name__}, not the mapping ZODB writes")
+    return loaded
 
 
 def unsafe_record(exc: BaseException) -> UnsafeRecordError | None:

@@ -7,10 +7,12 @@ opening, reading and consuming the queue leaves no marker: nothing of the record
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any
 
 import ZODB
 import ZODB.FileStorage
+from ZODB.Connection import TransactionMetaData
 
 from ackqueue.records import Entry, inline_entry
 
@@ -103,6 +105,35 @@ def runs_when_trusted(path: str, marker: str, name: str = "default") -> bool:
         entries[entries.minKey()].data  # noqa: B018  (loading is the point)
     finally:
         db.close()
+    ran = os.path.exists(marker)
+    if ran:
+        os.remove(marker)
+    return ran
+
+
+def craft_metadata(path: str, value: Any) -> None:
+    """Append to ``path`` a commit whose transaction metadata holds ``value`` where ackqueue
+    records its counts' changes, pickled as ZODB pickles metadata: what another writer of the
+    file could leave for the next reader of the count log."""
+    storage = ZODB.FileStorage.FileStorage(path)
+    try:
+        txn = TransactionMetaData(extension=pickle.dumps({"ackqueue.counts": value}, 3))
+        storage.tpc_begin(txn)
+        storage.tpc_vote(txn)
+        storage.tpc_finish(txn)
+    finally:
+        storage.close()
+
+
+def metadata_runs_when_trusted(path: str, marker: str) -> bool:
+    """Whether reading the transaction metadata of ``path`` with ZODB's own loader writes
+    ``marker`` (the crafted metadata is a real threat); the marker is removed again."""
+    storage = ZODB.FileStorage.FileStorage(path, read_only=True)
+    try:
+        for txn in storage.iterator():
+            txn.extension  # noqa: B018  (loading is the point)
+    finally:
+        storage.close()
     ran = os.path.exists(marker)
     if ran:
         os.remove(marker)

@@ -174,8 +174,10 @@ from ackqueue.errors import (
     NotAQueueFileError,
     QueueLockedError,
     StorageError,
+    UnsafeRecordError,
     damaged_message,
 )
+from ackqueue.records import transaction_metadata
 from ackqueue.storage import zeo
 from ackqueue.storage.commit import Syncer
 from ackqueue.storage.engine import (
@@ -678,6 +680,13 @@ class QueueFileStorage(FileStorage):
         # The renames that put the packed copy in place must reach the disk too.
         fsync_path(os.path.dirname(os.path.abspath(self.getName())))
 
+    def iterator(self, start: bytes | None = None, stop: bytes | None = None) -> Any:
+        """FileStorage's transactions, each one's metadata (``extension``) loaded as plain
+        data only (:func:`~ackqueue.records.transaction_metadata`): ZODB's own loader would
+        run whatever a crafted file's metadata names. Also what the private ZEO server hands
+        its clients (it reads ``extension`` on its side)."""
+        return _PlainMetadata(super().iterator(start, stop), self.getName())
+
     def save_index(self) -> None:
         """Write the ``.index`` file for everything committed so far."""
         with self._lock:
@@ -704,6 +713,35 @@ class QueueFileStorage(FileStorage):
             # Once the file is closed, no fsync makes another descriptor (it finds it closed).
             with self._sync_lock:
                 self._close_sync_descriptor()
+
+
+class _PlainMetadata:
+    """A FileStorage iterator whose transactions' ``extension`` is loaded as plain data only;
+    metadata that names a global raises :class:`~ackqueue.UnsafeRecordError` naming the file
+    and transaction, before any of it is loaded."""
+
+    def __init__(self, transactions: Any, file: str) -> None:
+        self._transactions = transactions
+        self._file = file
+
+    def __iter__(self) -> _PlainMetadata:
+        return self
+
+    def __next__(self) -> Any:
+        txn = next(self._transactions)
+        try:
+            # The record's own attribute hides ZODB's property, which would load it unsafely.
+            txn.extension = transaction_metadata(txn.extension_bytes)
+        except UnsafeRecordError as exc:
+            raise UnsafeRecordError(
+                f"{self._file}: the metadata of transaction {txn.tid.hex()} {exc}; nothing "
+                "of it was loaded or run (the file was changed by something other than "
+                "ackqueue or ZODB)"
+            ) from None
+        return txn
+
+    def close(self) -> None:
+        self._transactions.close()
 
 
 class StorageClosed(OSError):

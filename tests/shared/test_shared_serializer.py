@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 from conftest import spawn_child
-from side_effects import poison_first_entry, runs_when_trusted, targets
+from side_effects import (
+    craft_metadata,
+    metadata_runs_when_trusted,
+    poison_first_entry,
+    runs_when_trusted,
+    targets,
+)
 
 import ackqueue
 
@@ -74,6 +81,32 @@ def test_a_crafted_entry_served_in_shared_mode_runs_nothing(tmp_path, target) ->
         assert second == "second"
         c.ack(second)
         assert q.dead_count() == 1
+    assert not os.path.exists(marker)
+
+
+def test_crafted_metadata_read_by_the_private_server_runs_nothing(short_qpath) -> None:
+    """A shared opener settles the count a killed writer left in the commits' metadata; the
+    private server reads that metadata on its side (ZEO's iterator), and runs none of it.
+    (``os.system`` only: the server cannot import the test modules the other targets name, so
+    they would run nothing there with or without the restriction.)"""
+    path = short_qpath
+    directory = os.path.dirname(path)
+    marker, writer = os.path.join(directory, "RAN"), os.path.join(directory, "writer.fs")
+    q = ackqueue.AckQueue(writer, serializer="json")
+    try:
+        q.put_many(["first", "second", "third"])
+        q.put("fourth")
+        shutil.copyfile(writer, path)  # what kill -9 would leave now
+    finally:
+        q.close()
+    craft_metadata(path, targets(marker)["os.system"])
+    assert metadata_runs_when_trusted(path, marker)
+    with ackqueue.AckQueue(path, shared=True, serializer="json") as q, q.connect() as c:
+        assert q.qsize() == 4
+        got = [c.get(timeout=10) for _ in range(4)]
+        assert got == ["first", "second", "third", "fourth"]
+        for item in got:
+            c.ack(item)
     assert not os.path.exists(marker)
 
 

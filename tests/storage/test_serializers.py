@@ -12,6 +12,7 @@ import datetime
 import enum
 import json
 import os
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -19,7 +20,15 @@ from typing import Any
 import pytest
 import ZODB
 from conftest import REPO_ROOT, TESTS_DIR, child_env
-from side_effects import Call, craft, poison_first_entry, runs_when_trusted, targets
+from side_effects import (
+    Call,
+    craft,
+    craft_metadata,
+    metadata_runs_when_trusted,
+    poison_first_entry,
+    runs_when_trusted,
+    targets,
+)
 
 import ackqueue
 
@@ -228,6 +237,58 @@ def test_the_command_line_reads_a_crafted_file_without_running_it(crafted) -> No
     assert first["item_is_repr"] and "not a persistent class of ackqueue" in first["item"]
     assert (second["item"], second["item_is_repr"]) == ("second", False)
     assert run_cli("dead", path, "--json").returncode == 0
+    assert not os.path.exists(marker)
+
+
+# Each commit records its change of the queue's count in its transaction metadata, which a
+# reader after an unclean stop adds up (storage/counts.py): ZODB loads that metadata with its
+# unrestricted loader.
+
+
+@pytest.fixture(params=["os.system", "a test module's function", "a test module's class"])
+def crafted_metadata(request, tmp_path) -> tuple[str, str]:
+    """A json queue file as a kill -9 of its writer leaves it (5 items, their count in the
+    commits' metadata), then a commit whose metadata calls a global with a side effect when
+    ZODB loads it, and the marker file that side effect writes."""
+    path, marker = str(tmp_path / "crafted.fs"), str(tmp_path / "RAN")
+    q = ackqueue.AckQueue(str(tmp_path / "writer.fs"), serializer="json")
+    try:
+        q.put_many(["first", "second", "third"])
+        q.put("fourth")
+        q.put("fifth")
+        shutil.copyfile(str(tmp_path / "writer.fs"), path)  # what kill -9 would leave now
+    finally:
+        q.close()
+    craft_metadata(path, targets(marker)[request.param])
+    assert metadata_runs_when_trusted(path, marker)
+    return path, marker
+
+
+def test_crafted_metadata_runs_nothing_when_the_count_is_read_and_the_entries_count_instead(
+    crafted_metadata, caplog
+) -> None:
+    path, marker = crafted_metadata
+    with ackqueue.AckQueue(path, serializer="json") as q, q.connect() as c:
+        assert q.qsize() == 5
+        assert [c.get_nowait() for _ in range(5)] == [
+            "first", "second", "third", "fourth", "fifth"
+        ]
+    assert not os.path.exists(marker)
+    [refusal] = [r for r in caplog.records if r.exc_info and "metadata" in str(r.exc_info[1])]
+    message = str(refusal.exc_info[1])
+    assert f"{path}: the metadata of transaction " in message
+    assert "which ackqueue never writes there" in message
+    assert "nothing of it was loaded or run" in message
+
+
+def test_the_command_line_counts_a_file_with_crafted_metadata_without_running_it(
+    crafted_metadata,
+) -> None:
+    path, marker = crafted_metadata
+    stats = run_cli("stats", path, "--json")
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["queues"][0]["stored"] == 5
+    assert "the metadata of transaction" in stats.stderr
     assert not os.path.exists(marker)
 
 
