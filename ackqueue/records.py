@@ -13,9 +13,11 @@ order: see ``AckQueue._make_key``), and an entry is kept in one of two ways:
   to other entries do not touch), what an item larger than :data:`INLINE_MAX` gets, and what
   every entry of a file of format 1 or 2 is.
 
-A tree may hold both; every reader takes either. An entry's fields change only through
-:meth:`QueueRecord.change_entry`, which rewrites an inline value or sets the record's
-attributes (an inline entry given what only a record holds becomes a record).
+A queue written by one process may delete entries through an :class:`EntryLog` (the
+commits' metadata) and from its tree only later, in batches; every read here leaves those
+out. A tree may hold both kinds of entry; every reader takes either. An entry's fields change
+only through :meth:`QueueRecord.change_entry`, which rewrites an inline value or sets the
+record's attributes (an inline entry given what only a record holds becomes a record).
 
 A queue record carries the format it was written in (:data:`FORMAT_VERSION`; a record without
 one was written before formats were numbered, and is format 1) and the name of the serializer
@@ -36,10 +38,11 @@ import math
 import pickle
 import struct
 import sys
+import weakref
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from BTrees.Length import Length
 from BTrees.LOBTree import LOBTree
@@ -60,10 +63,13 @@ T = TypeVar("T")
 # A record of a higher format is refused, not misread. A record of format 1 or 2 is raised to
 # format 3 when its first inline entry is stored: until then an older version still reads it;
 # one of format 4 is raised to 5 when it makes its first sharded index (one it has keeps its
-# tree). A queue made by a single process is written in format 3, and stays so.
-FORMAT_VERSION = 5
+# tree). A queue made by a single process is written in format 3, and raised to 6 by its
+# first deletion recorded in the commits' metadata instead of its tree (see EntryLog): an older
+# version would not know to leave those entries out.
+FORMAT_VERSION = 6
 INLINE_FORMAT = 3
 INDEX_FORMAT = 5
+LOGGED_DROPS_FORMAT = 6
 
 # Sequence numbers are reserved in blocks so that a put does not rewrite the queue record.
 SEQ_BLOCK = 1024
@@ -526,6 +532,41 @@ class DeadRecord(Persistent):
         self.when = when
 
 
+class EntryLog(Protocol):
+    """Deletions of entries recorded in the commits' metadata and made in the entry tree only
+    later, in batches (storage/counts.py keeps them for a queue file written by one process).
+
+    Deleting an acked item's inline entry rewrote its tree bucket (sixteen entries, each
+    pickled again) in every ack's commit; recorded in the commit's metadata instead, the
+    ack's commit stores no object at all. Until the batch is applied, the entries stay in the
+    tree, and every read of this record through a connection with a log leaves them out."""
+
+    def hidden(self, oid: bytes) -> Collection[Any]:
+        """The keys of queue record ``oid`` deleted through the log and maybe still in its tree,
+        as this connection sees them."""
+        ...
+
+    def drop(self, record: QueueRecord, key: Any) -> bool:
+        """Record the deletion of ``key`` in the commit being made, if the log takes it
+        (True); else the caller deletes it from the tree."""
+        ...
+
+
+# connection -> the log its reads and deletions go through (none: the tree is all there is)
+_entry_logs: weakref.WeakKeyDictionary[Any, EntryLog] = weakref.WeakKeyDictionary()
+
+
+def attach_entry_log(owner: Any, log: EntryLog) -> None:
+    """Read (and, for the writer, delete) the entries of the records of ``owner`` (a
+    connection, or a database: each of its connections without a log of its own) through
+    ``log``."""
+    _entry_logs[owner] = log
+
+
+def detach_entry_log(owner: Any) -> None:
+    _entry_logs.pop(owner, None)
+
+
 class QueueRecord(Persistent):
     """The stored state of one named queue.
 
@@ -592,14 +633,40 @@ class QueueRecord(Persistent):
     # a BTree in delivery order: see the module docstring) is this class's business, so that
     # a change of it is made here alone (tests/project/test_stored_format.py).
 
+    def _entry_log(self) -> EntryLog | None:
+        """The log of this record's connection, else of its database (see
+        :func:`attach_entry_log`)."""
+        jar = self._p_jar
+        if jar is None or not _entry_logs:
+            return None
+        log = _entry_logs.get(jar)
+        return log if log is not None else _entry_logs.get(jar.db())
+
+    def _hidden(self) -> Collection[Any]:
+        """The keys deleted through the entry log that may still be in the tree (see
+        :class:`EntryLog`): every read here leaves them out."""
+        log = self._entry_log()
+        return log.hidden(self._p_oid) if log is not None else ()
+
+    def _stored(self, key: Any) -> Any:
+        """The tree's value under ``key``; KeyError if it is not stored (or deleted through the
+        entry log)."""
+        hidden = self._hidden()
+        if hidden and key in hidden:
+            raise KeyError(key)
+        return self.entries[key]
+
     def entry(self, key: Any) -> StoredEntry | None:
         """Entry ``key``, or None if it is not stored."""
         found = self.entries.get(key)
-        return None if found is None else self._an_entry(key, found)
+        if found is None:
+            return None
+        hidden = self._hidden()
+        return None if hidden and key in hidden else self._an_entry(key, found)
 
     def entry_at(self, key: Any) -> StoredEntry:
         """Entry ``key``; KeyError if it is not stored."""
-        return self._an_entry(key, self.entries[key])
+        return self._an_entry(key, self._stored(key))
 
     def _an_entry(self, key: Any, value: Any) -> StoredEntry:
         """``value``, stored under ``key``, as an entry (a record, a ghost too: its class is
@@ -622,23 +689,33 @@ class QueueRecord(Persistent):
         return DamagedFileError(damaged_message(self._where(), why))
 
     def has_entry(self, key: Any) -> bool:
-        return key in self.entries
+        if key not in self.entries:
+            return False
+        hidden = self._hidden()
+        return not (hidden and key in hidden)
 
     def entry_count(self) -> int:
         """How many entries are stored, those marked done (shared mode) included."""
-        return len(self.entries)
+        entries = self.entries
+        hidden = self._hidden()
+        if not hidden:
+            return len(entries)
+        return len(entries) - sum(1 for key in list(hidden) if key in entries)
 
     def live_entry_count(self) -> int:
         """How many entries are stored and not marked done: the items the queue holds (reads
         every entry once shared mode may have marked some)."""
         if not self.done_marks:
-            return len(self.entries)
+            return self.entry_count()
         return sum(1 for _, entry in self.entry_items() if not entry.done)
 
     def entry_keys(self, after: Any = None) -> Iterator[Any]:
         """The stored keys in delivery order, from the first or from just after ``after``."""
         entries = edge_loaded(self.entries)
         keys = entries.keys() if after is None else entries.keys(min=after, excludemin=True)
+        hidden = self._hidden()
+        if hidden:
+            keys = (key for key in keys if key not in hidden)
         return self._walked(keys)
 
     def waiting_through(self, key: Any, now: float) -> Any:
@@ -666,6 +743,9 @@ class QueueRecord(Persistent):
         except RuntimeError as exc:
             self._broken_walk(exc)
             raise
+        hidden = self._hidden()
+        if hidden:
+            stored = [one for one in stored if one not in hidden]
         waiting = set(tree.keys(min=key, max=last))
         for at, stored_key in enumerate(stored):  # a run that ends inside the block
             if stored_key not in waiting:
@@ -676,6 +756,9 @@ class QueueRecord(Persistent):
         """``(key, entry)`` in delivery order, from the first or from just after ``after``."""
         entries = edge_loaded(self.entries)
         items = entries.items() if after is None else entries.items(min=after, excludemin=True)
+        hidden = self._hidden()
+        if hidden:
+            items = (item for item in items if item[0] not in hidden)
         return self._walked_entries(items)
 
     def entry_groups(self) -> Iterator[tuple[Any, str]]:
@@ -683,8 +766,11 @@ class QueueRecord(Persistent):
         order, passing over those whose record does not load (see :func:`loads`). An inline
         entry's group is read from its header alone: an open reads every grouped entry, and
         decoding each whole was a quarter of the open's time."""
+        hidden = self._hidden()
         try:
             for key, value in edge_loaded(self.entries).items():
+                if hidden and key in hidden:
+                    continue
                 if isinstance(value, bytes):
                     try:
                         group = inline_group(value)
@@ -771,7 +857,7 @@ class QueueRecord(Persistent):
         """Change fields of entry ``key`` (KeyError if it is not stored): an inline one is
         stored anew, or, given a field only a record holds (``holder``, ``done``) or an item
         larger than :data:`INLINE_MAX`, becomes a record of its own."""
-        value = self.entries[key]
+        value = self._stored(key)
         if isinstance(value, Entry):
             for name, changed in changes.items():
                 setattr(value, name, changed)
@@ -795,7 +881,7 @@ class QueueRecord(Persistent):
     def fence_entry(self, key: Any) -> None:
         """Write entry ``key`` in the commit being made, so that a change to it racing this
         one conflicts (an inline entry is in its bucket, which the caller's change writes)."""
-        value = self.entries[key]
+        value = self._stored(key)
         if isinstance(value, Entry):
             value._p_changed = True
 
@@ -823,8 +909,29 @@ class QueueRecord(Persistent):
     def drop_entry(self, key: Any) -> int | None:
         """Delete entry ``key`` and its due time (KeyError if it is not stored); the count
         and its item key are the caller's. The size of an inline entry (bytes of its bucket's
-        old revision that are garbage now), or None for a record of its own (garbage whole)."""
+        old revision that are garbage now, or once the entry log's batch is applied), or None
+        for a record of its own (garbage whole).
+
+        Through the entry log where the connection has one (see :class:`EntryLog`), for an
+        entry of one tree that no other index names (no due time, no key: a reader going
+        from the delay or key index to the entry must find it while the index names it): the
+        deletion is recorded in the commit's metadata and made in the tree with the log's
+        next batch."""
         entries = self.entries
+        log = self._entry_log()
+        if log is not None:
+            value = self._stored(key)
+            delayed = self.delayed
+            if (
+                self.kind != "priority"
+                and not isinstance(entries, ShardedEntries)
+                and (delayed is None or key not in delayed)
+                and (self.keyed is None or self._an_entry(key, value).item_key is None)
+                and log.drop(self, key)
+            ):
+                if self.format_version < LOGGED_DROPS_FORMAT:
+                    self.format_version = LOGGED_DROPS_FORMAT  # older versions would show it
+                return len(value) if isinstance(value, bytes) else None
         value = entries.pop(key)
         if isinstance(entries, ShardedEntries):
             entries.retire_empty(key, self.seq_reserved)
@@ -832,6 +939,13 @@ class QueueRecord(Persistent):
         if delayed is not None and key in delayed:
             del delayed[key]
         return len(value) if isinstance(value, bytes) else None
+
+    def apply_logged_drops(self, keys: Iterable[Any]) -> None:
+        """Delete from the tree the entries of ``keys`` still in it: a batch of deletions the
+        entry log recorded (see :class:`EntryLog`; inside a change of the writer)."""
+        entries = self.entries
+        for key in keys:
+            entries.pop(key, None)
 
     def retire_empty_shards(self) -> int:
         """Delete the emptied shards near the head that no put can be using any more (see
@@ -853,7 +967,10 @@ class QueueRecord(Persistent):
         such node could not be read is added to ``unreadable``, and so is each entry found
         under another key than its own (a damaged reference: see :meth:`vouch`) and each
         inline one whose header is damaged."""
+        hidden = self._hidden()
         for key, entry in _entries_of(self.entries, unreadable):
+            if hidden and key in hidden:
+                continue
             if isinstance(entry, bytes):
                 try:
                     yield inline_entry(entry)

@@ -147,19 +147,22 @@ def vanishing_class(tmp_path):
 
 
 def stored_counts(path: str) -> dict[str, tuple[int, int]]:
-    """Per queue of the file at ``path``: (entries in its tree, its count as a reader
-    computes it), read-only."""
+    """Per queue of the file at ``path``: (entries in its tree, less those its writer deleted
+    through the entry log and not yet from the tree, as every reader leaves them out; its
+    count as a reader computes it), read-only."""
     import ZODB
 
-    from ackqueue.records import ROOT_KEY
+    from ackqueue.records import ROOT_KEY, attach_entry_log
     from ackqueue.storage import counts
     from ackqueue.storage.filestorage import QueueFileStorage
 
     db = ZODB.DB(QueueFileStorage(path, read_only=True))
     try:
-        queues = db.open().root()[ROOT_KEY]
+        conn = db.open()
+        attach_entry_log(conn, counts.ReplayedDrops(db.storage, conn))
+        queues = conn.root()[ROOT_KEY]
         return {
-            name: (len(record.entries), counts.stored_count(record))
+            name: (record.entry_count(), counts.stored_count(record))
             for name, record in queues.items()
         }
     finally:

@@ -468,6 +468,17 @@ def full_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, 
         result.reclassify(outcome, "stuck", tag, "; ".join(extra))
 
 
+def remove_tree(directory: str) -> None:
+    """``rm -r directory`` under the running queue, which may rename or remove a file in it
+    meanwhile (a pack putting its copy in place, an index saved): what vanished under the
+    walk is gone already, the rest is removed on the next walk."""
+    for _ in range(100):
+        shutil.rmtree(directory, ignore_errors=True)
+        if not os.path.exists(directory):
+            return
+    raise AssertionError(f"{directory} could not be removed")
+
+
 def vanish_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random, root: str,
                result: Result) -> None:
     mnt = os.path.join(tmp, f"mnt-{tag}")
@@ -489,7 +500,7 @@ def vanish_try(tmp: str, logdir: str, tag: str, shared: bool, rng: random.Random
                 how += ", during a pack"
                 result.notes["during a pack"] += 1
         if how.startswith("rm -r"):
-            shutil.rmtree(directory)
+            remove_tree(directory)
         else:
             subprocess.run(["umount", "-l", mnt], check=True)
         t.wait_events(rng.randint(10, 80))

@@ -45,6 +45,7 @@ from ackqueue.records import (
     QueueRecord,
     StoredEntry,
     UnreadableEntry,
+    attach_entry_log,
     edge_loaded,
     garbled_root_key,
     queues_of,
@@ -53,7 +54,7 @@ from ackqueue.records import (
 from ackqueue.shared.holdmarks import HOLDS_KEY, holder
 from ackqueue.shared.sessions import SESSIONS_KEY, server_time
 from ackqueue.storage import zeo
-from ackqueue.storage.counts import stored_count
+from ackqueue.storage.counts import ReplayedDrops, stored_count
 from ackqueue.storage.engine import (
     RecordLoader,
     as_path,
@@ -164,6 +165,8 @@ class QueueFile:
                 ) from None
             self._storage = self._db.storage
             self._conn = self._db.open()
+            # What a writer deleted through the log and not yet from the tree (counts.py).
+            attach_entry_log(self._conn, ReplayedDrops(self._storage, self._conn))
             root = self._conn.root()
             queues = queues_of(root, create=False)
             self._stored_holds = root.get(HOLDS_KEY)

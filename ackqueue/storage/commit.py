@@ -175,6 +175,8 @@ class CommitHooks(Protocol):
 
     def committed(self) -> None: ...
 
+    def aborted(self) -> None: ...
+
 
 class _Change:
     __slots__ = ("apply", "done", "error", "result", "taken", "wake")
@@ -359,6 +361,8 @@ class GroupCommitter:
             raise ConflictError("ackqueue: gave up after repeated write conflicts") from last
         except BaseException as exc:
             abort_quietly(self._tm)
+            if self._hooks is not None:
+                self._hooks.aborted()
             failure = self._describe_failure(exc)
             for change in batch:
                 if change.error is None:

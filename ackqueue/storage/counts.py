@@ -35,6 +35,18 @@ count its own commit recorded.
 A pack drops transactions whose records were all replaced; the store folds every queue it
 defers and packs only up to that fold (see :meth:`LogCounts.fold_for_pack`), so no dropped
 transaction is still needed.
+
+Deletions of entries go the same way (the :class:`~ackqueue.records.EntryLog` of a queue whose
+count is deferred): an ack, a plain get or a removal of an entry of one tree with no due time
+records the entry's key in its commit's metadata (:data:`DROPS_KEY`, with a checksum of the
+keys) instead of deleting it from its tree bucket, so that commit stores no object at all (a
+bucket rewrite pickles its sixteen entries again, most of an ack's work). A fold deletes the
+recorded entries from the tree, in the same commit as it writes the Length; until then every
+read of the record leaves them out: the writer's and the store's readers from memory
+(:class:`LogCounts`), another process (``ackqueue stats``/``peek``, salvage) and an opener
+after a crash by reading the deletions recorded after the Length's revision, as for the count
+(:func:`logged_drops`; an opener then makes them in the tree). Metadata that cannot be read
+back whole loses only deletions: those items are delivered again, never lost.
 """
 
 from __future__ import annotations
@@ -44,19 +56,67 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterator
+import zlib
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from persistent.TimeStamp import TimeStamp
 from ZODB.utils import p64, u64
 
-from ackqueue.records import queues_of
+from ackqueue.errors import DamagedFileError, damaged_message
+from ackqueue.records import LOGGED_DROPS_FORMAT, EntryLog, QueueRecord, queues_of
 
 log = logging.getLogger("ackqueue")
 
 COUNTS_KEY = "ackqueue.counts"  # transaction metadata: {queue name: change of its count}
 TOTALS_KEY = "ackqueue.totals"  # transaction metadata: {queue name: its count after the commit}
 FOLD_EVERY = 512  # commits between folds: what a reader or an opener after a crash scans
+# Transaction metadata: {queue name: [checksum of the keys, key, ...]}, the entries the commit
+# deleted (see the module docstring).
+DROPS_KEY = "ackqueue.drops"
+MAX_LOGGED_DROPS = 2048  # in one commit (metadata is at most 64 KB); more are deleted at once
+FOLD_DROPS = 4096  # deletions waiting for the tree that fold their queue (a fold's commit size)
+KEEP_FOLDS = 2  # folds a deletion made in the tree is still left out of reads for
+PACK_TIME_GAP = 1e-5  # seconds between two folds that a pack time can fall between
+IN_FLIGHT, LOGGED = -1, 0  # LogCounts._hidden: being committed; committed, not in the tree yet
+
+
+def drops_checksum(keys: list[Any]) -> int:
+    return zlib.crc32(repr(keys).encode())
+
+
+class _Hidden:
+    """The keys the writer's change sees deleted: committed ones and its own."""
+
+    __slots__ = ("logged", "staged")
+
+    def __init__(self, logged: dict[Any, int], staged: dict[Any, None]) -> None:
+        self.logged, self.staged = logged, staged
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.logged or key in self.staged
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from list(self.logged)
+        yield from list(self.staged)
+
+    def __len__(self) -> int:
+        return len(self.logged) + len(self.staged)
+
+
+class _Reading:
+    """The entry log as the store's other connections see it: the deletions committed (or
+    being committed) and not yet made in the tree, and those made in the last folds (a
+    reader may still be at an older view)."""
+
+    def __init__(self, counts: LogCounts) -> None:
+        self._counts = counts
+
+    def hidden(self, oid: bytes) -> Collection[Any]:
+        return self._counts.hidden_committed(oid)
+
+    def drop(self, record: QueueRecord, key: Any) -> bool:
+        return False  # only the writer changes anything
 
 
 class LogCounts:
@@ -82,6 +142,15 @@ class LogCounts:
         self._fold_all = False
         self.fold_tid: bytes | None = None  # the transaction of the last fold of everything
         self._lock = threading.Lock()
+        # Entry deletions (the EntryLog): those of the commit being made, record oid -> keys;
+        # and those committed or being committed, oid -> key -> IN_FLIGHT, LOGGED or the
+        # number of the fold that made it in the tree (forgotten KEEP_FOLDS folds later).
+        self._drops: dict[bytes, dict[Any, None]] = {}
+        self._hidden: dict[bytes, dict[Any, int]] = {}
+        self._in_flight: list[tuple[bytes, list[Any]]] = []
+        self._unapplied: dict[bytes, int] = {}  # oid -> how many are LOGGED
+        self._folds = 0
+        self.reading: EntryLog = _Reading(self)
 
     # -- inside changes --------------------------------------------------------------------
 
@@ -109,6 +178,34 @@ class LogCounts:
         self._names[record._p_oid] = name  # deferring already: no opener settled it
         self._fold.add(record._p_oid)  # anchors the Length at this commit: a short replay
 
+    # -- the entry log (records.EntryLog, for the writer) ----------------------------------
+
+    def hidden(self, oid: bytes) -> Collection[Any]:
+        logged, staged = self._hidden.get(oid), self._drops.get(oid)
+        if staged:
+            return _Hidden(logged or {}, staged)
+        return logged or ()
+
+    def hidden_committed(self, oid: bytes) -> Collection[Any]:
+        return self._hidden.get(oid) or ()
+
+    def drop(self, record: QueueRecord, key: Any) -> bool:
+        if not isinstance(key, int) or not self.keeps(record):
+            return False
+        staged = self._drops.setdefault(record._p_oid, {})
+        if len(staged) >= MAX_LOGGED_DROPS:
+            return False
+        staged[key] = None
+        return True
+
+    def _apply_drops(self, oid: bytes) -> None:
+        """Make every deletion of queue ``oid`` not yet made in its tree (inside the commit:
+        this commit's own are IN_FLIGHT by now)."""
+        logged = self._hidden.get(oid)
+        keys = [key for key, state in (logged or {}).items() if state <= LOGGED]
+        if keys:
+            self._writer.get(oid).apply_logged_drops(keys)
+
     def forget(self, record: Any) -> None:
         """A queue closed before any change: nothing to fold (memory only)."""
         self._waiting.pop(record._p_oid, None)
@@ -130,7 +227,10 @@ class LogCounts:
     # -- the group committer's hooks -------------------------------------------------------
 
     def begin(self) -> None:
+        self.aborted()  # a failed attempt's deletions are not deleted
         # New containers only when used: committed() keeps the ones it reads as they are.
+        if self._drops:
+            self._drops = {}
         if self._txn:
             self._txn = {}
         if self._starting:
@@ -153,6 +253,10 @@ class LogCounts:
         if self._fold_all or self._since_fold >= FOLD_EVERY:
             fold.update(names)
             fold.difference_update(self._stopped)  # folded by stop() already
+        for oid, staged in self._drops.items():  # a batch's worth of deletions waits: fold
+            if (oid in names and oid not in self._stopped
+                    and self._unapplied.get(oid, 0) + len(staged) >= FOLD_DROPS):
+                fold.add(oid)
         get = self._writer.get
         # The count each queue has once this commit is in: a folded Length holds it all.
         totals: dict[str, int] = {}
@@ -167,6 +271,42 @@ class LogCounts:
             totals[name] = int(get(oid).length())
         if totals:
             record_info(TOTALS_KEY, totals)
+        self._log_drops(names, fold, record_info)
+
+    def _log_drops(self, names: dict[bytes, str], fold: set[bytes], record_info: Any) -> None:
+        """Record this commit's deletions of queues that do not fold in it; make those of the
+        queues that do (and every earlier one not made yet) in their trees. Readers leave them
+        out from now on (IN_FLIGHT), as the commit may be in before :meth:`committed`."""
+        logged: dict[str, list[Any]] = {}
+        for oid, staged in self._drops.items():
+            keys = list(staged)
+            if oid not in names:  # its count did not change after all: it does not defer
+                self._writer.get(oid).apply_logged_drops(keys)
+                continue
+            hidden = self._hidden.setdefault(oid, {})
+            for key in keys:
+                hidden[key] = IN_FLIGHT
+            self._in_flight.append((oid, keys))
+            if oid not in fold and oid not in self._stopped:
+                logged[names[oid]] = [drops_checksum(keys), *keys]
+        for oid in (*fold, *self._stopped):
+            if oid in self._drops or oid in self._hidden:
+                self._apply_drops(oid)
+        if logged:
+            record_info(DROPS_KEY, logged)
+            # A commit whose only change is in its metadata stores no object, so the writer
+            # never joined it (an object's first change does) and nothing would be written:
+            # join it (ZODB's own way to join without an object).
+            self._writer._register()
+
+    def aborted(self) -> None:
+        """The commit attempt failed: its deletions were not made (readers show them again)."""
+        for oid, keys in self._in_flight:
+            hidden = self._hidden.get(oid, {})
+            for key in keys:
+                if hidden.get(key) == IN_FLIGHT:
+                    del hidden[key]
+        self._in_flight = []
 
     def _start_changed(self, changed: list[tuple[bytes, int]]) -> dict[bytes, str]:
         """Start deferring the counts this commit changes first (see :meth:`start`): their
@@ -181,7 +321,28 @@ class LogCounts:
                 self._fold.add(oid)
         return {**self._names, **starting} if starting else self._names
 
+    def _drops_committed(self) -> None:
+        applied = self._fold | self._stopped.keys()
+        if applied:
+            self._folds += 1
+        for oid, keys in self._in_flight:
+            hidden = self._hidden[oid]
+            for key in keys:
+                hidden[key] = LOGGED
+            self._unapplied[oid] = self._unapplied.get(oid, 0) + len(keys)
+        self._in_flight = []
+        for oid in applied:
+            self._unapplied.pop(oid, None)
+            hidden = self._hidden.get(oid, {})
+            done, forget = self._folds, self._folds - KEEP_FOLDS
+            for key, state in list(hidden.items()):
+                if state <= LOGGED:
+                    hidden[key] = done
+                elif state <= forget:
+                    del hidden[key]
+
     def committed(self) -> None:
+        self._drops_committed()
         for oid, name in self._starting.items():  # deferring from this commit on
             self._names[oid] = name
             del self._waiting[oid]
@@ -212,15 +373,27 @@ class LogCounts:
                 self._fold_all = False
 
     def fold_for_pack(self, run: Callable[[Callable[[], None]], None]) -> float | None:
-        """Fold everything; the pack time to use (just before that fold), or None for now."""
+        """Fold everything, twice; the pack time to use (between the two folds), or None for
+        now.
+
+        Transactions from the second fold on are kept whole by the pack: they are what a
+        reader adds to the folded Lengths (and the deletions it leaves out). The first fold
+        made the logged deletions in the trees: the tree nodes as they were before it are
+        what the pack can then drop. With the pack time before a single fold, they were
+        what was current at the pack time, and a file packed after a burn-down kept the
+        last deleted entries until the next pack. Whatever was committed between the folds
+        is in the second one."""
         if not self._names:
             return None
         self.fold_all(run)
-        if self.fold_tid is None:
+        first = self.fold_tid
+        self.fold_all(run)
+        if first is None or self.fold_tid is None:
             return None
-        # Transactions from this fold on are kept whole by the pack: they are what a reader
-        # adds to the folded Lengths.
-        return float(TimeStamp(self.fold_tid).timeTime()) - 0.01
+        before = float(TimeStamp(first).timeTime())
+        after = float(TimeStamp(self.fold_tid).timeTime())
+        # A pack time is a float of seconds: good to a microsecond or so at today's dates.
+        return (before + after) / 2 if after - before > PACK_TIME_GAP else after - 0.01
 
 
 def stored_count(record: Any, storage: Any = None) -> int:
@@ -381,6 +554,7 @@ def settle(record: Any, storage: Any) -> None:
         return
     length = record.length
     base = int(length())  # loads it: a ghost's _p_serial is not its revision's
+    _apply_logged_drops(record, storage, length._p_serial)
     try:
         queues = queues_of(record._p_jar.root(), create=False)
         checked = checked_changes(
@@ -411,3 +585,107 @@ def settle(record: Any, storage: Any) -> None:
     length.change(change)
     record.counted_in_log = False
 
+
+
+# -- deletions recorded in the log, read back -----------------------------------------------
+
+
+METADATA_KEYS = frozenset({COUNTS_KEY, TOTALS_KEY, DROPS_KEY})  # all a queue file's commits hold
+
+
+def logged_drops(
+    storage: Any, name: str, after: bytes, unreadable: list[str] | None = None,
+    names: Collection[str] | None = None,
+) -> list[Any]:
+    """The keys of the entries of queue ``name`` deleted through the log by transactions after
+    ``after`` (see the module docstring). A transaction whose list does not match its checksum
+    (a changed byte) is passed over, and said in ``unreadable``: its items come back. Given
+    the file's queue ``names``, so is one whose metadata holds what ackqueue never writes
+    there: a key other than its own, or a queue name none of the file's queues has (the
+    metadata pickle keeps a name once and refers to it after: one changed byte in it, or in
+    the key "ackqueue.drops", would otherwise hide the deletions it records)."""
+    found: list[Any] = []
+    with _transactions(storage, p64(u64(after) + 1)) as transactions:
+        for txn in transactions:
+            metadata = txn.extension
+            logged = metadata.get(DROPS_KEY)
+            listed: Any = logged.get(name) if isinstance(logged, dict) else None
+            written = names is None or _as_written(metadata, names)
+            if listed is None and written:
+                continue
+            keys = listed[1:] if written and isinstance(listed, list) and listed else None
+            if keys is None or listed[0] != drops_checksum(keys):
+                if unreadable is not None:
+                    unreadable.append(
+                        f"the deletions recorded by transaction {txn.tid.hex()} (damaged)"
+                    )
+                continue
+            found.extend(keys)
+    return found
+
+
+def _as_written(metadata: dict[str, Any], names: Collection[str]) -> bool:
+    """Whether ``metadata`` holds only what ackqueue writes: its keys, each a mapping by the
+    names of the file's queues."""
+    if not metadata.keys() <= METADATA_KEYS:
+        return False
+    return all(isinstance(by_name, dict) and by_name.keys() <= set(names)
+               for by_name in metadata.values())
+
+
+def _apply_logged_drops(record: Any, storage: Any, after: bytes) -> None:
+    """Make in ``record``'s tree the deletions logged after ``after`` (an opener settling a
+    queue whose deferring process died). A queue that may have logged some (format 6) and
+    whose log cannot be read back whole is a damaged file: opening it would hand out again
+    items whose ack returned."""
+    if int(getattr(record, "format_version", 1)) < LOGGED_DROPS_FORMAT:
+        return  # it never logged a deletion
+    name = name_of(record)
+    unreadable: list[str] = []
+    try:
+        names = list(queues_of(record._p_jar.root(), create=False) or ())
+        keys = logged_drops(storage, name, after, unreadable, names)
+    except Exception as exc:
+        unreadable.append(f"the transactions after {after.hex()} ({exc})")
+    if unreadable:
+        where = str(storage.getName())
+        raise DamagedFileError(damaged_message(where, (
+            f"{unreadable[0]} held deletions of queue {name!r} that cannot be read back, so "
+            "items acked before it was closed would be delivered again"
+        )))
+    record.apply_logged_drops(keys)
+
+
+class ReplayedDrops:
+    """The entry log of a connection of another process (``ackqueue stats``/``peek``,
+    salvage): the deletions each deferring queue's log recorded after its Length's revision,
+    read once."""
+
+    def __init__(self, storage: Any, connection: Any) -> None:
+        self._storage = storage
+        self._connection = connection
+        self._known: dict[bytes, frozenset[Any]] = {}
+
+    def hidden(self, oid: bytes) -> Collection[Any]:
+        known = self._known.get(oid)
+        if known is None:
+            known = self._known[oid] = frozenset(self._read(oid))
+        return known
+
+    def _read(self, oid: bytes) -> Iterable[Any]:
+        """The deletions logged for record ``oid``; none where they cannot be read (a
+        damaged file: salvage reads what it can), said."""
+        try:
+            record = self._connection.get(oid)
+            if not getattr(record, "counted_in_log", False):
+                return ()
+            length = record.length
+            int(length())  # loads it: a ghost's _p_serial is not its revision's
+            return logged_drops(self._storage, name_of(record), length._p_serial)
+        except Exception:
+            log.warning("could not read the deletions in the log of queue record %s",
+                        oid.hex(), exc_info=True)
+            return ()
+
+    def drop(self, record: QueueRecord, key: Any) -> bool:
+        return False

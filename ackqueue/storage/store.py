@@ -34,7 +34,7 @@ from ackqueue.errors import (
     StorageUnreachableError,
     damaged_message,
 )
-from ackqueue.records import ROOT_KEY, queues_of
+from ackqueue.records import ROOT_KEY, attach_entry_log, detach_entry_log, queues_of
 from ackqueue.storage import counts as counting
 from ackqueue.storage.commit import GroupCommitter, WriterTransactions
 from ackqueue.storage.engine import (
@@ -140,6 +140,8 @@ class Store:
         if owns_db and self.engine.counts_in_log(storage):
             self.counts = counting.LogCounts(storage, self.writer, self._tm)
             counting.attach(self.writer, self.counts)
+            attach_entry_log(self.writer, self.counts)
+            attach_entry_log(db, self.counts.reading)  # the readers' connections
         self._committer = GroupCommitter(
             self._tm, self._describe_failure, self.engine.syncer(storage), hooks=self.counts,
             last_commit=self.db.lastTransaction,
@@ -357,6 +359,8 @@ class Store:
             self.writer.close()
         finally:
             counting.detach(self.writer)
+            detach_entry_log(self.writer)
+            detach_entry_log(self.db)
             if self.owns_db:
                 try:
                     storage = self.db.storage  # the closed database lets go of it
