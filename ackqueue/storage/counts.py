@@ -445,9 +445,17 @@ def logged_changes(storage: Any, name: str, after: bytes) -> int:
 @contextlib.contextmanager
 def _transactions(storage: Any, start: bytes) -> Iterator[Any]:
     """The storage's transactions from ``start`` on, its iterator closed after."""
-    transactions = storage.iterator(start)
     try:
-        yield transactions
+        transactions = storage.iterator(start)
+        skip = False
+    except (AttributeError, ValueError):
+        # FileStorage cannot seek to ``start`` in a file that ends in a commit cut short (a
+        # writer at work, or killed; read-only, the file is not cut): ZODB calls a misspelt
+        # method for a file under 1 MB, and gives up on a larger one. From the first commit.
+        transactions = storage.iterator()
+        skip = True
+    try:
+        yield (txn for txn in transactions if txn.tid >= start) if skip else transactions
     finally:
         close = getattr(transactions, "close", None)
         if close is not None:

@@ -450,6 +450,8 @@ class QueueFileStorage(FileStorage):
     _new_bytes = 0  # bytes of records of objects stored for the first time, and their count:
     _new_records = 0  # their average is the size of a typical dropped record (a queue entry)
 
+    _pos: int  # FileStorage's: where the next commit goes, and where the one being made ends
+    _nextpos: int
     sync_each_commit = True  # False: only sync_through() and close() fsync (relaxed mode)
     _flushed = 0  # commits handed to the OS
     _synced = 0  # commits known to be on disk
@@ -623,6 +625,11 @@ class QueueFileStorage(FileStorage):
         inline = self.sync_each_commit and not getattr(self._deferring, "on", False)
         if inline:
             os.fsync(self._file.fileno())
+        if not self._txn_stored:
+            # A commit of metadata only (an ack through its queue's entry log, counts.py) is
+            # garbage once the count's next fold has made it in the tree: a pack drops a
+            # transaction before its pack time that holds no record, and packs fold first.
+            self.replaced_bytes += self._nextpos - self._pos
         self._pos = self._nextpos
         self._index.update(self._tindex)
         self._ltid = tid

@@ -24,6 +24,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from ZODB.Connection import TransactionMetaData
+from ZODB.FileStorage.format import TRANS_HDR_LEN
 
 import ackqueue
 from ackqueue.records import LOGGED_DROPS_FORMAT, ROOT_KEY
@@ -388,3 +389,50 @@ def test_metadata_whose_names_are_damaged_makes_a_damaged_file(tmp_path, damaged
         storage.close()
     with pytest.raises(ackqueue.DamagedFileError, match="held deletions of queue 'default'"):
         ackqueue.AckQueue(image)
+
+
+def test_the_command_line_reads_the_log_of_a_file_that_ends_in_a_commit_cut_short(tmp_path):
+    """Read-only, the file is not cut back: FileStorage cannot seek to a transaction in a
+    file that ends in a torn one (a writer at work, or killed), so the log is read from the
+    first commit on; the acked items stay out of sight."""
+    path, image = str(tmp_path / "q.fs"), str(tmp_path / "image.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many([f"item {n}" for n in range(6)])
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        for _ in range(3):
+            c.ack(c.get())
+        crash_image(path, image)
+    # A commit cut short: the start of one, its header written with status "c" (in progress),
+    # as a kill -9 in the middle of its write leaves it.
+    storage = QueueFileStorage(image, read_only=True)
+    try:
+        *_, last = storage.iterator()
+        start = last._tpos
+    finally:
+        storage.close()
+    with open(image, "r+b") as f:
+        f.seek(start)
+        header = bytearray(f.read(TRANS_HDR_LEN + 20))
+        header[7] = (header[7] + 1) % 256  # a later transaction id
+        header[16:17] = b"c"
+        f.seek(0, os.SEEK_END)
+        f.write(bytes(header))
+    peeked = run_cli("peek", image, "--json")
+    assert peeked.returncode == 0, peeked.stderr
+    assert [p["item"] for p in json.loads(peeked.stdout)] == [f"item {n}" for n in range(3, 6)]
+
+
+def test_an_acks_commit_of_metadata_only_counts_as_garbage_for_the_packer(tmp_path):
+    """Once folded, a commit that stores no record is what a pack drops: the estimate the
+    automatic packer goes by counts its bytes (without them a queue that only acks is
+    packed late)."""
+    path = str(tmp_path / "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(300))
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        c.ack(c.get())  # the session's first change: folded
+        packer = q._store.packer
+        size, garbage = os.path.getsize(path), packer.garbage()
+        for _ in range(100):
+            c.ack(c.get())
+        assert packer.garbage() - garbage >= os.path.getsize(path) - size
