@@ -105,19 +105,30 @@ def runs_when_trusted(path: str, marker: str, name: str = "default") -> bool:
         entries[entries.minKey()].data  # noqa: B018  (loading is the point)
     finally:
         db.close()
-    ran = os.path.exists(marker)
-    if ran:
+    return ran(marker)
+
+
+def ran(marker: str) -> bool:
+    """Whether the crafted code ran (``marker`` exists); the marker is removed again."""
+    found = os.path.exists(marker)
+    if found:
         os.remove(marker)
-    return ran
+    return found
 
 
 def craft_metadata(path: str, value: Any) -> None:
     """Append to ``path`` a commit whose transaction metadata holds ``value`` where ackqueue
-    records its counts' changes, pickled as ZODB pickles metadata: what another writer of the
-    file could leave for the next reader of the count log."""
+    records its counts' changes: what another writer of the file could leave for the next
+    reader of the count log."""
+    append_commit(path, {"ackqueue.counts": value})
+
+
+def append_commit(path: str, metadata: dict[str, Any]) -> None:
+    """Append to the file ``path`` a commit of ``metadata`` only (no record), pickled as ZODB
+    pickles transaction metadata."""
     storage = ZODB.FileStorage.FileStorage(path)
     try:
-        txn = TransactionMetaData(extension=pickle.dumps({"ackqueue.counts": value}, 3))
+        txn = TransactionMetaData(extension=pickle.dumps(metadata, 3))
         storage.tpc_begin(txn)
         storage.tpc_vote(txn)
         storage.tpc_finish(txn)
@@ -134,7 +145,4 @@ def metadata_runs_when_trusted(path: str, marker: str) -> bool:
             txn.extension  # noqa: B018  (loading is the point)
     finally:
         storage.close()
-    ran = os.path.exists(marker)
-    if ran:
-        os.remove(marker)
-    return ran
+    return ran(marker)

@@ -23,7 +23,7 @@ from conftest import REPO_ROOT, TESTS_DIR, child_env, stored_counts
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from ZODB.Connection import TransactionMetaData
+from side_effects import append_commit
 from ZODB.FileStorage.format import TRANS_HDR_LEN
 
 import ackqueue
@@ -121,32 +121,18 @@ def test_deletions_whose_metadata_is_damaged_make_a_damaged_file(tmp_path):
     """A checksum guards each commit's list of keys: a changed byte there must neither delete
     another item (lost) nor let these come back (delivered again after their ack returned):
     the opener says the file is damaged, and salvage puts back what can be read."""
-    path, image = str(tmp_path / "q.fs"), str(tmp_path / "image.fs")
-    with ackqueue.AckQueue(path) as q:
-        q.put_many(range(10))
-    with ackqueue.AckQueue(path) as q, q.connect() as c:
-        c.ack(c.get())
-        c.ack(c.get())  # logged: the record is of format 6
-        crash_image(path, image)
+    image = two_acked(tmp_path)
     sound = str(tmp_path / "sound.fs")
     shutil.copyfile(image, sound)
     for target, listed in (
         (sound, [counts.drops_checksum([2]), 2]),  # as the writer records it
         (image, [counts.drops_checksum([2]), 3]),  # key 2 recorded, 3 read back
     ):
-        storage = QueueFileStorage(target)
-        try:
-            metadata = {
-                counts.DROPS_KEY: {"default": listed},
-                counts.COUNTS_KEY: {"default": -1},
-                counts.TOTALS_KEY: {"default": 7},
-            }
-            txn = TransactionMetaData(extension=pickle.dumps(metadata, 3))
-            storage.tpc_begin(txn)
-            storage.tpc_vote(txn)
-            storage.tpc_finish(txn)
-        finally:
-            storage.close()
+        append_commit(target, {
+            counts.DROPS_KEY: {"default": listed},
+            counts.COUNTS_KEY: {"default": -1},
+            counts.TOTALS_KEY: {"default": 7},
+        })
     with ackqueue.AckQueue(sound) as q, q.connect() as c:
         assert q.qsize() == 7
         assert [c.get() for _ in range(7)] == list(range(3, 10))
@@ -155,6 +141,19 @@ def test_deletions_whose_metadata_is_damaged_make_a_damaged_file(tmp_path):
     message = str(raised.value)
     assert image in message and "(damaged) held deletions of queue 'default'" in message
     assert "ackqueue salvage" in message
+
+
+def two_acked(tmp_path) -> str:
+    """A crash image of a queue of 10 items whose session acked 2 (the second through the
+    log: the record is of format 6)."""
+    path, image = str(tmp_path / "q.fs"), str(tmp_path / "image.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(10))
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        c.ack(c.get())
+        c.ack(c.get())
+        crash_image(path, image)
+    return image
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -365,28 +364,14 @@ def test_metadata_whose_names_are_damaged_makes_a_damaged_file(tmp_path, damaged
     """The metadata pickle keeps a queue's name once and refers to it after, so one changed
     byte moves a commit's count, total and deletions to another name together; one in the key
     hides its deletions. Neither may let the acked items come back quietly."""
-    path, image = str(tmp_path / "q.fs"), str(tmp_path / "image.fs")
-    with ackqueue.AckQueue(path) as q:
-        q.put_many(range(10))
-    with ackqueue.AckQueue(path) as q, q.connect() as c:
-        c.ack(c.get())
-        c.ack(c.get())
-        crash_image(path, image)
+    image = two_acked(tmp_path)
     name = "delault" if damaged == "queue name" else "default"
     key = counts.DROPS_KEY if damaged == "queue name" else "ackqueZe.drops"
-    storage = QueueFileStorage(image)
-    try:
-        metadata = {
-            key: {name: [counts.drops_checksum([2]), 2]},
-            counts.COUNTS_KEY: {name: -1},
-            counts.TOTALS_KEY: {name: 7},
-        }
-        txn = TransactionMetaData(extension=pickle.dumps(metadata, 3))
-        storage.tpc_begin(txn)
-        storage.tpc_vote(txn)
-        storage.tpc_finish(txn)
-    finally:
-        storage.close()
+    append_commit(image, {
+        key: {name: [counts.drops_checksum([2]), 2]},
+        counts.COUNTS_KEY: {name: -1},
+        counts.TOTALS_KEY: {name: 7},
+    })
     with pytest.raises(ackqueue.DamagedFileError, match="held deletions of queue 'default'"):
         ackqueue.AckQueue(image)
 
