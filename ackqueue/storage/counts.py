@@ -45,8 +45,9 @@ recorded entries from the tree, in the same commit as it writes the Length; unti
 read of the record leaves them out: the writer's and the store's readers from memory
 (:class:`LogCounts`), another process (``ackqueue stats``/``peek``, salvage) and an opener
 after a crash by reading the deletions recorded after the Length's revision, as for the count
-(:func:`logged_drops`; an opener then makes them in the tree). Metadata that cannot be read
-back whole loses only deletions: those items are delivered again, never lost.
+(:func:`logged_drops`; an opener then makes them in the tree). An opener that cannot read them
+back whole raises :class:`~ackqueue.DamagedFileError` rather than hand out items whose ack
+returned; another process's read passes over what it cannot read.
 """
 
 from __future__ import annotations
@@ -607,7 +608,8 @@ def logged_drops(
 ) -> list[Any]:
     """The keys of the entries of queue ``name`` deleted through the log by transactions after
     ``after`` (see the module docstring). A transaction whose list does not match its checksum
-    (a changed byte) is passed over, and said in ``unreadable``: its items come back. Given
+    (a changed byte) is passed over, and said in ``unreadable`` (an opener then refuses the
+    file; another process's read shows those items). Given
     the file's queue ``names``, so is one whose metadata holds what ackqueue never writes
     there: a key other than its own, or a queue name none of the file's queues has (the
     metadata pickle keeps a name once and refers to it after: one changed byte in it, or in
