@@ -152,13 +152,13 @@ def stored_counts(path: str) -> dict[str, tuple[int, int]]:
     count as a reader computes it), read-only."""
     import ZODB
 
-    from ackqueue.records import ROOT_KEY, attach_entry_log
+    from ackqueue.records import ROOT_KEY, attach_entry_log, detach_entry_log
     from ackqueue.storage import counts
     from ackqueue.storage.filestorage import QueueFileStorage
 
     db = ZODB.DB(QueueFileStorage(path, read_only=True))
+    conn = db.open()
     try:
-        conn = db.open()
         attach_entry_log(conn, counts.ReplayedDrops(db.storage, conn))
         queues = conn.root()[ROOT_KEY]
         return {
@@ -166,4 +166,5 @@ def stored_counts(path: str) -> dict[str, tuple[int, int]]:
             for name, record in queues.items()
         }
     finally:
+        detach_entry_log(conn)
         db.close()

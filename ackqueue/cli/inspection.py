@@ -46,6 +46,7 @@ from ackqueue.records import (
     StoredEntry,
     UnreadableEntry,
     attach_entry_log,
+    detach_entry_log,
     edge_loaded,
     garbled_root_key,
     queues_of,
@@ -203,6 +204,7 @@ class QueueFile:
     def close(self) -> None:
         conn = getattr(self, "_conn", None)
         if conn is not None:
+            detach_entry_log(conn)  # the log refers to the connection: it would keep it
             conn.close()
         db = getattr(self, "_db", None)
         storage = getattr(self, "_storage", None)

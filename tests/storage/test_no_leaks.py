@@ -34,3 +34,30 @@ def test_open_work_close_cycles_leave_no_storage_db_or_connection_behind(tmp_pat
         wait_until(lambda: not alive(), timeout=10, what="closed queues to be collected")
     except AssertionError:
         assert alive() == []
+
+
+def test_a_read_only_look_leaves_no_storage_db_or_connection_behind(tmp_path):
+    """``ackqueue stats`` and salvage read a file through a QueueFile, whose connection reads
+    the entry log of a running writer (the log refers to its connection): closed, nothing of
+    it stays in memory."""
+    from ackqueue.cli.inspection import QueueFile
+
+    path = os.path.join(tmp_path, "q.fs")
+    with ackqueue.AckQueue(path) as q:
+        q.put_many(range(3))
+    left = []
+    with ackqueue.AckQueue(path) as q, q.connect() as c:
+        c.ack(c.get())
+        c.ack(c.get())  # through the log
+        for _ in range(5):
+            qf = QueueFile(path)
+            assert qf.stats("default").stored == 1
+            left += [weakref.ref(qf._db), weakref.ref(qf._storage), weakref.ref(qf._conn)]
+            qf.close()
+            del qf
+
+    def alive() -> list[str]:
+        gc.collect()
+        return [type(ref()).__name__ for ref in left if ref() is not None]
+
+    assert alive() == []
