@@ -679,14 +679,14 @@ class QueueRecord(Persistent):
                 return inline_entry(value)
             except ValueError as exc:
                 raise self._damaged_inline(key, exc) from exc
-        raise DamagedFileError(damaged_message(self._where(), (
+        raise DamagedFileError(damaged_message(self.stored_in(), (
             f"its entry tree holds {type(value).__name__} under key {key!r} where an entry "
             "belongs"
         )))
 
     def _damaged_inline(self, key: Any, exc: ValueError) -> DamagedFileError:
         why = f"its entry under key {key!r} is damaged ({exc})"
-        return DamagedFileError(damaged_message(self._where(), why))
+        return DamagedFileError(damaged_message(self.stored_in(), why))
 
     def has_entry(self, key: Any) -> bool:
         if key not in self.entries:
@@ -814,7 +814,8 @@ class QueueRecord(Persistent):
         damaged (a second walk from its root fails too); else return, to let ``exc`` out."""
         why = self.entry_damage()
         if why is not None:
-            raise DamagedFileError(damaged_message(self._where(), f"its entry tree {why}")) from exc
+            why = f"its entry tree {why}"
+            raise DamagedFileError(damaged_message(self.stored_in(), why)) from exc
 
     def new_entry(
         self,
@@ -893,12 +894,12 @@ class QueueRecord(Persistent):
         if stored is None or stored == self._key_id(key):
             return
         assert isinstance(entry, Entry)  # only a record has a key_id
-        raise DamagedFileError(damaged_message(self._where(), (
+        raise DamagedFileError(damaged_message(self.stored_in(), (
             f"an entry tree refers under key {key!r} to record {oid_repr(entry._p_oid)}, "
             f"which is the entry of key {stored!r}: the reference is damaged"
         )))
 
-    def _where(self) -> str:
+    def stored_in(self) -> str:
         """The file (or storage) this record is in, as errors name it."""
         db = self._p_jar.db()
         return str(getattr(db, "where", "") or db.storage.getName())

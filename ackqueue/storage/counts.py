@@ -658,8 +658,7 @@ def _apply_logged_drops(record: Any, storage: Any, after: bytes) -> None:
     except Exception as exc:
         unreadable.append(f"the transactions after {after.hex()} ({exc})")
     if unreadable:
-        where = str(storage.getName())
-        raise DamagedFileError(damaged_message(where, (
+        raise DamagedFileError(damaged_message(record.stored_in(), (
             f"{unreadable[0]} held deletions of queue {name!r} that cannot be read back, so "
             "items acked before it was closed would be delivered again"
         )))

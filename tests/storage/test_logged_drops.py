@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import pickle
 import shutil
 import subprocess
@@ -421,3 +422,18 @@ def test_an_acks_commit_of_metadata_only_counts_as_garbage_for_the_packer(tmp_pa
         for _ in range(100):
             c.ack(c.get())
         assert packer.garbage() - garbage >= os.path.getsize(path) - size
+
+
+def test_a_shared_opener_names_the_file_whose_log_is_damaged(short_qpath, monkeypatch):
+    """In shared mode the opener reads the log through the private server: the error names
+    the queue file, not the server's socket."""
+    monkeypatch.setenv("ACKQUEUE_SERVER_IDLE", "1")
+    image = two_acked(pathlib.Path(os.path.dirname(short_qpath)))
+    append_commit(image, {
+        counts.DROPS_KEY: {"default": [counts.drops_checksum([2]), 3]},
+        counts.COUNTS_KEY: {"default": -1},
+        counts.TOTALS_KEY: {"default": 7},
+    })
+    with pytest.raises(ackqueue.DamagedFileError) as raised:
+        ackqueue.AckQueue(image, shared=True)
+    assert f"queue file {image} is damaged" in str(raised.value)
